@@ -1,0 +1,32 @@
+# Every target creates the virtual environment when it is missing or stale.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.camkit-installed
+
+.PHONY: venv test demo lint typecheck bench docs clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints.txt torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) -m camkit demo
+
+lint: $(STAMP)
+	$(PY) -m ruff check camkit tests benchmarks examples
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e ".[bench]"
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) camkit-demo

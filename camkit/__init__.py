@@ -1,0 +1,72 @@
+"""camkit: see what PyTorch image models look at.
+
+The public API is flat: explainers (``camkit.GradCAM`` ...), the registry
+(``camkit.get_method``), layers and targets helpers, overlays and image IO.
+Pure tensor math lives in :mod:`camkit.functional`; the hook layer in :mod:`camkit.hooks`.
+"""
+
+from ._version import __version__
+from .errors import (
+    CamkitError,
+    InferenceModeError,
+    InvalidInputError,
+    InvalidTargetError,
+    LayerNotFoundError,
+    LayerNotReachedError,
+    OutputSelectionError,
+    UnknownMethodError,
+)
+from .explanation import Explanation
+from .hooks import HookScope, LayerCapture
+from .io import load_image, read_rgb, save_png, to_tensor
+from .layers import auto_layer, list_layers, resolve_layers
+from .methods import (
+    CAMExplainer,
+    Explainer,
+    GradCAM,
+    GradCAMPlusPlus,
+    GradientCAM,
+    HiResCAM,
+    LayerCAM,
+    XGradCAM,
+)
+from .overlay import overlay, to_uint8_rgb
+from .registry import get_method, list_methods, register_method
+from .targets import resolve_target, select_output
+
+__all__ = [
+    "CAMExplainer",
+    "CamkitError",
+    "Explainer",
+    "Explanation",
+    "GradCAM",
+    "GradCAMPlusPlus",
+    "GradientCAM",
+    "HiResCAM",
+    "HookScope",
+    "InferenceModeError",
+    "InvalidInputError",
+    "InvalidTargetError",
+    "LayerCAM",
+    "LayerCapture",
+    "LayerNotFoundError",
+    "LayerNotReachedError",
+    "OutputSelectionError",
+    "UnknownMethodError",
+    "XGradCAM",
+    "__version__",
+    "auto_layer",
+    "get_method",
+    "list_layers",
+    "list_methods",
+    "load_image",
+    "overlay",
+    "read_rgb",
+    "register_method",
+    "resolve_layers",
+    "resolve_target",
+    "save_png",
+    "select_output",
+    "to_tensor",
+    "to_uint8_rgb",
+]

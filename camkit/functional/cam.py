@@ -1,0 +1,137 @@
+"""Pure CAM math on activations ``A`` and gradients ``G`` of shape [B, C, H, W].
+
+No hooks, no state. Every function returns the *raw* map [B, H, W] (after the ReLU the
+methods prescribe), in the dtype it was given; explainers pass float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..errors import InvalidInputError
+
+__all__ = [
+    "gradcam",
+    "gradcam_weights",
+    "gradcampp_weights",
+    "hirescam",
+    "layercam",
+    "weighted_sum",
+    "xgradcam_weights",
+]
+
+
+def _check(acts: Tensor, grads: Tensor | None = None) -> None:
+    if acts.dim() != 4:
+        raise InvalidInputError(f"activations must be [B, C, H, W], got shape {list(acts.shape)}")
+    if grads is not None and grads.shape != acts.shape:
+        raise InvalidInputError(
+            f"gradients must match activations {list(acts.shape)}, got shape {list(grads.shape)}"
+        )
+
+
+def weighted_sum(weights: Tensor, acts: Tensor) -> Tensor:
+    """``relu(sum_c weights[b, c] * acts[b, c])``: [B, C] and [B, C, H, W] to [B, H, W].
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import weighted_sum
+        >>> weighted_sum(torch.tensor([[1.0, -1.0]]), torch.ones(1, 2, 1, 2) * torch.tensor([3.0, 1.0]).view(1, 2, 1, 1))
+        tensor([[[2., 2.]]])
+    """
+    _check(acts)
+    return torch.einsum("bc,bchw->bhw", weights, acts).clamp_min(0)
+
+
+def gradcam_weights(grads: Tensor) -> Tensor:
+    """Grad-CAM (Selvaraju et al. 2017): the spatial mean of the gradient, [B, C].
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import gradcam_weights
+        >>> gradcam_weights(torch.tensor([[[[1.0, 3.0]]]]))
+        tensor([[2.]])
+    """
+    _check(grads)
+    return grads.mean(dim=(2, 3))
+
+
+def gradcam(acts: Tensor, grads: Tensor) -> Tensor:
+    """Grad-CAM map ``relu(sum_c mean_hw(G_c) A_c)``, [B, H, W].
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import gradcam
+        >>> gradcam(torch.tensor([[[[1.0, 2.0]]]]), torch.tensor([[[[1.0, 3.0]]]]))
+        tensor([[[2., 4.]]])
+    """
+    _check(acts, grads)
+    return weighted_sum(gradcam_weights(grads), acts)
+
+
+def gradcampp_weights(acts: Tensor, grads: Tensor) -> Tensor:
+    """Grad-CAM++ weights (Chattopadhay et al. 2018, eq. 19 with the exponential score).
+
+    ``alpha = G^2 / (2 G^2 + sum_hw(A) G^3)`` and ``w_c = sum_hw alpha relu(G)``. Alpha is
+    zero only where the denominator is exactly zero; no epsilon is added, so the result
+    does not move with the scale of the gradients. (With the exponential of the score the
+    weights carry a factor ``exp(S)`` per map, which min-max normalisation removes; it
+    is left out.)
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import gradcampp_weights
+        >>> gradcampp_weights(torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2))
+        tensor([[0.5000]])
+    """
+    _check(acts, grads)
+    g2 = grads.pow(2)
+    denom = 2 * g2 + acts.sum(dim=(2, 3), keepdim=True) * grads.pow(3)
+    safe = torch.where(denom == 0, torch.ones_like(denom), denom)
+    alpha = torch.where(denom == 0, torch.zeros_like(denom), g2 / safe)
+    return (alpha * grads.clamp_min(0)).sum(dim=(2, 3))
+
+
+def xgradcam_weights(acts: Tensor, grads: Tensor) -> Tensor:
+    """XGrad-CAM (Fu et al. 2020): ``w_c = sum_hw (A_c / sum_hw A_c) G_c``, [B, C].
+
+    A channel whose activations sum to exactly zero gets weight zero.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import xgradcam_weights
+        >>> xgradcam_weights(torch.tensor([[[[1.0, 3.0]]]]), torch.tensor([[[[2.0, 4.0]]]]))
+        tensor([[3.5000]])
+    """
+    _check(acts, grads)
+    total = acts.sum(dim=(2, 3), keepdim=True)
+    safe = torch.where(total == 0, torch.ones_like(total), total)
+    share = torch.where(total == 0, torch.zeros_like(acts), acts / safe)
+    return (share * grads).sum(dim=(2, 3))
+
+
+def hirescam(acts: Tensor, grads: Tensor) -> Tensor:
+    """HiResCAM (Draelos & Carin 2020): ``relu(sum_c G_c * A_c)`` elementwise, [B, H, W].
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import hirescam
+        >>> hirescam(torch.tensor([[[[1.0, 2.0]]]]), torch.tensor([[[[-1.0, 3.0]]]]))
+        tensor([[[0., 6.]]])
+    """
+    _check(acts, grads)
+    return (grads * acts).sum(dim=1).clamp_min(0)
+
+
+def layercam(acts: Tensor, grads: Tensor) -> Tensor:
+    """LayerCAM (Jiang et al. 2021): ``relu(sum_c relu(G_c) * A_c)``, [B, H, W].
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import layercam
+        >>> layercam(torch.tensor([[[[1.0, 2.0]]]]), torch.tensor([[[[-1.0, 3.0]]]]))
+        tensor([[[0., 6.]]])
+    """
+    _check(acts, grads)
+    return (grads.clamp_min(0) * acts).sum(dim=1).clamp_min(0)

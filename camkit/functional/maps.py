@@ -1,0 +1,57 @@
+"""Pure operations on saliency maps: upsampling and per-map min-max normalisation."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import InvalidInputError
+
+__all__ = ["normalize_maps", "upsample_maps"]
+
+
+def upsample_maps(maps: Tensor, size: tuple[int, int]) -> Tensor:
+    """Resize maps [..., h, w] to ``size`` (bilinear, ``align_corners=False``).
+
+    Any number of leading dimensions is kept. Maps already at ``size`` are returned as they are.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import upsample_maps
+        >>> upsample_maps(torch.tensor([[[0.0, 1.0]]]), (1, 4))
+        tensor([[[0.0000, 0.2500, 0.7500, 1.0000]]])
+    """
+    if maps.dim() < 2:
+        raise InvalidInputError(f"maps must be at least 2-D [..., H, W], got shape {list(maps.shape)}")
+    size = (int(size[0]), int(size[1]))
+    if tuple(maps.shape[-2:]) == size:
+        return maps
+    lead = maps.shape[:-2]
+    flat = maps.reshape(-1, 1, *maps.shape[-2:])
+    out = F.interpolate(flat, size=size, mode="bilinear", align_corners=False)
+    return out.reshape(*lead, *size)
+
+
+def normalize_maps(maps: Tensor) -> tuple[Tensor, Tensor]:
+    """Min-max normalise each map [..., H, W] to [0, 1]; never modifies ``maps``.
+
+    Returns:
+        ``(normalised, flat)``: ``flat`` is a bool tensor [...] marking maps that were
+        constant (all zero, say). Those come out as zeros, never NaN. No host sync.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import normalize_maps
+        >>> maps, flat = normalize_maps(torch.tensor([[[1.0, 3.0]], [[2.0, 2.0]]]))
+        >>> maps.tolist(), flat.tolist()
+        ([[[0.0, 1.0]], [[0.0, 0.0]]], [False, True])
+    """
+    if maps.dim() < 2:
+        raise InvalidInputError(f"maps must be at least 2-D [..., H, W], got shape {list(maps.shape)}")
+    low = maps.amin(dim=(-2, -1), keepdim=True)
+    span = maps.amax(dim=(-2, -1), keepdim=True) - low
+    flat = span <= 0
+    out = (maps - low) / torch.where(flat, torch.ones_like(span), span)
+    out = torch.where(flat, torch.zeros_like(out), out)
+    return out, flat[..., 0, 0]

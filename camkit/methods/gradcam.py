@@ -1,0 +1,68 @@
+"""The Grad-CAM family: Grad-CAM, Grad-CAM++, XGrad-CAM, HiResCAM, LayerCAM."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from .. import functional as CF
+from ..registry import register_method
+from .base import GradientCAM
+
+__all__ = ["GradCAM", "GradCAMPlusPlus", "HiResCAM", "LayerCAM", "XGradCAM"]
+
+
+@register_method("gradcam")
+class GradCAM(GradientCAM):
+    """Grad-CAM (Selvaraju et al. 2017): channels weighted by their mean gradient.
+
+    ``map = relu(sum_c mean_hw(dS/dA_c) * A_c)``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> maps = camkit.GradCAM(net, "1")(torch.rand(2, 3, 8, 8))
+        >>> tuple(maps.shape), bool(maps.min() >= 0), bool(maps.max() <= 1)
+        ((2, 8, 8), True, True)
+    """
+
+    def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return CF.gradcam(acts, grads)
+
+
+@register_method("gradcam++")
+class GradCAMPlusPlus(GradientCAM):
+    """Grad-CAM++ (Chattopadhay et al. 2018), with the closed-form alpha of eq. 19.
+
+    See :func:`camkit.functional.gradcampp_weights`: no epsilon, so maps do not move
+    with the scale of the gradients.
+    """
+
+    def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return CF.weighted_sum(CF.gradcampp_weights(acts, grads), acts)
+
+
+@register_method("xgradcam")
+class XGradCAM(GradientCAM):
+    """XGrad-CAM (Fu et al. 2020): gradients weighted by each channel's normalised activation."""
+
+    def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return CF.weighted_sum(CF.xgradcam_weights(acts, grads), acts)
+
+
+@register_method("hirescam")
+class HiResCAM(GradientCAM):
+    """HiResCAM (Draelos & Carin 2020): the element-wise product of gradients and activations, summed over channels."""
+
+    def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return CF.hirescam(acts, grads)
+
+
+@register_method("layercam")
+class LayerCAM(GradientCAM):
+    """LayerCAM (Jiang et al. 2021): positive gradients times activations, summed over channels."""
+
+    def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return CF.layercam(acts, grads)

@@ -1,0 +1,95 @@
+"""Heatmap overlays for single images (numpy, PIL or tensor in; uint8 RGB out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .errors import InvalidInputError
+from .functional.overlay import _lut_numpy
+
+__all__ = ["overlay", "to_uint8_rgb"]
+
+
+def to_uint8_rgb(image: Any) -> np.ndarray:
+    """Convert an image to a new uint8 RGB array [H, W, 3]; the input is never modified.
+
+    Accepts a uint8 array [H, W, 3] (or [H, W] grayscale), a PIL image, or a float tensor
+    [3, H, W] (or [1, H, W]) with values in [0, 1].
+
+    Example:
+        >>> import torch
+        >>> from camkit import to_uint8_rgb
+        >>> to_uint8_rgb(torch.ones(3, 1, 2)).tolist()
+        [[[255, 255, 255], [255, 255, 255]]]
+    """
+    if isinstance(image, Tensor):
+        if image.dim() == 4:
+            raise InvalidInputError("pass individual images, not batches (use camkit.functional.overlay_batch)")
+        if image.dim() != 3 or image.shape[0] not in (1, 3):
+            raise InvalidInputError(f"a tensor image must be [3, H, W] or [1, H, W], got shape {list(image.shape)}")
+        if image.dtype == torch.uint8:
+            arr = image.detach().cpu().numpy()
+        else:
+            arr = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy()
+        arr = np.repeat(arr, 3, axis=0) if arr.shape[0] == 1 else arr
+        return np.ascontiguousarray(arr.transpose(1, 2, 0))
+    if hasattr(image, "convert") and hasattr(image, "size"):  # PIL.Image
+        return np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
+    arr = np.asarray(image)
+    if arr.dtype != np.uint8:
+        raise InvalidInputError(
+            f"a numpy image must be uint8 [H, W, 3], got dtype {arr.dtype}; scale floats with "
+            "(img * 255).round().astype('uint8') or pass a float tensor [3, H, W]"
+        )
+    if arr.ndim == 2:
+        return np.repeat(arr[:, :, None], 3, axis=2)
+    if arr.ndim == 3 and arr.shape[2] == 3:
+        return arr.copy()
+    if arr.ndim == 4:
+        raise InvalidInputError("pass individual images, not batches (use camkit.functional.overlay_batch)")
+    raise InvalidInputError(f"a numpy image must be [H, W, 3] or [H, W], got shape {list(arr.shape)}")
+
+
+def overlay(image: Any, heatmap: Any, alpha: float = 0.5, colormap: str = "jet") -> np.ndarray:
+    """Colour a heatmap and blend it over an image.
+
+    ``out = round((1 - alpha) * image + alpha * colour(heatmap))`` per channel, where the
+    heatmap is resized to the image (bilinear), clipped to [0, 1] and coloured by an OpenCV
+    colormap from ``round(v * 255)``. Channel order is RGB throughout.
+
+    Args:
+        image: uint8 [H, W, 3] array, PIL image, or float tensor [3, H, W] in [0, 1].
+        heatmap: tensor or array [h, w] with values in [0, 1].
+        alpha: the heatmap's weight in [0, 1].
+        colormap: an OpenCV colormap name, e.g. ``"jet"``, ``"turbo"``, ``"viridis"``.
+
+    Returns:
+        A new uint8 RGB array [H, W, 3].
+
+    Example:
+        >>> import numpy as np
+        >>> from camkit import overlay
+        >>> overlay(np.full((1, 1, 3), 255, np.uint8), np.ones((1, 1)), alpha=1.0).tolist()
+        [[[128, 0, 0]]]
+    """
+    import cv2
+
+    if not 0.0 <= alpha <= 1.0:
+        raise InvalidInputError(f"alpha must be in [0, 1], got {alpha}")
+    base = to_uint8_rgb(image)
+    heat = heatmap.detach().float().cpu().numpy() if isinstance(heatmap, Tensor) else np.asarray(heatmap, dtype=np.float32)
+    if heat.ndim == 3 and heat.shape[0] == 1:
+        heat = heat[0]
+    if heat.ndim != 2:
+        raise InvalidInputError(f"heatmap must be [H, W], got shape {list(heat.shape)}")
+    height, width = base.shape[:2]
+    if heat.shape != (height, width):
+        heat = cv2.resize(heat.astype(np.float32), (width, height), interpolation=cv2.INTER_LINEAR)
+    index = np.rint(np.clip(np.nan_to_num(heat, nan=0.0), 0, 1) * 255).astype(np.uint8)
+    colour = _lut_numpy(colormap)[index].astype(np.float32)
+    blended = (1 - alpha) * base.astype(np.float32) + alpha * colour
+    return np.clip(np.rint(blended), 0, 255).astype(np.uint8)

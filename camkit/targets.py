@@ -1,0 +1,148 @@
+"""Targets: which score of the model's output an explanation is about.
+
+A target is one of:
+
+* ``None``: the top-1 class of each sample;
+* an ``int``: the same class for every sample;
+* a sequence or 1-D integer tensor of length B: one class per sample;
+* a 2-D integer tensor [B, K]: K classes per sample, explained from one forward pass;
+* a callable ``f(output) -> Tensor[B]`` (or [B, K]) returning any differentiable score.
+
+Class indices given on the CPU (ints, lists, CPU tensors) are checked before anything
+runs; a length mismatch or out-of-range class raises :class:`InvalidTargetError`, never a
+silent zero map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Union
+
+import torch
+from torch import Tensor
+
+from .errors import InvalidTargetError, OutputSelectionError
+
+__all__ = ["OutputSelector", "Target", "resolve_target", "select_output"]
+
+Target = Union[None, int, Sequence[int], Tensor, Callable[[Tensor], Tensor]]
+OutputSelector = Union[None, int, str, Callable[[Any], Tensor]]
+
+
+def _describe(output: Any) -> str:
+    if isinstance(output, Tensor):
+        return f"Tensor{list(output.shape)}"
+    if isinstance(output, dict):
+        return "dict with keys " + ", ".join(f"{k!r}: {_describe(v)}" for k, v in output.items())
+    if isinstance(output, (tuple, list)):
+        return f"{type(output).__name__} of " + ", ".join(_describe(v) for v in output)
+    fields = [k for k in dir(output) if not k.startswith("_") and isinstance(getattr(output, k, None), Tensor)]
+    return f"{type(output).__name__} with tensor attributes {fields}" if fields else type(output).__name__
+
+
+def select_output(output: Any, selector: OutputSelector = None) -> Tensor:
+    """Pick the tensor to score from what the model returned.
+
+    Args:
+        output: the model's return value.
+        selector: ``None`` (the output must be a tensor), a tuple/list index, a dict key or
+            attribute name (``"out"``, ``"logits"``), or a callable ``f(output) -> Tensor``.
+
+    Example:
+        >>> import torch
+        >>> from camkit.targets import select_output
+        >>> select_output({"logits": torch.ones(2, 3)}, "logits").shape
+        torch.Size([2, 3])
+    """
+    try:
+        if selector is None:
+            chosen = output
+        elif callable(selector):
+            chosen = selector(output)
+        elif isinstance(selector, int) and isinstance(output, (tuple, list)):
+            chosen = output[selector]
+        elif isinstance(selector, str) and isinstance(output, dict):
+            chosen = output[selector]
+        elif isinstance(selector, str):
+            chosen = getattr(output, selector)
+        else:
+            raise LookupError(selector)
+    except (LookupError, AttributeError):
+        raise OutputSelectionError(
+            f"output={selector!r} does not select anything from the model's output "
+            f"({_describe(output)})."
+        ) from None
+    if not isinstance(chosen, Tensor):
+        raise OutputSelectionError(
+            f"the model returned {_describe(chosen)}, not a tensor; pass output= to choose what to "
+            "explain: a tuple index, a dict key or attribute name (e.g. output='logits'), or a callable."
+        )
+    return chosen
+
+
+def _class_count(logits: Tensor) -> int:
+    if logits.dim() != 2:
+        raise InvalidTargetError(
+            f"class targets need [B, num_classes] scores, but the output has shape {list(logits.shape)}; "
+            "pass target= a callable f(output) -> Tensor[B] for other outputs."
+        )
+    return logits.shape[1]
+
+
+def _check_cpu_classes(index: Tensor, classes: int) -> None:
+    if index.device.type != "cpu" or index.numel() == 0:
+        return  # device tensors are not synced for a check; gather raises on bad indices
+    low, high = int(index.min()), int(index.max())
+    if low < 0 or high >= classes:
+        bad = low if low < 0 else high
+        raise InvalidTargetError(f"target class {bad} is out of range for an output with {classes} classes")
+
+
+def resolve_target(target: Target, output: Tensor) -> tuple[Tensor | None, Tensor]:
+    """Compute the scores an explanation differentiates.
+
+    Args:
+        target: see the module docstring.
+        output: the selected model output, [B, num_classes] for class targets.
+
+    Returns:
+        ``(classes, scores)``: ``classes`` is a LongTensor [B] or [B, K] on the output's
+        device (``None`` for a callable target) and ``scores`` the matching scores [B] or
+        [B, K], still attached to the autograd graph.
+
+    Example:
+        >>> import torch
+        >>> from camkit.targets import resolve_target
+        >>> classes, scores = resolve_target(None, torch.tensor([[0.1, 0.9], [2.0, 1.0]]))
+        >>> classes.tolist(), scores.tolist()
+        ([1, 0], [0.8999999761581421, 2.0])
+    """
+    batch = output.shape[0]
+    if callable(target) and not isinstance(target, Tensor):
+        scores = target(output)
+        if not isinstance(scores, Tensor) or scores.dim() not in (1, 2) or scores.shape[0] != batch:
+            got = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+            raise InvalidTargetError(f"a callable target must return a tensor [B] or [B, K] with B={batch}, got {got}")
+        return None, scores
+    classes = _class_count(output)
+    if target is None:
+        index = output.detach().argmax(dim=1)
+    elif isinstance(target, bool):
+        raise InvalidTargetError("target must be a class index, not a bool")
+    elif isinstance(target, int):
+        if not 0 <= target < classes:
+            raise InvalidTargetError(f"target class {target} is out of range for an output with {classes} classes")
+        index = torch.full((batch,), target, dtype=torch.long, device=output.device)
+    else:
+        index = torch.as_tensor(target)
+        if index.is_floating_point() or index.dtype == torch.bool:
+            raise InvalidTargetError(f"target classes must be integers, got dtype {index.dtype}")
+        if index.dim() not in (1, 2) or index.shape[0] != batch:
+            raise InvalidTargetError(
+                f"target has shape {list(index.shape)} but the batch has {batch} samples; give one class "
+                "per sample ([B]), K classes per sample ([B, K]), or a single int for all."
+            )
+        _check_cpu_classes(index, classes)
+        index = index.to(device=output.device, dtype=torch.long, non_blocking=True)
+    scores = output.gather(1, index if index.dim() == 2 else index[:, None])
+    return index, scores if index.dim() == 2 else scores[:, 0]
