@@ -1,0 +1,21 @@
+"""How to build every registered method on :class:`models.TinyNet` for the shared invariant tests.
+
+Every key in ``camkit.list_methods()`` must have an entry here (a test enforces it).
+A factory takes the model and returns a ready explainer; CAMs use layer ``"conv2"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+import camkit
+
+FACTORIES: dict[str, Callable[[nn.Module], camkit.Explainer]] = {
+    "gradcam": lambda m: camkit.GradCAM(m, "conv2"),
+    "gradcam++": lambda m: camkit.GradCAMPlusPlus(m, "conv2"),
+    "xgradcam": lambda m: camkit.XGradCAM(m, "conv2"),
+    "hirescam": lambda m: camkit.HiResCAM(m, "conv2"),
+    "layercam": lambda m: camkit.LayerCAM(m, "conv2"),
+}
