@@ -8,11 +8,13 @@ from __future__ import annotations
 
 __all__ = [
     "CamkitError",
+    "CamkitWarning",
     "InferenceModeError",
     "InvalidInputError",
     "InvalidTargetError",
     "LayerNotFoundError",
     "LayerNotReachedError",
+    "NoReLUWarning",
     "OutputSelectionError",
     "UnknownMethodError",
 ]
@@ -54,3 +56,11 @@ class OutputSelectionError(CamkitError, TypeError):
 
 class InferenceModeError(CamkitError, RuntimeError):
     """An explainer that needs autograd was called under ``torch.inference_mode()``."""
+
+
+class CamkitWarning(UserWarning):
+    """Base class of every warning camkit issues on purpose."""
+
+
+class NoReLUWarning(CamkitWarning):
+    """A guided or DeconvNet rule was asked for, but the forward pass called no ReLU."""
