@@ -57,7 +57,8 @@ def to_uint8_rgb(image: Any) -> np.ndarray:
 def overlay(image: Any, heatmap: Any, alpha: float = 0.5, colormap: str = "jet") -> np.ndarray:
     """Colour a heatmap and blend it over an image.
 
-    ``out = round((1 - alpha) * image + alpha * colour(heatmap))`` per channel, where the
+    ``out = round((1 - alpha) * image + alpha * colour(heatmap))`` per channel (halves round to
+    even), where the
     heatmap is resized to the image (bilinear), clipped to [0, 1] and coloured by an OpenCV
     colormap from ``round(v * 255)``. Channel order is RGB throughout.
 
