@@ -8,11 +8,13 @@ Pure tensor math lives in :mod:`camkit.functional`; the hook layer in :mod:`camk
 from ._version import __version__
 from .errors import (
     CamkitError,
+    CamkitWarning,
     InferenceModeError,
     InvalidInputError,
     InvalidTargetError,
     LayerNotFoundError,
     LayerNotReachedError,
+    NoReLUWarning,
     OutputSelectionError,
     UnknownMethodError,
 )
@@ -21,13 +23,22 @@ from .hooks import HookScope, LayerCapture
 from .io import load_image, read_rgb, save_png, to_tensor
 from .layers import auto_layer, list_layers, resolve_layers
 from .methods import (
+    AugSmooth,
     CAMExplainer,
+    Deconvolution,
     Explainer,
     GradCAM,
     GradCAMPlusPlus,
+    GradientAttribution,
     GradientCAM,
+    GuidedBackprop,
+    GuidedGradCAM,
     HiResCAM,
+    InputXGradient,
+    IntegratedGradients,
     LayerCAM,
+    Saliency,
+    SmoothGrad,
     XGradCAM,
 )
 from .overlay import overlay, to_uint8_rgb
@@ -35,23 +46,34 @@ from .registry import get_method, list_methods, register_method
 from .targets import resolve_target, select_output
 
 __all__ = [
+    "AugSmooth",
     "CAMExplainer",
     "CamkitError",
+    "CamkitWarning",
+    "Deconvolution",
     "Explainer",
     "Explanation",
     "GradCAM",
     "GradCAMPlusPlus",
+    "GradientAttribution",
     "GradientCAM",
+    "GuidedBackprop",
+    "GuidedGradCAM",
     "HiResCAM",
     "HookScope",
     "InferenceModeError",
+    "InputXGradient",
+    "IntegratedGradients",
     "InvalidInputError",
     "InvalidTargetError",
     "LayerCAM",
     "LayerCapture",
     "LayerNotFoundError",
     "LayerNotReachedError",
+    "NoReLUWarning",
     "OutputSelectionError",
+    "Saliency",
+    "SmoothGrad",
     "UnknownMethodError",
     "XGradCAM",
     "__version__",

@@ -18,4 +18,10 @@ FACTORIES: dict[str, Callable[[nn.Module], camkit.Explainer]] = {
     "xgradcam": lambda m: camkit.XGradCAM(m, "conv2"),
     "hirescam": lambda m: camkit.HiResCAM(m, "conv2"),
     "layercam": lambda m: camkit.LayerCAM(m, "conv2"),
+    "saliency": lambda m: camkit.Saliency(m),
+    "inputxgradient": lambda m: camkit.InputXGradient(m),
+    "guidedbackprop": lambda m: camkit.GuidedBackprop(m),
+    "deconvolution": lambda m: camkit.Deconvolution(m),
+    "guidedgradcam": lambda m: camkit.GuidedGradCAM(m, "conv2"),
+    "integratedgradients": lambda m: camkit.IntegratedGradients(m, steps=8, max_batch=5),
 }

@@ -1,0 +1,197 @@
+"""Pure math of pixel-space attributions: channel reduction, ReLU backward rules,
+integration rules, baselines and the aggregation of noisy samples.
+
+No hooks, no state, no model: every function maps tensors to tensors and never modifies
+its inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import InvalidInputError
+
+__all__ = [
+    "aggregate_samples",
+    "blur",
+    "completeness_gap",
+    "deconv_relu_grad",
+    "guided_relu_grad",
+    "integration_points",
+    "reduce_channels",
+]
+
+IntegrationRule = Literal["gausslegendre", "midpoint", "trapezoid"]
+SmoothKind = Literal["smoothgrad", "smoothgrad_sq", "vargrad"]
+
+
+def reduce_channels(raw: Tensor) -> Tensor:
+    """One map per image from a signed attribution: the maximum over channels of ``|raw|``.
+
+    Args:
+        raw: attribution [..., C, H, W] (any leading dimensions, e.g. [B, C, H, W] or
+            [B, K, C, H, W]).
+
+    Returns:
+        [..., H, W], non-negative (Simonyan et al. 2014's rule for colour images).
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import reduce_channels
+        >>> reduce_channels(torch.tensor([[[[1.0, -2.0]], [[-3.0, 0.5]]]]))
+        tensor([[[3., 2.]]])
+    """
+    if raw.dim() < 3:
+        raise InvalidInputError(f"attributions must be at least [C, H, W], got shape {list(raw.shape)}")
+    return raw.abs().amax(dim=-3)
+
+
+def guided_relu_grad(grad_output: Tensor, output: Tensor) -> Tensor:
+    """Guided backpropagation's ReLU rule (Springenberg et al. 2015).
+
+    Only positive gradients pass, and only where the ReLU was active:
+    ``grad_in = max(grad_out, 0) * [output > 0]``.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import guided_relu_grad
+        >>> guided_relu_grad(torch.tensor([1.0, -1.0, 2.0]), torch.tensor([0.5, 0.5, 0.0]))
+        tensor([1., 0., 0.])
+    """
+    return torch.where(output > 0, grad_output.clamp_min(0), torch.zeros_like(grad_output))
+
+
+def deconv_relu_grad(grad_output: Tensor) -> Tensor:
+    """The DeconvNet ReLU rule (Zeiler & Fergus 2014): ``grad_in = max(grad_out, 0)``.
+
+    The forward activation pattern is ignored.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import deconv_relu_grad
+        >>> deconv_relu_grad(torch.tensor([1.0, -1.0, 2.0]))
+        tensor([1., 0., 2.])
+    """
+    return grad_output.clamp_min(0)
+
+
+def integration_points(
+    steps: int, rule: IntegrationRule = "gausslegendre", *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> tuple[Tensor, Tensor]:
+    """Nodes ``alpha`` in [0, 1] and weights (summing to 1) for integrating over [0, 1].
+
+    Args:
+        steps: number of nodes (>= 1; >= 2 for ``"trapezoid"``).
+        rule: ``"gausslegendre"`` (exact for polynomials of degree < 2*steps),
+            ``"midpoint"`` (nodes (i + 0.5) / steps, equal weights) or ``"trapezoid"``
+            (nodes i / (steps - 1), end points weighted half).
+
+    Returns:
+        ``(alphas, weights)``, both [steps].
+
+    Example:
+        >>> from camkit.functional import integration_points
+        >>> alphas, weights = integration_points(4, "midpoint")
+        >>> alphas.tolist(), weights.tolist()
+        ([0.125, 0.375, 0.625, 0.875], [0.25, 0.25, 0.25, 0.25])
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < (2 if rule == "trapezoid" else 1):
+        raise InvalidInputError(f"steps must be an int >= {2 if rule == 'trapezoid' else 1} for rule {rule!r}, got {steps!r}")
+    if rule == "gausslegendre":
+        nodes, w = np.polynomial.legendre.leggauss(steps)
+        alphas = torch.from_numpy((nodes + 1.0) / 2.0)
+        weights = torch.from_numpy(w / 2.0)
+    elif rule == "midpoint":
+        alphas = (torch.arange(steps, dtype=torch.float64) + 0.5) / steps
+        weights = torch.full((steps,), 1.0 / steps, dtype=torch.float64)
+    elif rule == "trapezoid":
+        alphas = torch.linspace(0.0, 1.0, steps, dtype=torch.float64)
+        weights = torch.full((steps,), 1.0 / (steps - 1), dtype=torch.float64)
+        weights[0] = weights[-1] = 0.5 / (steps - 1)
+    else:
+        raise InvalidInputError(f"rule must be 'gausslegendre', 'midpoint' or 'trapezoid', got {rule!r}")
+    return alphas.to(dtype=dtype, device=device), weights.to(dtype=dtype, device=device)
+
+
+def _gaussian_kernel(sigma: float, size: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    radius = size // 2
+    offsets = torch.arange(-radius, radius + 1, dtype=torch.float64)
+    kernel = torch.exp(-0.5 * (offsets / sigma) ** 2)
+    return (kernel / kernel.sum()).to(dtype=dtype, device=device)
+
+
+def blur(x: Tensor, sigma: float) -> Tensor:
+    """Gaussian blur of a batch [B, C, H, W] (separable, edges replicated); ``x`` is unchanged.
+
+    The kernel spans ``ceil(3 * sigma)`` pixels on each side. ``sigma <= 0`` returns a copy.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import blur
+        >>> out = blur(torch.tensor([[[[0.0, 0.0, 3.0, 0.0, 0.0]]]]), 1.0)
+        >>> [round(v, 3) for v in out[0, 0, 0].tolist()]
+        [0.181, 0.725, 1.197, 0.725, 0.181]
+    """
+    if x.dim() != 4:
+        raise InvalidInputError(f"blur expects a batch [B, C, H, W], got shape {list(x.shape)}")
+    if not math.isfinite(sigma):
+        raise InvalidInputError(f"sigma must be a finite number, got {sigma!r}")
+    if sigma <= 0:
+        return x.clone()
+    radius = max(1, math.ceil(3.0 * sigma))
+    kernel = _gaussian_kernel(sigma, 2 * radius + 1, x.dtype, x.device)
+    b, c, h, w = x.shape
+    flat = x.reshape(b * c, 1, h, w)
+    flat = F.conv2d(F.pad(flat, (radius, radius, 0, 0), mode="replicate"), kernel.view(1, 1, 1, -1))
+    flat = F.conv2d(F.pad(flat, (0, 0, radius, radius), mode="replicate"), kernel.view(1, 1, -1, 1))
+    return flat.reshape(b, c, h, w)
+
+
+def completeness_gap(attribution: Tensor, score: Tensor, baseline_score: Tensor) -> Tensor:
+    """Integrated gradients' completeness gap ``sum(attr) - (score - baseline_score)``.
+
+    Args:
+        attribution: [..., C, H, W] (e.g. [B, C, H, W] or [B, K, C, H, W]).
+        score, baseline_score: the matching scores [...] at the input and at the baseline.
+
+    Returns:
+        [...]: zero for exact integration.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import completeness_gap
+        >>> completeness_gap(torch.ones(1, 1, 2, 2), torch.tensor([5.0]), torch.tensor([1.5]))
+        tensor([0.5000])
+    """
+    return attribution.sum(dim=(-3, -2, -1)) - (score - baseline_score)
+
+
+def aggregate_samples(total: Tensor, total_sq: Tensor, count: int, kind: SmoothKind) -> Tensor:
+    """Combine the running sum and sum of squares of ``count`` noisy samples.
+
+    ``"smoothgrad"`` is the mean, ``"smoothgrad_sq"`` the mean of squares and ``"vargrad"``
+    the (population) variance ``mean(r**2) - mean(r)**2``, clamped at zero.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import aggregate_samples
+        >>> r = torch.tensor([[1.0, 2.0], [3.0, 6.0]])  # two samples of a 2-value map
+        >>> [aggregate_samples(r.sum(0), (r * r).sum(0), 2, k).tolist() for k in ("smoothgrad", "smoothgrad_sq", "vargrad")]
+        [[2.0, 4.0], [5.0, 20.0], [1.0, 4.0]]
+    """
+    if count < 1:
+        raise InvalidInputError(f"count must be >= 1, got {count}")
+    mean = total / count
+    if kind == "smoothgrad":
+        return mean
+    if kind == "smoothgrad_sq":
+        return total_sq / count
+    if kind == "vargrad":
+        return (total_sq / count - mean * mean).clamp_min(0)
+    raise InvalidInputError(f"kind must be 'smoothgrad', 'smoothgrad_sq' or 'vargrad', got {kind!r}")

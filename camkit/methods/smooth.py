@@ -1,0 +1,269 @@
+"""Wrappers that average any camkit explainer over perturbed copies of the input.
+
+:class:`SmoothGrad` adds Gaussian noise; :class:`AugSmooth` flips and rescales. Both take
+an *explainer* (CAMs, pixel attributions, anything with ``explain``), not a model, so they
+are not in the method registry, whose entries are built as ``cls(model, ...)``; the
+``method`` of their :class:`~camkit.Explanation` names both, e.g. ``"smoothgrad(gradcam)"``.
+
+The target is resolved once on the clean input (top-1 of the clean image, not of each
+noisy copy), and ``scores`` are the clean input's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .._state import eval_mode
+from ..errors import InvalidInputError
+from ..explanation import Explanation
+from ..functional.attribution import SmoothKind, aggregate_samples
+from ..functional.maps import normalize_maps, upsample_maps
+from ..targets import Target, resolve_target
+from .base import Explainer, finish_maps
+
+__all__ = ["AugSmooth", "SmoothGrad"]
+
+_KINDS = ("smoothgrad", "smoothgrad_sq", "vargrad")
+
+
+def _as_tuple(raw: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    return raw if isinstance(raw, tuple) else (raw,)
+
+
+def _maps_from_raw(explainer: Explainer, raws: tuple[Tensor, ...], size: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """The wrapped explainer's own output contract applied to aggregated raw maps."""
+    own = getattr(explainer, "maps_from_raw", None)
+    if own is not None and len(raws) == 1:
+        maps, flat = own(raws[0], size)
+        return maps, flat
+    return finish_maps(raws, size)
+
+
+class _Wrapper(Explainer):
+    """Shared parts of the wrappers: the wrapped explainer, clean targets, input checks."""
+
+    def __init__(self, explainer: Explainer) -> None:
+        if not isinstance(explainer, Explainer):
+            raise TypeError(f"explainer must be a camkit explainer (e.g. camkit.GradCAM(model, layer)), got {type(explainer).__name__}")
+        super().__init__(explainer.model, output=explainer.output, keep_mode=explainer.keep_mode)
+        self.explainer = explainer
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.explainer!r})"
+
+    def _check_input(self, x: Tensor) -> None:
+        self.explainer._check_input(x)
+
+    def _clean_target(self, x: Tensor, target: Target) -> tuple[Tensor | None, Tensor]:
+        with torch.no_grad(), eval_mode(self.model, enabled=not self.keep_mode):
+            classes, scores = resolve_target(target, self.explainer._forward(x))
+        return classes, scores.detach()
+
+    @staticmethod
+    def _rows_target(classes: Tensor | None, target: Target, rows: Tensor) -> Target:
+        return target if classes is None else classes[rows]
+
+
+class SmoothGrad(_Wrapper):
+    """SmoothGrad (Smilkov et al. 2017) and its variants around any camkit explainer.
+
+    The wrapped explainer runs on ``samples`` noisy copies ``x + sigma * (max(x) - min(x)) * N(0, 1)``
+    of each image (the spread is per image), batched ``max_batch`` images at a time. Its
+    *raw* maps are aggregated per image: ``"smoothgrad"`` the mean, ``"smoothgrad_sq"`` the
+    mean of squares, ``"vargrad"`` the variance (Adebayo et al. 2018); the wrapped
+    explainer's own contract then turns the aggregate into ``maps`` (for CAMs upsample and
+    min-max, for pixel attributions ``max_c |raw|`` and min-max).
+
+    With a ``seed`` the noise, and so the result, is the same on every call and does not
+    depend on ``max_batch`` (up to float rounding): each noisy copy of the batch is drawn in
+    turn from a generator on the input's device. Without one, the seed is drawn from
+    torch's global generator (so ``torch.manual_seed`` fixes it too).
+
+    Args:
+        explainer: any camkit explainer, e.g. ``camkit.GradCAM(model, "layer4")``.
+        samples: noisy copies per image (default 25).
+        sigma: noise standard deviation as a fraction of each image's value range (default 0.15).
+        kind: ``"smoothgrad"``, ``"smoothgrad_sq"`` or ``"vargrad"``.
+        max_batch: the most noisy images per call of the wrapped explainer (default 32).
+        seed: the noise seed.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> smooth = camkit.SmoothGrad(camkit.GradCAM(net, "0"), samples=4, seed=0)
+        >>> explanation = smooth.explain(torch.rand(2, 3, 8, 8))
+        >>> tuple(explanation.maps.shape), explanation.method
+        ((2, 8, 8), 'smoothgrad(gradcam)')
+    """
+
+    def __init__(
+        self,
+        explainer: Explainer,
+        *,
+        samples: int = 25,
+        sigma: float = 0.15,
+        kind: SmoothKind = "smoothgrad",
+        max_batch: int = 32,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(explainer)
+        for name, value in (("samples", samples), ("max_batch", max_batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(sigma, (int, float)) or isinstance(sigma, bool) or not sigma >= 0:
+            raise InvalidInputError(f"sigma must be a number >= 0 (a fraction of the image's value range), got {sigma!r}")
+        if kind not in _KINDS:
+            raise InvalidInputError(f"kind must be one of {', '.join(map(repr, _KINDS))}, got {kind!r}")
+        self.samples = samples
+        self.sigma = float(sigma)
+        self.kind: SmoothKind = kind
+        self.max_batch = max_batch
+        self.seed = seed
+
+    def _explain(self, x: Tensor, target: Target) -> Explanation:
+        x = x.detach()
+        classes, scores = self._clean_target(x, target)
+        batch = x.shape[0]
+        spread = self.sigma * (x.amax(dim=(1, 2, 3), keepdim=True) - x.amin(dim=(1, 2, 3), keepdim=True))
+        seed = self.seed if self.seed is not None else int(torch.randint(0, 2**62, (1,)))
+        generator = torch.Generator(device=x.device)
+        generator.manual_seed(seed)
+        acc = torch.float32 if x.device.type == "mps" else torch.float64
+        sums: list[Tensor] = []
+        squares: list[Tensor] = []
+        layers: tuple[str, ...] = ()
+        pending: list[Tensor] = []
+        done = 0
+
+        def flush(count: int) -> None:
+            nonlocal pending, done, layers
+            noisy = torch.cat(pending)
+            chunk, rest = noisy[:count], noisy[count:]
+            pending = [rest] if rest.shape[0] else []
+            rows = torch.arange(done, done + count, device=x.device) % batch
+            explanation = self.explainer.explain(chunk, self._rows_target(classes, target, rows))
+            layers = explanation.layers
+            for i, raw in enumerate(_as_tuple(explanation.raw)):
+                raw = raw.detach().to(acc)
+                if len(sums) <= i:
+                    sums.append(raw.new_zeros((batch, *raw.shape[1:])))
+                    squares.append(raw.new_zeros((batch, *raw.shape[1:])))
+                sums[i].index_add_(0, rows, raw)
+                squares[i].index_add_(0, rows, raw * raw)
+            done += count
+
+        for _ in range(self.samples):
+            noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+            pending.append(x + spread * noise)
+            while sum(p.shape[0] for p in pending) >= self.max_batch:
+                flush(self.max_batch)
+        if pending:
+            flush(sum(p.shape[0] for p in pending))
+        raws = tuple(aggregate_samples(s, q, self.samples, self.kind).float() for s, q in zip(sums, squares))
+        maps, flat = _maps_from_raw(self.explainer, raws, (x.shape[-2], x.shape[-1]))
+        return Explanation(
+            maps=maps.to(x.device),
+            raw=raws[0] if len(raws) == 1 else raws,
+            target=classes,
+            scores=scores,
+            flat=flat.to(x.device),
+            method=f"{self.kind}({self.explainer.key})",
+            layers=layers,
+            extras={"samples": self.samples, "sigma": self.sigma, "kind": self.kind, "seed": seed},
+        )
+
+
+class AugSmooth(_Wrapper):
+    """Test-time augmentation around any camkit explainer: flips and rescales, mapped back, averaged.
+
+    For each scale ``s`` the batch is resized to ``round(s * H) x round(s * W)`` (bilinear,
+    antialiased when shrinking) and, with ``flip``, joined by its horizontal mirror; the
+    wrapped explainer explains it in one call. Every map is resized back to the input size
+    and mirrored back where the input was mirrored, then the maps (each already in [0, 1])
+    are averaged and min-max normalised again. ``raw`` is the average of the raw maps
+    mapped back the same way, at the input's resolution (its magnitude mixes scales; use
+    ``maps`` to compare). Unlike pytorch-grad-cam's ``aug_smooth``, scales are spatial,
+    not intensity multipliers.
+
+    Args:
+        explainer: any camkit explainer.
+        flip: add horizontally mirrored copies (default True).
+        scales: spatial scale factors (default ``(1.0, 0.9, 1.1)``); use ``(1.0,)`` for
+            models that accept only one input size.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> x = torch.rand(1, 3, 8, 8)
+        >>> maps = camkit.AugSmooth(camkit.GradCAM(net, "0"))(x + x.flip(-1))
+        >>> torch.allclose(maps, maps.flip(-1), atol=1e-6)
+        True
+    """
+
+    def __init__(self, explainer: Explainer, *, flip: bool = True, scales: Sequence[float] = (1.0, 0.9, 1.1)) -> None:
+        super().__init__(explainer)
+        scales = tuple(float(s) for s in scales)
+        if not scales or any(not s > 0 for s in scales):
+            raise InvalidInputError(f"scales must be a non-empty sequence of positive factors, got {scales!r}")
+        self.flip = bool(flip)
+        self.scales = scales
+
+    def _explain(self, x: Tensor, target: Target) -> Explanation:
+        x = x.detach()
+        classes, scores = self._clean_target(x, target)
+        batch, size = x.shape[0], (x.shape[-2], x.shape[-1])
+        copies = 2 if self.flip else 1
+        rows = torch.arange(batch * copies, device=x.device) % batch
+        inner_target = self._rows_target(classes, target, rows)
+        map_sum = torch.zeros((), device=x.device)
+        raw_sums: list[Tensor] = []
+        layers: tuple[str, ...] = ()
+        for scale in self.scales:
+            scaled = self._resize(x, scale)
+            explanation = self.explainer.explain(torch.cat([scaled, scaled.flip(-1)]) if self.flip else scaled, inner_target)
+            layers = explanation.layers
+            back = self._map_back(explanation.maps, size, batch)
+            map_sum = map_sum + back
+            for i, raw in enumerate(_as_tuple(explanation.raw)):
+                back_raw = self._map_back(raw.detach().float(), size, batch)
+                if len(raw_sums) <= i:
+                    raw_sums.append(back_raw)
+                else:
+                    raw_sums[i] = raw_sums[i] + back_raw
+        count = len(self.scales) * copies
+        maps, flat = normalize_maps(map_sum / count)
+        raws = tuple(r / count for r in raw_sums)
+        return Explanation(
+            maps=maps,
+            raw=raws[0] if len(raws) == 1 else raws,
+            target=classes,
+            scores=scores,
+            flat=flat,
+            method=f"augsmooth({self.explainer.key})",
+            layers=layers,
+            extras={"flip": self.flip, "scales": self.scales},
+        )
+
+    @staticmethod
+    def _resize(x: Tensor, scale: float) -> Tensor:
+        if scale == 1.0:
+            return x
+        size = (max(1, round(x.shape[-2] * scale)), max(1, round(x.shape[-1] * scale)))
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=scale < 1.0)
+
+    def _map_back(self, maps: Tensor, size: tuple[int, int], batch: int) -> Tensor:
+        """Maps [copies*B, ..., h, w] to [B, ..., H, W] summed over the copies, mirrored back."""
+        resized = upsample_maps(maps, size)
+        if not self.flip:
+            return resized
+        return resized[:batch] + resized[batch:].flip(-1)
+
