@@ -60,6 +60,7 @@ class HookScope:
 
     def __init__(self) -> None:
         self._handles: list[RemovableHandle] = []
+        self._prune_at = 64
 
     def __enter__(self) -> HookScope:
         return self
@@ -107,7 +108,14 @@ class HookScope:
         return self._keep(module.register_full_backward_pre_hook(fn, prepend=prepend))
 
     def tensor(self, tensor: Tensor, fn: Callable[[Tensor], Tensor | None]) -> RemovableHandle:
-        """Register ``fn(grad)`` on a tensor that requires grad."""
+        """Register ``fn(grad)`` on a tensor that requires grad.
+
+        Handles of tensors that have since been freed are dropped as new ones arrive, so a
+        long-lived scope that hooks a fresh tensor on every forward does not grow without bound.
+        """
+        if len(self._handles) >= self._prune_at:
+            self._handles = [h for h in self._handles if h.hooks_dict_ref() is not None]
+            self._prune_at = max(64, 2 * len(self._handles))
         return self._keep(tensor.register_hook(fn))
 
     def remove(self) -> None:
