@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import cast
 
 from .cli import command
 
@@ -36,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     shown = [camkit.to_tensor(img, size=224) for img in images]
     methods = ["gradcam", "gradcam++", "layercam"]
     for key in methods:
-        explanation = camkit.get_method(key)(model, "layer4").explain(x)
+        explainer = cast(camkit.CAMExplainer, camkit.get_method(key)(model, layer="layer4"))  # type: ignore[call-arg]
+        explanation = explainer.explain(x)
         for name, image, heat in zip(names, shown, explanation.maps):
             camkit.save_png(out / f"{name}_{key}.png", camkit.overlay(image, heat))
     print(f"wrote {len(names) * len(methods)} overlays to {out.resolve()} in {time.perf_counter() - start:.1f} s")

@@ -102,8 +102,8 @@ def test_method_equals_hand_formula(key, cls):
 
 
 def test_known_values_gradcam_spelled_out():
-    # class 0: mean gradients are 0.15/6*... computed by hand below as a second, literal check.
-    a, g = hand_inputs(0)
+    # class 0, written out as a second, literal check of the mean gradients.
+    _a, g = hand_inputs(0)
     w0, w1 = g[0].mean(), g[1].mean()
     assert np.isclose(w0, (0.3 - 0.2 + 0.5 + 0.1 + 0.0 - 0.4) / 6)
     assert np.isclose(w1, (0.2 + 0.6 - 0.1 + 0.3 - 0.3 + 0.05) / 6)

@@ -124,7 +124,7 @@ def test_bad_inputs():
         explainer(tiny_input()[0])
     with pytest.raises(camkit.InvalidInputError, match="floating-point"):
         explainer(torch.zeros(1, 3, 8, 8, dtype=torch.uint8))
-    with pytest.raises(TypeError, match="nn.Module"):
+    with pytest.raises(TypeError, match=r"nn\.Module"):
         camkit.GradCAM(lambda x: x, "conv2")  # type: ignore[arg-type]
 
 

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..errors import InvalidInputError
 
-__all__ = ["colormap_lut", "colorize", "overlay_batch"]
+__all__ = ["colorize", "colormap_lut", "overlay_batch"]
 
 
 @functools.lru_cache(maxsize=32)
@@ -86,6 +86,6 @@ def overlay_batch(images: Tensor, maps: Tensor, alpha: float = 0.5, colormap: st
     if not 0.0 <= alpha <= 1.0:
         raise InvalidInputError(f"alpha must be in [0, 1], got {alpha}")
     base = images.float() * (1 / 255) if images.dtype == torch.uint8 else images.float().clamp(0, 1)
-    heat = colorize(upsample_maps(maps.float(), tuple(images.shape[-2:])), colormap).float() / 255
+    heat = colorize(upsample_maps(maps.float(), (images.shape[-2], images.shape[-1])), colormap).float() / 255
     blended = (1 - alpha) * base + alpha * heat
     return (blended * 255).round().clamp(0, 255).to(torch.uint8)
