@@ -24,6 +24,10 @@ lint: $(STAMP)
 	$(PY) -m ruff check camkit tests benchmarks examples
 	$(PY) -m mypy
 
+docs: $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e ".[docs]"
+	$(PY) -m mkdocs build --strict -d site
+
 bench: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e ".[bench]"
 	$(PY) -m benchmarks
