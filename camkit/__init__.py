@@ -23,9 +23,14 @@ from .hooks import HookScope, LayerCapture
 from .io import load_image, read_rgb, save_png, to_tensor
 from .layers import auto_layer, list_layers, resolve_layers
 from .methods import (
+    CAM,
+    RISE,
+    AblationCAM,
     AugSmooth,
     CAMExplainer,
     Deconvolution,
+    EigenCAM,
+    EigenGradCAM,
     Explainer,
     GradCAM,
     GradCAMPlusPlus,
@@ -37,7 +42,9 @@ from .methods import (
     InputXGradient,
     IntegratedGradients,
     LayerCAM,
+    Occlusion,
     Saliency,
+    ScoreCAM,
     SmoothGrad,
     XGradCAM,
 )
@@ -46,11 +53,16 @@ from .registry import get_method, list_methods, register_method
 from .targets import resolve_target, select_output
 
 __all__ = [
+    "CAM",
+    "RISE",
+    "AblationCAM",
     "AugSmooth",
     "CAMExplainer",
     "CamkitError",
     "CamkitWarning",
     "Deconvolution",
+    "EigenCAM",
+    "EigenGradCAM",
     "Explainer",
     "Explanation",
     "GradCAM",
@@ -71,8 +83,10 @@ __all__ = [
     "LayerNotFoundError",
     "LayerNotReachedError",
     "NoReLUWarning",
+    "Occlusion",
     "OutputSelectionError",
     "Saliency",
+    "ScoreCAM",
     "SmoothGrad",
     "UnknownMethodError",
     "XGradCAM",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import nn
 
 import camkit
@@ -18,6 +19,15 @@ FACTORIES: dict[str, Callable[[nn.Module], camkit.Explainer]] = {
     "xgradcam": lambda m: camkit.XGradCAM(m, "conv2"),
     "hirescam": lambda m: camkit.HiResCAM(m, "conv2"),
     "layercam": lambda m: camkit.LayerCAM(m, "conv2"),
+    "scorecam": lambda m: camkit.ScoreCAM(m, "conv2", batch_size=7),
+    "ablationcam": lambda m: camkit.AblationCAM(
+        m, "conv2", batch_size=7, tail=lambda a: m.fc(torch.flatten(m.pool(m.relu2(a)), 1))
+    ),
+    "eigencam": lambda m: camkit.EigenCAM(m, "conv2"),
+    "eigengradcam": lambda m: camkit.EigenGradCAM(m, "conv2"),
+    "cam": lambda m: camkit.CAM(m, "conv2"),
+    "occlusion": lambda m: camkit.Occlusion(m, window=4, stride=2, batch_size=7),
+    "rise": lambda m: camkit.RISE(m, masks=64, seed=0, grid=4, batch_size=7),
     "saliency": lambda m: camkit.Saliency(m),
     "inputxgradient": lambda m: camkit.InputXGradient(m),
     "guidedbackprop": lambda m: camkit.GuidedBackprop(m),

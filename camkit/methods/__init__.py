@@ -1,15 +1,24 @@
 """Explainer classes, one module per method family."""
 
 from .base import CAMExplainer, Explainer, GradientCAM
+from .cam import CAM
+from .eigen import EigenCAM, EigenGradCAM
 from .gradcam import GradCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
 from .integrated import IntegratedGradients
+from .perturbation import RISE, Occlusion
 from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGradCAM, InputXGradient, Saliency
+from .scorecam import AblationCAM, ScoreCAM
 from .smooth import AugSmooth, SmoothGrad
 
 __all__ = [
+    "CAM",
+    "RISE",
+    "AblationCAM",
     "AugSmooth",
     "CAMExplainer",
     "Deconvolution",
+    "EigenCAM",
+    "EigenGradCAM",
     "Explainer",
     "GradCAM",
     "GradCAMPlusPlus",
@@ -21,7 +30,9 @@ __all__ = [
     "InputXGradient",
     "IntegratedGradients",
     "LayerCAM",
+    "Occlusion",
     "Saliency",
+    "ScoreCAM",
     "SmoothGrad",
     "XGradCAM",
 ]

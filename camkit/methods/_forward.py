@@ -1,0 +1,190 @@
+"""Shared plumbing of the forward-only methods: one capturing forward, chunked row scoring.
+
+Private: the public classes live in :mod:`camkit.methods.scorecam`, ``eigen``, ``cam`` and
+``perturbation``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import InvalidInputError
+from ..explanation import Explanation
+from ..hooks import LayerCapture
+from ..targets import OutputSelector, Target, resolve_target, select_output
+from .base import CAMExplainer, finish_maps
+
+__all__ = [
+    "Captured",
+    "ForwardCAM",
+    "RowScorer",
+    "capture_forward",
+    "check_positive",
+    "chunks",
+    "expand_targets",
+    "forward_scores",
+    "make_explanation",
+]
+
+
+class Captured:
+    """What one forward pass with ``LayerCapture(gradients=False)`` gave.
+
+    Attributes:
+        acts: each layer's selected output, as returned (dtype kept), detached.
+        calls: how many times each layer ran.
+        classes: [B] / [B, K] class indices, or ``None`` for a callable target.
+        scores: [B] / [B, K] target scores of the unperturbed input.
+        output: the selected model output, detached.
+    """
+
+    def __init__(
+        self, acts: list[Tensor], calls: list[int], classes: Tensor | None, scores: Tensor, output: Tensor
+    ) -> None:
+        self.output = output
+        self.acts = acts
+        self.calls = calls
+        self.classes = classes
+        self.scores = scores
+
+    @property
+    def multi(self) -> bool:
+        """True for [B, K] targets."""
+        return self.scores.dim() == 2
+
+
+def capture_forward(
+    model: nn.Module,
+    layers: list[tuple[str, nn.Module]],
+    x: Tensor,
+    target: Target,
+    output: OutputSelector,
+    call: int = -1,
+) -> Captured:
+    """Run ``model(x)`` once without autograd, recording ``layers`` and resolving ``target``."""
+    with LayerCapture(layers, gradients=False, call=call) as capture:
+        out = select_output(model(x), output)
+        classes, scores = resolve_target(target, out)
+        acts = capture.activations()
+        calls = [capture.calls(i) for i in range(len(layers))]
+    return Captured(acts, calls, classes, scores.detach(), out.detach())
+
+
+def forward_scores(model: nn.Module, x: Tensor, target: Target, output: OutputSelector) -> tuple[Tensor | None, Tensor]:
+    """``(classes, scores)`` of one plain forward without autograd (no layer recorded)."""
+    with torch.no_grad():
+        classes, scores = resolve_target(target, select_output(model(x), output))
+    return classes, scores.detach()
+
+
+def check_positive(name: str, value: object) -> int:
+    """``value`` as a positive int, or an :class:`InvalidInputError` naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def chunks(total: int, size: int, *, progress: bool = False, desc: str = "") -> Iterator[slice]:
+    """Slices ``[0, size), [size, 2 size) ...`` covering ``range(total)``, with an optional tqdm bar."""
+    bar: Any = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc=desc, unit="img")
+    try:
+        for start in range(0, total, size):
+            stop = min(start + size, total)
+            yield slice(start, stop)
+            if bar is not None:
+                bar.update(stop - start)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def expand_targets(classes: Tensor | None) -> Tensor | None:
+    """Class indices as [B, K] (K = 1 for [B] targets)."""
+    if classes is None:
+        return None
+    return classes if classes.dim() == 2 else classes[:, None]
+
+
+class RowScorer:
+    """Score rows of a perturbed batch: row ``i`` belongs to sample ``b_idx[i]``.
+
+    Args:
+        target: the caller's target (used as is when it is a callable).
+        classes: [B, K] class indices from :func:`expand_targets`, or ``None`` for a callable.
+        softmax: score class targets by their softmax probability instead of the raw output.
+        output: the explainer's output selector.
+    """
+
+    def __init__(self, target: Target, classes: Tensor | None, *, softmax: bool, output: OutputSelector) -> None:
+        self.target = target
+        self.classes = classes
+        self.softmax = softmax
+        self.output = output
+
+    def __call__(self, raw_output: Any, b_idx: Tensor) -> Tensor:
+        """Scores [n, K] of one chunk's model output."""
+        out = select_output(raw_output, self.output)
+        if self.classes is None:
+            fn: Callable[[Tensor], Tensor] = self.target  # type: ignore[assignment]
+            scores = fn(out)
+            return scores if scores.dim() == 2 else scores[:, None]
+        values = out.softmax(dim=1) if self.softmax else out
+        return values.gather(1, self.classes[b_idx])
+
+
+def make_explanation(
+    key: str,
+    raws: list[Tensor],
+    x: Tensor,
+    classes: Tensor | None,
+    scores: Tensor,
+    layers: tuple[str, ...] = (),
+    **extras: Any,
+) -> Explanation:
+    """Apply the output contract (:func:`finish_maps`) and wrap the result."""
+    maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]))
+    return Explanation(
+        maps=maps.to(x.device),
+        raw=raws[0] if len(raws) == 1 else tuple(raws),
+        target=classes,
+        scores=scores,
+        flat=flat.to(x.device),
+        method=key,
+        layers=layers,
+        extras=extras,
+    )
+
+
+class ForwardCAM(CAMExplainer):
+    """Base of the CAMs that read a layer's activations without autograd.
+
+    Subclasses implement :meth:`_raw`: the raw map [B, h, w] (or [B, K, h, w]) of one layer;
+    they may add read-only values to ``extras``.
+    """
+
+    needs_grad = False
+
+    def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
+        raise NotImplementedError
+
+    def _explain(self, x: Tensor, target: Target) -> Explanation:
+        layers = self.layers(x)
+        cap = capture_forward(self.model, layers, x, target, self.output, self.call)
+        raws = []
+        extras: dict[str, Any] = {}
+        for index, act in enumerate(cap.acts):
+            if act.dim() != 4:
+                raise InvalidInputError(
+                    f"layer '{layers[index][0]}' returned shape {list(act.shape)}; CAMs need [B, C, H, W] "
+                    "activations. Pick a convolutional layer (see camkit.list_layers(model, x))."
+                )
+            raws.append(self._raw(x, act, index, cap, target, extras))
+        return make_explanation(self.key, raws, x, cap.classes, cap.scores, self._names(), **extras)

@@ -1,0 +1,95 @@
+"""CAM (Zhou et al. 2016) for networks that end in global average pooling and a linear layer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import InvalidInputError, InvalidTargetError, LayerNotFoundError
+from ..layers import LayerSpec, resolve_layers
+from ..registry import register_method
+from ..targets import OutputSelector, Target
+from ._forward import Captured, ForwardCAM
+
+__all__ = ["CAM"]
+
+
+@register_method("cam")
+class CAM(ForwardCAM):
+    """Class activation mapping: ``relu(sum_c W[target, c] * A_c)`` with ``W`` the linear head's weight.
+
+    Exact for models whose output is ``fc(global_average_pool(A))`` with ``A`` the target
+    layer's output: then it equals Grad-CAM up to a positive factor (``1 / (h * w)``), which
+    normalisation removes. No backward pass; the bias is left out (it is constant over
+    positions). Class targets only: a callable target has no weight row.
+
+    Args:
+        model: the model to explain.
+        layer: the layer feeding the pooling; ``None`` picks the last layer with a 4-D output.
+        fc: the ``nn.Linear`` head (module or dotted name); ``None`` finds it when the model has
+            exactly one ``nn.Linear`` with ``in_features`` equal to the layer's channel count.
+        call, output, keep_mode: see :class:`CAMExplainer`.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> tuple(camkit.CAM(net, "1")(torch.rand(2, 3, 8, 8), target=1).shape)
+        (2, 8, 8)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: LayerSpec = None,
+        fc: str | nn.Module | None = None,
+        *,
+        call: int = -1,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+    ) -> None:
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode)
+        self.fc: nn.Linear | None = None
+        if fc is not None:
+            name, module = resolve_layers(model, fc)[0]
+            if not isinstance(module, nn.Linear):
+                raise InvalidInputError(f"fc must be an nn.Linear, but '{name}' is {type(module).__name__}")
+            self.fc = module
+
+    def _head(self, channels: int) -> nn.Linear:
+        if self.fc is not None:
+            if self.fc.in_features != channels:
+                raise InvalidInputError(
+                    f"fc has in_features={self.fc.in_features} but the layer has {channels} channels; pass "
+                    "the linear layer that reads the pooled output of this layer."
+                )
+            return self.fc
+        found = [
+            (n, m) for n, m in self.model.named_modules() if isinstance(m, nn.Linear) and m.in_features == channels
+        ]
+        if len(found) != 1:
+            names = [n for n, _ in found] or "none"
+            raise LayerNotFoundError(
+                f"CAM needs the linear head reading the layer's {channels} pooled channels; candidates: "
+                f"{names}. Pass fc= the nn.Linear (or its dotted name)."
+            )
+        return found[0][1]
+
+    def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
+        if cap.classes is None:
+            raise InvalidTargetError(
+                "CAM reads the linear head's weight row of a class; a callable target has none. Pass class "
+                "indices, or use GradCAM for a callable target."
+            )
+        weight = self._head(act.shape[1]).weight.detach()
+        if cap.classes.max() >= weight.shape[0]:
+            raise InvalidTargetError(
+                f"target class {int(cap.classes.max())} is out of range for the head's {weight.shape[0]} outputs"
+            )
+        rows = weight[cap.classes].float()  # [B, C] or [B, K, C]
+        pattern = "bkc,bchw->bkhw" if cap.multi else "bc,bchw->bhw"
+        return torch.einsum(pattern, rows, act.float()).clamp_min(0)

@@ -1,0 +1,64 @@
+"""Eigen-CAM and Eigen-Grad-CAM: the first principal component of a layer's activations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from ..functional.perturbation import eigen_projection
+from ..registry import register_method
+from ..targets import Target
+from ._forward import Captured, ForwardCAM
+from .base import GradientCAM
+
+__all__ = ["EigenCAM", "EigenGradCAM"]
+
+
+@register_method("eigencam")
+class EigenCAM(ForwardCAM):
+    """Eigen-CAM (Muhammad & Yeasin 2020): activations projected on their first principal component.
+
+    One forward pass without autograd; a batched SVD on the activations' device; the sign of
+    the component is fixed so that the map correlates positively with the channel-summed
+    activations (see :func:`camkit.functional.perturbation.eigen_projection`). The map does
+    not depend on the target: with [B, K] targets the same map is returned K times (the
+    target still selects ``scores``).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> tuple(camkit.EigenCAM(net, "1")(torch.rand(2, 3, 8, 8)).shape)
+        (2, 8, 8)
+    """
+
+    def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
+        raw = eigen_projection(act.float())
+        if cap.multi:
+            return raw[:, None].expand(-1, cap.scores.shape[1], -1, -1).contiguous()
+        return raw
+
+
+@register_method("eigengradcam")
+class EigenGradCAM(GradientCAM):
+    """Eigen-Grad-CAM: the first principal component of activations times gradients.
+
+    Like :class:`GradCAM` it costs one forward and a backward through the layers after the
+    target layer; the map is :func:`~camkit.functional.perturbation.eigen_projection` of
+    ``A * dS/dA``, so it depends on the target.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> tuple(camkit.EigenGradCAM(net, "1")(torch.rand(2, 3, 8, 8)).shape)
+        (2, 8, 8)
+    """
+
+    def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return eigen_projection(acts * grads)
