@@ -146,12 +146,11 @@ class NonFiniteTracer:
         >>> import torch
         >>> from torch import nn
         >>> from camkit.debug import NonFiniteTracer
-        >>> net = nn.Sequential(nn.Linear(2, 2), nn.LogSigmoid(), nn.Linear(2, 1))
+        >>> net = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
         >>> with torch.no_grad():
-        ...     net[0].weight.fill_(1e38); net[0].bias.zero_()
-        Parameter...
-        >>> with NonFiniteTracer(net) as tracer:
-        ...     _ = net(torch.ones(1, 2))
+        ...     _ = net[0].weight.fill_(1.0)
+        >>> with NonFiniteTracer(net) as tracer:  # 3e38 + 3e38 overflows float32 in the first Linear
+        ...     _ = net(torch.tensor([[3e38, 3e38]]))
         >>> tracer.forward_event.name, tracer.forward_event.where, tracer.forward_event.posinf
         ('0', 'output', 2)
     """
@@ -322,7 +321,7 @@ def find_nonfinite(
     if not isinstance(x, Tensor):
         raise InvalidInputError(f"x must be a tensor, got {type(x).__name__}")
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    inputs = [p for p in model.parameters() if p.requires_grad]
+    inputs: list[Tensor] = [p for p in model.parameters() if p.requires_grad]
     xg = x.detach().clone().requires_grad_(True) if (x.is_floating_point() or x.is_complex()) else x
     try:
         with torch.enable_grad(), NonFiniteTracer(model, raise_error=raise_error) as tracer:

@@ -64,7 +64,7 @@ def plot_series(
     Example:
         >>> from camkit.debug.plot import plot_series
         >>> plot_series([("loss", {"a": ([0, 1, 2], [3.0, 2.0, 1.5])})]).shape
-        (342, 860, 3)
+        (318, 860, 3)
     """
     import cv2
 

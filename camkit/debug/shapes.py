@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, overload
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from .._state import eval_mode
 from ..hooks import HookScope
@@ -19,7 +19,7 @@ class ShapeRecord(NamedTuple):
     """One module call.
 
     Attributes:
-        index: position of the call in the forward, by the order calls *start* (a parent
+        order: position of the call in the forward, by the order calls *start* (a parent
             comes before its children).
         name: dotted name from ``model.named_modules()`` (``""`` for the model itself).
         type: the module's class name.
@@ -31,7 +31,7 @@ class ShapeRecord(NamedTuple):
         params: parameters owned by the module, its submodules included.
     """
 
-    index: int
+    order: int
     name: str
     type: str
     call: int
@@ -89,12 +89,12 @@ class ShapeTable:
 
     def rows(self) -> list[tuple[str, ...]]:
         """The table's cells as strings, one tuple per call, without the header."""
-        out = []
+        out: list[tuple[str, ...]] = []
         for r in self.records:
             label = "  " * r.depth + (r.name or "(model)") + (f" #{r.call}" if r.call else "")
             out.append(
                 (
-                    str(r.index),
+                    str(r.order),
                     label,
                     r.type,
                     _fmt_shapes(r.input_shapes),
@@ -145,7 +145,7 @@ def trace_shapes(model: nn.Module, x: Any) -> ShapeTable:
         [('', (2, 36)), ('0', (2, 4, 3, 3)), ('1', (2, 4, 3, 3)), ('2', (2, 36))]
         >>> print(table)  # doctest: +NORMALIZE_WHITESPACE
         #  layer    type        input    output   dtype    params
-        ----------------------------------------------------------
+        ---------------------------------------------------------
         0  (model)  Sequential  2x3x5x5  2x36     float32     112
         1    0      Conv2d      2x3x5x5  2x4x3x3  float32     112
         2    1      ReLU        2x4x3x3  2x4x3x3  float32       0
@@ -167,7 +167,7 @@ def trace_shapes(model: nn.Module, x: Any) -> ShapeTable:
                 params[key] = sum(p.numel() for p in module.parameters())
             records.append(
                 ShapeRecord(
-                    index=len(records),
+                    order=len(records),
                     name=name,
                     type=type(module).__name__,
                     call=call,
