@@ -18,6 +18,7 @@ from .errors import (
     OutputSelectionError,
     UnknownMethodError,
 )
+from .debug.features import extract_features
 from .explanation import Explanation
 from .hooks import HookScope, LayerCapture
 from .io import load_image, read_rgb, save_png, to_tensor
@@ -92,6 +93,7 @@ __all__ = [
     "XGradCAM",
     "__version__",
     "auto_layer",
+    "extract_features",
     "get_method",
     "list_layers",
     "list_methods",
