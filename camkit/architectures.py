@@ -1,0 +1,213 @@
+"""What camkit knows about common architectures: wrappers, default layers, layouts, prefix tokens.
+
+* :func:`unwrap_model` strips ``DataParallel`` / ``DistributedDataParallel`` (``.module``)
+  and ``torch.compile`` (``._orig_mod``) wrappers. Explainers run the eager module inside:
+  hooks added after compiling are not traced by the compiled graph, and a ``DataParallel``
+  replica per device would split the batch across separate captures.
+* :func:`default_layer` gives the CAM layer for torchvision families (table in
+  ``docs/layers.md``); it takes precedence over the generic rule of
+  :func:`camkit.layers.auto_layer`, which would pick a ViT's patch embedding.
+* :func:`known_channels_last` reads a module's output layout from its type.
+* :func:`prefix_token_hint` reads the number of class/register tokens from the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+__all__ = [
+    "default_layer",
+    "default_layer_table",
+    "known_channels_last",
+    "prefix_token_hint",
+    "unwrap_model",
+]
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The eager module inside DataParallel / DistributedDataParallel / ``torch.compile`` wrappers.
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.architectures import unwrap_model
+        >>> net = nn.Linear(2, 2)
+        >>> unwrap_model(nn.DataParallel(net)) is net
+        True
+    """
+    while True:
+        if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model = model.module
+        elif type(model).__name__ == "OptimizedModule" and isinstance(getattr(model, "_orig_mod", None), nn.Module):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def _last_child(module: nn.Module) -> str:
+    return list(module.named_children())[-1][0]
+
+
+def _vit(model: nn.Module) -> str:
+    # The last block's first LayerNorm: its tokens feed the attention that reads the class
+    # token. The encoder's output would give zero gradients at every patch token.
+    layers = model.encoder.layers
+    return f"encoder.layers.{_last_child(layers)}.ln_1"
+
+
+def _last_feature(model: nn.Module) -> str:
+    return f"features.{_last_child(model.features)}"
+
+
+def _vgg(model: nn.Module) -> str:
+    relus = [name for name, m in model.features.named_children() if isinstance(m, nn.ReLU)]
+    return f"features.{relus[-1]}" if relus else _last_feature(model)
+
+
+def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
+    from torchvision.models import (
+        VGG,
+        ConvNeXt,
+        DenseNet,
+        EfficientNet,
+        MobileNetV2,
+        MobileNetV3,
+        ResNet,
+        SwinTransformer,
+        VisionTransformer,
+    )
+    from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
+    from torchvision.models.segmentation import FCN, LRASPP, DeepLabV3
+
+    return [
+        (VisionTransformer, _vit, "encoder.layers.<last>.ln_1"),
+        (SwinTransformer, _last_feature, "features.<last> (channel-last)"),
+        (ConvNeXt, _last_feature, "features.<last>"),
+        (EfficientNet, _last_feature, "features.<last>"),
+        (MobileNetV2, _last_feature, "features.<last>"),
+        (MobileNetV3, _last_feature, "features.<last>"),
+        (DenseNet, lambda m: "features", "features (ends with norm5)"),
+        (VGG, _vgg, "features.<last ReLU>"),
+        (ResNet, lambda m: "layer4", "layer4"),
+        (FCN, lambda m: f"backbone.{_last_child(m.backbone)}", "backbone.<last>"),
+        (DeepLabV3, lambda m: f"backbone.{_last_child(m.backbone)}", "backbone.<last>"),
+        (LRASPP, lambda m: f"backbone.{_last_child(m.backbone)}", "backbone.<last>"),
+        (GeneralizedRCNN, lambda m: f"backbone.body.{_last_child(m.backbone.body)}", "backbone.body.<last>"),
+    ]
+
+
+def default_layer_table() -> list[tuple[str, str]]:
+    """``(architecture class, default layer)`` rows, as documented in ``docs/layers.md``.
+
+    Example:
+        >>> from camkit.architectures import default_layer_table
+        >>> dict(default_layer_table())["ResNet"]
+        'layer4'
+    """
+    return [(cls.__name__, text) for cls, _, text in _rules()]
+
+
+def default_layer(model: nn.Module) -> str | None:
+    """The default CAM layer name for a known torchvision architecture, or ``None``.
+
+    Subclasses of a known class get the same default. Wrappers are looked through.
+
+    Example:
+        >>> from torchvision.models import resnet18
+        >>> from camkit.architectures import default_layer
+        >>> default_layer(resnet18())
+        'layer4'
+    """
+    model = unwrap_model(model)
+    for cls, rule, _ in _rules():
+        if isinstance(model, cls):
+            try:
+                return rule(model)
+            except (AttributeError, IndexError):
+                return None  # a subclass rebuilt differently: fall back to the generic rule
+    return None
+
+
+_CHANNELS_FIRST = {
+    "Conv2d",
+    "ConvTranspose2d",
+    "BatchNorm2d",
+    "SyncBatchNorm",
+    "FrozenBatchNorm2d",
+    "GroupNorm",
+    "InstanceNorm2d",
+    "LayerNorm2d",
+    "MaxPool2d",
+    "AvgPool2d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool2d",
+    "CNBlock",
+    "ConvNeXtBlock",
+    "Bottleneck",
+    "BasicBlock",
+}
+_CHANNELS_LAST = {"SwinTransformerBlock", "SwinTransformerBlockV2", "PatchMerging", "PatchMergingV2", "Linear"}
+
+
+def _own_layout(module: nn.Module) -> bool | None:
+    name = type(module).__name__
+    if name in _CHANNELS_FIRST:
+        return False
+    if name in _CHANNELS_LAST:
+        return True
+    if name == "Permute":
+        dims = list(getattr(module, "dims", []))
+        if dims == [0, 2, 3, 1]:
+            return True
+        if dims == [0, 3, 1, 2]:
+            return False
+    if isinstance(module, nn.LayerNorm) and not name.endswith("2d"):
+        return True  # nn.LayerNorm normalises the last dimension: features are last
+    return None
+
+
+def known_channels_last(module: nn.Module) -> bool | None:
+    """Whether a module's 4-D output is channel-last, from its type; ``None`` when unknown.
+
+    The module's own type decides first; a container is judged by the last of its
+    submodules (in registration order) whose type is known.
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.architectures import known_channels_last
+        >>> known_channels_last(nn.LayerNorm(8)), known_channels_last(nn.Sequential(nn.Conv2d(3, 8, 1), nn.ReLU()))
+        (True, False)
+        >>> known_channels_last(nn.ReLU()) is None
+        True
+    """
+    own = _own_layout(module)
+    if own is not None:
+        return own
+    for sub in reversed(list(module.modules())[1:]):
+        own = _own_layout(sub)
+        if own is not None:
+            return own
+    return None
+
+
+def prefix_token_hint(model: nn.Module) -> int | None:
+    """Leading non-patch tokens of a ViT, when the model says: timm's ``num_prefix_tokens``,
+    or 1 for torchvision's ``VisionTransformer`` itself (not subclasses, which may add registers).
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.architectures import prefix_token_hint
+        >>> net = nn.Identity(); net.num_prefix_tokens = 5
+        >>> prefix_token_hint(net)
+        5
+    """
+    model = unwrap_model(model)
+    count = getattr(model, "num_prefix_tokens", None)
+    if isinstance(count, int) and count >= 0:
+        return count
+    from torchvision.models import VisionTransformer
+
+    if type(model) is VisionTransformer:
+        return 1
+    return None
