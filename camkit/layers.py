@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
-from typing import NamedTuple, Union
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Union
 
 import torch
 from torch import Tensor, nn
 
 from ._state import eval_mode
+from .architectures import default_layer
 from .errors import InvalidInputError, LayerNotFoundError
 from .hooks import HookScope
 
@@ -34,12 +35,22 @@ def _names(model: nn.Module) -> dict[str, nn.Module]:
     return {name: module for name, module in model.named_modules() if name}
 
 
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
 def _strip_wrappers(name: str, names: dict[str, nn.Module]) -> str | None:
-    # DataParallel / DistributedDataParallel add "module.", torch.compile adds "_orig_mod.".
-    for prefix in ("module.", "_orig_mod."):
-        if name not in names and prefix + name in names:
+    # DataParallel / DistributedDataParallel add "module.", torch.compile adds "_orig_mod.":
+    # a name written for the wrapper resolves on the bare model and the other way round.
+    if name in names:
+        return name
+    for prefix in _WRAPPER_PREFIXES:
+        if prefix + name in names:
             return prefix + name
-    return name if name in names else None
+        if name.startswith(prefix):
+            found = _strip_wrappers(name[len(prefix) :], names)
+            if found is not None:
+                return found
+    return None
 
 
 def _resolve_one(model: nn.Module, spec: str | nn.Module, names: dict[str, nn.Module]) -> tuple[str, nn.Module]:
@@ -68,14 +79,26 @@ def _resolve_one(model: nn.Module, spec: str | nn.Module, names: dict[str, nn.Mo
     return found, names[found]
 
 
-def resolve_layers(model: nn.Module, layer: LayerSpec, example: Tensor | None = None) -> list[tuple[str, nn.Module]]:
+def resolve_layers(
+    model: nn.Module,
+    layer: LayerSpec,
+    example: Tensor | None = None,
+    *,
+    forward: Callable[[Tensor], Any] | None = None,
+) -> list[tuple[str, nn.Module]]:
     """Turn a layer argument into ``(dotted name, module)`` pairs.
+
+    Names written for a ``DataParallel`` (``module.``) or ``torch.compile`` (``_orig_mod.``)
+    wrapper resolve on the bare model and the other way round.
 
     Args:
         model: the model to explain.
         layer: a dotted name from ``model.named_modules()``, a module, a list of either, or
-            ``None`` to pick a layer with :func:`auto_layer` (which needs ``example``).
+            ``None``: the architecture's default layer for known torchvision families (see
+            :func:`camkit.architectures.default_layer`), else :func:`auto_layer` (which
+            needs ``example``).
         example: an input batch, used only when ``layer`` is ``None``.
+        forward: how to run the model on ``example`` for the dry run (default ``model(example)``).
 
     Example:
         >>> from torch import nn
@@ -86,9 +109,13 @@ def resolve_layers(model: nn.Module, layer: LayerSpec, example: Tensor | None = 
     """
     names = _names(model)
     if layer is None:
+        known = default_layer(model)
+        found = None if known is None else _strip_wrappers(known, names)
+        if found is not None:
+            return [(found, names[found])]
         if example is None:
             raise InvalidInputError("layer=None needs an example input to find a layer automatically")
-        return [auto_layer(model, example)]
+        return [auto_layer(model, example, forward=forward)]
     specs = [layer] if isinstance(layer, (str, nn.Module)) else list(layer)
     if not specs:
         raise LayerNotFoundError("layer is an empty list; give at least one layer")
@@ -101,13 +128,18 @@ def resolve_layers(model: nn.Module, layer: LayerSpec, example: Tensor | None = 
     return resolved
 
 
-def _trace(model: nn.Module, x: Tensor) -> list[tuple[str, nn.Module, Tensor | object]]:
+def _trace(
+    model: nn.Module, x: Tensor, forward: Callable[[Tensor], Any] | None = None
+) -> list[tuple[str, nn.Module, Tensor | object]]:
     names = _names(model)
     seen: list[tuple[str, nn.Module, Tensor | object]] = []
     with HookScope() as hooks, torch.no_grad(), eval_mode(model):
         for name, module in names.items():
             hooks.forward(module, lambda m, i, o, name=name: seen.append((name, m, o)))
-        model(x)
+        if forward is None:
+            model(x)
+        else:
+            forward(x)
     return seen
 
 
@@ -115,11 +147,16 @@ def _shape(output: object) -> tuple[int, ...] | None:
     return tuple(output.shape) if isinstance(output, Tensor) else None
 
 
-def auto_layer(model: nn.Module, x: Tensor) -> tuple[str, nn.Module]:
+def auto_layer(
+    model: nn.Module, x: Tensor, *, forward: Callable[[Tensor], Any] | None = None
+) -> tuple[str, nn.Module]:
     """Pick a CAM layer by a dry run: the last module whose output is 4-D with a spatial size above 1x1.
 
-    The dry run uses the first sample only, under ``torch.no_grad()`` and in eval mode. If
-    no output has more than one spatial position, the last 4-D output is used.
+    The dry run uses the first sample only (the whole batch when ``forward`` is given, as
+    the other inputs of a multi-input model match the batch), under ``torch.no_grad()``
+    and in eval mode. If no output has more than one spatial position, the last 4-D output
+    is used. Known torchvision architectures have better defaults; see
+    :func:`camkit.architectures.default_layer`.
 
     Example:
         >>> import torch
@@ -129,7 +166,7 @@ def auto_layer(model: nn.Module, x: Tensor) -> tuple[str, nn.Module]:
         >>> auto_layer(net, torch.zeros(1, 3, 8, 8))[0]
         '1'
     """
-    calls = _trace(model, x[:1])
+    calls = _trace(model, x, forward) if forward is not None else _trace(model, x[:1])
     four_d = [(n, m, o) for n, m, o in calls if isinstance(o, Tensor) and o.dim() == 4]
     spatial = [(n, m) for n, m, o in four_d if o.shape[-1] * o.shape[-2] > 1]
     if spatial:

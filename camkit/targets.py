@@ -40,13 +40,30 @@ def _describe(output: Any) -> str:
     return f"{type(output).__name__} with tensor attributes {fields}" if fields else type(output).__name__
 
 
+def _suggest(output: Any) -> str:
+    if isinstance(output, dict):
+        keys = [k for k, v in output.items() if isinstance(v, Tensor)]
+        if keys:
+            return f" (here: output={keys[0]!r})"
+    elif isinstance(output, (tuple, list)):
+        first = [i for i, v in enumerate(output) if isinstance(v, Tensor)]
+        if first:
+            return f" (here: output={first[0]})"
+        if output and all(isinstance(v, dict) for v in output):
+            return "; for a list of per-image detections use target=camkit.DetectionTarget(...)"
+    elif isinstance(getattr(output, "logits", None), Tensor):
+        return " (here: output='logits')"
+    return ""
+
+
 def select_output(output: Any, selector: OutputSelector = None) -> Tensor:
     """Pick the tensor to score from what the model returned.
 
     Args:
         output: the model's return value.
-        selector: ``None`` (the output must be a tensor), a tuple/list index, a dict key or
-            attribute name (``"out"``, ``"logits"``), or a callable ``f(output) -> Tensor``.
+        selector: ``None`` (the output must be a tensor), a tuple/list index (also on
+            outputs with ``to_tuple()``, like HuggingFace's), a dict key or attribute name
+            (``"out"``, ``"logits"``), or a callable ``f(output) -> Tensor``.
 
     Example:
         >>> import torch
@@ -59,8 +76,12 @@ def select_output(output: Any, selector: OutputSelector = None) -> Tensor:
             chosen = output
         elif callable(selector):
             chosen = selector(output)
+        elif isinstance(selector, bool):
+            raise LookupError(selector)
         elif isinstance(selector, int) and isinstance(output, (tuple, list)):
             chosen = output[selector]
+        elif isinstance(selector, int) and callable(getattr(output, "to_tuple", None)):
+            chosen = output.to_tuple()[selector]
         elif isinstance(selector, str) and isinstance(output, dict):
             chosen = output[selector]
         elif isinstance(selector, str):
@@ -73,9 +94,10 @@ def select_output(output: Any, selector: OutputSelector = None) -> Tensor:
             f"({_describe(output)})."
         ) from None
     if not isinstance(chosen, Tensor):
+        what = "the model returned" if selector is None else f"output={selector!r} selected"
         raise OutputSelectionError(
-            f"the model returned {_describe(chosen)}, not a tensor; pass output= to choose what to "
-            "explain: a tuple index, a dict key or attribute name (e.g. output='logits'), or a callable."
+            f"{what} {_describe(chosen)}, not a tensor; pass output= to choose what to "
+            f"explain: a tuple index, a dict key or attribute name, or a callable{_suggest(chosen)}."
         )
     return chosen
 
@@ -98,12 +120,14 @@ def _check_cpu_classes(index: Tensor, classes: int) -> None:
         raise InvalidTargetError(f"target class {bad} is out of range for an output with {classes} classes")
 
 
-def resolve_target(target: Target, output: Tensor) -> tuple[Tensor | None, Tensor]:
+def resolve_target(target: Target, output: Any, batch: int | None = None) -> tuple[Tensor | None, Tensor]:
     """Compute the scores an explanation differentiates.
 
     Args:
         target: see the module docstring.
-        output: the selected model output, [B, num_classes] for class targets.
+        output: the selected model output, [B, num_classes] for class targets. A callable
+            target may receive any output (e.g. a list of per-image detections).
+        batch: the number of images, B; by default ``output.shape[0]``.
 
     Returns:
         ``(classes, scores)``: ``classes`` is a LongTensor [B] or [B, K] on the output's
@@ -117,13 +141,23 @@ def resolve_target(target: Target, output: Tensor) -> tuple[Tensor | None, Tenso
         >>> classes.tolist(), scores.tolist()
         ([1, 0], [0.8999999761581421, 2.0])
     """
-    batch = output.shape[0]
+    if batch is None:
+        if not isinstance(output, Tensor):
+            raise OutputSelectionError(
+                f"cannot score {_describe(output)}: class targets need a tensor; pass output= or a callable target"
+            )
+        batch = output.shape[0]
     if callable(target) and not isinstance(target, Tensor):
         scores = target(output)
         if not isinstance(scores, Tensor) or scores.dim() not in (1, 2) or scores.shape[0] != batch:
             got = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
             raise InvalidTargetError(f"a callable target must return a tensor [B] or [B, K] with B={batch}, got {got}")
         return None, scores
+    if not isinstance(output, Tensor):
+        raise OutputSelectionError(
+            f"class targets need a tensor output, got {_describe(output)}; pass output= to select one"
+            f"{_suggest(output)} or a callable target."
+        )
     classes = _class_count(output)
     if target is None:
         index = output.detach().argmax(dim=1)
