@@ -6,6 +6,7 @@ Pure tensor math lives in :mod:`camkit.functional`; the hook layer in :mod:`camk
 """
 
 from ._version import __version__
+from .architectures import default_layer, unwrap_model
 from .errors import (
     CamkitError,
     CamkitWarning,
@@ -51,6 +52,7 @@ from .methods import (
 )
 from .overlay import overlay, to_uint8_rgb
 from .registry import get_method, list_methods, register_method
+from .target_fns import BinaryTarget, DetectionTarget, RegressionTarget, SegmentationTarget, SimilarityTarget
 from .targets import resolve_target, select_output
 
 __all__ = [
@@ -58,10 +60,12 @@ __all__ = [
     "RISE",
     "AblationCAM",
     "AugSmooth",
+    "BinaryTarget",
     "CAMExplainer",
     "CamkitError",
     "CamkitWarning",
     "Deconvolution",
+    "DetectionTarget",
     "EigenCAM",
     "EigenGradCAM",
     "Explainer",
@@ -86,13 +90,17 @@ __all__ = [
     "NoReLUWarning",
     "Occlusion",
     "OutputSelectionError",
+    "RegressionTarget",
     "Saliency",
     "ScoreCAM",
+    "SegmentationTarget",
+    "SimilarityTarget",
     "SmoothGrad",
     "UnknownMethodError",
     "XGradCAM",
     "__version__",
     "auto_layer",
+    "default_layer",
     "extract_features",
     "get_method",
     "list_layers",
@@ -107,4 +115,5 @@ __all__ = [
     "select_output",
     "to_tensor",
     "to_uint8_rgb",
+    "unwrap_model",
 ]

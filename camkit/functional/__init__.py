@@ -20,10 +20,12 @@ from .cam import (
 )
 from .maps import normalize_maps, upsample_maps
 from .overlay import colorize, colormap_lut, overlay_batch
+from .tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
 
 __all__ = [
     "aggregate_samples",
     "blur",
+    "channels_last_to_grid",
     "colorize",
     "colormap_lut",
     "completeness_gap",
@@ -31,13 +33,16 @@ __all__ = [
     "gradcam",
     "gradcam_weights",
     "gradcampp_weights",
+    "guess_channels_last",
     "guided_relu_grad",
     "hirescam",
+    "infer_token_grid",
     "integration_points",
     "layercam",
     "normalize_maps",
     "overlay_batch",
     "reduce_channels",
+    "tokens_to_grid",
     "upsample_maps",
     "weighted_sum",
     "xgradcam_weights",
