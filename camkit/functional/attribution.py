@@ -136,7 +136,7 @@ def blur(x: Tensor, sigma: float) -> Tensor:
         >>> from camkit.functional import blur
         >>> out = blur(torch.tensor([[[[0.0, 0.0, 3.0, 0.0, 0.0]]]]), 1.0)
         >>> [round(v, 3) for v in out[0, 0, 0].tolist()]
-        [0.181, 0.725, 1.197, 0.725, 0.181]
+        [0.162, 0.726, 1.197, 0.726, 0.162]
     """
     if x.dim() != 4:
         raise InvalidInputError(f"blur expects a batch [B, C, H, W], got shape {list(x.shape)}")

@@ -104,13 +104,15 @@ class IntegratedGradients(GradientAttribution):
 
     def _scores(self, output: Tensor, classes: Tensor | None, target: Target, rows: Tensor | None) -> Tensor:
         """Target scores of ``output``; ``rows`` maps each output row to its sample."""
-        if classes is None:
-            scores = target(output)  # type: ignore[operator]
+        if classes is None and callable(target):
+            scores = target(output)
             if not isinstance(scores, Tensor) or scores.shape[0] != output.shape[0]:
                 raise InvalidTargetError(
                     f"a callable target must return a tensor [N] or [N, K] for N={output.shape[0]} images"
                 )
             return scores
+        if classes is None:
+            raise InvalidTargetError(f"no classes were resolved for target {target!r}")
         chosen = classes if rows is None else classes[rows]
         if chosen.dim() == 2:
             return output.gather(1, chosen)

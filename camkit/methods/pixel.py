@@ -269,7 +269,8 @@ class GuidedGradCAM(CAMExplainer):
         guided = self._guided._explain(x, target)
         # The Grad-CAM pass explains the very classes guided backprop used (top-1 resolved once).
         cam = self._cam._explain(x, target if guided.target is None else guided.target)
-        raw = cast(Tensor, guided.raw) * cam.maps.to(guided.raw.dtype).unsqueeze(-3)
+        guided_raw = cast(Tensor, guided.raw)
+        raw = guided_raw * cam.maps.to(guided_raw.dtype).unsqueeze(-3)
         maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
         return Explanation(
             maps=maps,

@@ -12,6 +12,7 @@ noisy copy), and ``scores`` are the clean input's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
