@@ -20,6 +20,8 @@ from .errors import (
     UnknownMethodError,
 )
 from .debug.features import extract_features
+from .audit import audit
+from .modelload import ModelLoadError, load_model
 from .explanation import Explanation
 from .hooks import HookScope, LayerCapture
 from .io import load_image, read_rgb, save_png, to_tensor
@@ -87,6 +89,7 @@ __all__ = [
     "LayerCapture",
     "LayerNotFoundError",
     "LayerNotReachedError",
+    "ModelLoadError",
     "NoReLUWarning",
     "Occlusion",
     "OutputSelectionError",
@@ -99,6 +102,7 @@ __all__ = [
     "UnknownMethodError",
     "XGradCAM",
     "__version__",
+    "audit",
     "auto_layer",
     "default_layer",
     "extract_features",
@@ -106,6 +110,7 @@ __all__ = [
     "list_layers",
     "list_methods",
     "load_image",
+    "load_model",
     "overlay",
     "read_rgb",
     "register_method",

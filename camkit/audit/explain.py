@@ -1,0 +1,125 @@
+"""``camkit explain``: explain a few image files and write overlays, maps and a manifest.
+
+Writes into ``out``: ``overlays/NAME.png`` (for ``topK`` targets, ``NAME-topJ-classC.png``
+per class), ``maps/NAME.npy`` (float32 maps in [0, 1] at the model input's size: [H, W],
+or [K, H, W] for ``topK``) and ``manifest.json`` (versions, model, method, layer, and per
+image its prediction, confidence, targets and files, or its error). ``NAME`` is the file's
+stem made safe plus a short hash of the path as given (see :func:`camkit.audit.run.safe_name`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._version import __version__
+from ..io import save_png
+from ..methods.base import CAMExplainer
+from ..modelload import load_model
+from ..overlay import overlay
+from .data import _reason, read_checked
+from .explaining import build_explainer, chooser, explain_batch, parse_target
+from .run import _npy_bytes, atomic_write, safe_name
+
+__all__ = ["explain_files"]
+
+
+def explain_files(
+    images: Sequence[str | os.PathLike[str]],
+    model: str | nn.Module,
+    *,
+    out: str | os.PathLike[str],
+    weights: str | None = None,
+    trust_pickle: bool = False,
+    method: str = "gradcam",
+    layer: str | None = None,
+    target: str | int | None = "pred",
+    size: int | Sequence[int] | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    device: str | torch.device | None = None,
+    batch_size: int = 8,
+    max_pixels: int = 64_000_000,
+) -> dict[str, Any]:
+    """Explain image files (the Python side of ``camkit explain``); returns the manifest.
+
+    ``target`` is ``"pred"`` (top-1), a class index, or ``"topK"`` (the K best classes,
+    one map each). Other arguments as in :func:`camkit.audit`. An image that cannot be read
+    gets an ``error`` entry in the manifest; the others are still explained.
+
+    Example:
+        >>> import os, tempfile, numpy as np, torch, camkit
+        >>> from camkit.audit.explain import explain_files
+        >>> root = tempfile.mkdtemp(); camkit.save_png(f"{root}/a.png", np.zeros((8, 8, 3), np.uint8))
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        ...                           torch.nn.Flatten(), torch.nn.Linear(4, 3))
+        >>> manifest = explain_files([f"{root}/a.png"], net, out=f"{root}/out", layer="1", target="top2", size=8,
+        ...                          device="cpu")
+        >>> len(manifest["images"][0]["targets"]), sorted(os.listdir(f"{root}/out"))
+        (2, ['manifest.json', 'maps', 'overlays'])
+    """
+    loaded = load_model(model, weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, device=device)
+    spec = parse_target(target, allow=("pred", "class", "topk"))
+    explainer = build_explainer(method, loaded.model, layer)
+    out_dir = Path(out)
+    names = loaded.categories
+    entries: list[dict[str, Any]] = []
+    pending: list[tuple[dict[str, Any], torch.Tensor, Any]] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        x = torch.stack([p[1] for p in pending]).to(loaded.device)
+        result = explain_batch(explainer, x, chooser(spec))
+        probs = result.logits.float().softmax(dim=1)
+        conf, pred = probs.max(dim=1)
+        classes = result.classes if result.classes.dim() == 2 else result.classes[:, None]
+        maps = result.maps if result.maps.dim() == 4 else result.maps[:, None]
+        chosen = probs.gather(1, classes)
+        host = (pred.cpu().tolist(), conf.cpu().tolist(), classes.cpu().tolist(), chosen.cpu().tolist())
+        maps_host = maps.detach().float().cpu()
+        for j, (entry, _, shown) in enumerate(pending):
+            stem = safe_name(entry["path"])[: -len(".png")]
+            entry["prediction"] = host[0][j]
+            entry["prediction_name"] = names[host[0][j]] if names and host[0][j] < len(names) else str(host[0][j])
+            entry["confidence"] = host[1][j]
+            entry["targets"], entry["target_probabilities"] = host[2][j], host[3][j]
+            entry["overlays"] = []
+            for k, cls in enumerate(host[2][j]):
+                name = f"{stem}.png" if spec.kind != "topk" else f"{stem}-top{k + 1}-class{cls}.png"
+                save_png(out_dir / "overlays" / name, overlay(shown, maps_host[j, k]))
+                entry["overlays"].append(f"overlays/{name}")
+            array = maps_host[j] if spec.kind == "topk" else maps_host[j, 0]
+            atomic_write(out_dir / "maps" / f"{stem}.npy", _npy_bytes(array.numpy()))
+            entry["map"] = f"maps/{stem}.npy"
+        pending.clear()
+
+    for image in images:
+        entry: dict[str, Any] = {"path": str(image), "note": "", "error": ""}
+        entries.append(entry)
+        try:
+            rgb, entry["note"] = read_checked(Path(image), max_pixels)
+            x, shown = loaded.preprocess(rgb)
+        except Exception as err:  # an unreadable image is reported in its entry; the others go on
+            entry["error"] = _reason(err)
+            continue
+        pending.append((entry, x, shown))
+        if len(pending) >= batch_size:
+            flush()
+    flush()
+    layers = list(explainer._names()) if isinstance(explainer, CAMExplainer) and explainer._layers else []
+    import torchvision
+
+    manifest = {
+        "camkit_version": __version__, "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
+        "model": loaded.describe(), "method": method, "layer": layers or layer, "target": str(spec),
+        "errors": sum(1 for e in entries if e["error"]), "images": entries,
+    }  # fmt: skip
+    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, allow_nan=False))
+    return manifest

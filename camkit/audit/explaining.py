@@ -1,0 +1,154 @@
+"""The shared core of ``camkit explain`` and ``camkit audit``: build an explainer and explain a batch.
+
+Predictions come from the same forward pass as the maps when the method allows it
+(Grad-CAM family: one forward), otherwise from one extra forward pass without gradients.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .._state import eval_mode
+from ..errors import InvalidInputError, InvalidTargetError
+from ..methods.base import Explainer, GradientCAM
+from ..registry import get_method
+
+__all__ = ["BatchResult", "TargetSpec", "build_explainer", "explain_batch", "parse_target"]
+
+Choose = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Which class each image is explained for: ``kind`` is ``"pred"``, ``"class"``, ``"topk"`` or ``"label"``."""
+
+    kind: str
+    value: int = 1
+
+    def __str__(self) -> str:
+        return {"pred": "pred", "class": str(self.value), "topk": f"top{self.value}", "label": "label"}[self.kind]
+
+
+def parse_target(text: str | int | None, allow: tuple[str, ...] = ("pred", "class", "topk", "label")) -> TargetSpec:
+    """Parse ``pred`` (top-1, the default), a class index ``N``, ``topK`` or ``label``.
+
+    Example:
+        >>> from camkit.audit.explaining import parse_target
+        >>> parse_target("top3"), parse_target(7), parse_target(None)
+        (TargetSpec(kind='topk', value=3), TargetSpec(kind='class', value=7), TargetSpec(kind='pred', value=1))
+    """
+    if text is None or text == "pred" or text == "top1":
+        spec = TargetSpec("pred")
+    elif isinstance(text, int) and not isinstance(text, bool) or isinstance(text, str) and text.isdigit():
+        spec = TargetSpec("class", int(text))
+    elif isinstance(text, str) and re.fullmatch(r"top[1-9]\d*", text):
+        spec = TargetSpec("topk", int(text[3:]))
+    elif text == "label":
+        spec = TargetSpec("label")
+    else:
+        spec = TargetSpec("?")
+    if spec.kind not in allow:
+        forms = {"pred": "pred", "class": "a class index N", "topk": "topK (e.g. top3)", "label": "label"}
+        raise InvalidTargetError(f"--target {text!r} is not one of: {', '.join(forms[a] for a in allow)}")
+    return spec
+
+
+def build_explainer(method: str, model: nn.Module, layer: str | None) -> Explainer:
+    """The registered explainer ``method`` for ``model``; ``layer`` for methods that take one.
+
+    Example:
+        >>> import torch
+        >>> from camkit.audit.explaining import build_explainer
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3), torch.nn.Flatten(), torch.nn.LazyLinear(2))
+        >>> build_explainer("gradcam", net, "0")
+        GradCAM(model=Sequential, layer=['0'])
+    """
+    cls = get_method(method)
+    if "layer" in inspect.signature(cls.__init__).parameters:
+        return cls(model, layer=layer)  # type: ignore[call-arg]
+    if layer is not None:
+        raise InvalidInputError(f"method {method!r} works on the input pixels and takes no --layer; leave it out")
+    return cls(model)
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One explained batch: ``logits`` [B, C], ``classes`` [B] or [B, K], ``maps`` [B, H, W] or [B, K, H, W]."""
+
+    logits: Tensor
+    classes: Tensor
+    maps: Tensor
+
+
+def _check_logits(logits: Tensor) -> Tensor:
+    if not isinstance(logits, Tensor) or logits.dim() != 2:
+        got = list(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+        raise InvalidInputError(f"audits and explain need a classifier returning logits [B, classes], got {got}")
+    return logits
+
+
+class _CaptureTarget:
+    """A callable target that records the logits of the one forward pass and picks classes from them."""
+
+    def __init__(self, choose: Choose) -> None:
+        self.choose = choose
+        self.logits: Tensor | None = None
+        self.classes: Tensor | None = None
+
+    def __call__(self, output: Tensor) -> Tensor:
+        logits = _check_logits(output)
+        if self.logits is None:
+            self.logits = logits.detach()
+            self.classes = self.choose(self.logits)
+        classes = self.classes
+        if classes is None or classes.shape[0] != logits.shape[0]:
+            raise InvalidTargetError("the explainer ran the model on a batch of another size; cannot pick targets")
+        if classes.dim() == 1:
+            return logits.gather(1, classes[:, None])[:, 0]
+        return logits.gather(1, classes)
+
+
+def chooser(spec: TargetSpec, labels: Tensor | None = None) -> Choose:
+    """``f(logits [B, C]) -> classes`` ([B], or [B, K] for ``topK``) for a target spec.
+
+    ``labels`` [B] (class indices, -1 unknown) is needed for ``label``; an unknown label
+    falls back to the prediction.
+    """
+
+    def choose(logits: Tensor) -> Tensor:
+        if spec.kind == "pred":
+            return logits.argmax(dim=1)
+        if spec.kind == "class":
+            if not 0 <= spec.value < logits.shape[1]:
+                raise InvalidTargetError(f"--target {spec.value} is out of range for a model with {logits.shape[1]} classes")
+            return torch.full((logits.shape[0],), spec.value, dtype=torch.long, device=logits.device)
+        if spec.kind == "topk":
+            if spec.value > logits.shape[1]:
+                raise InvalidTargetError(f"--target top{spec.value} asks for more classes than the model's {logits.shape[1]}")
+            return logits.topk(spec.value, dim=1).indices
+        if labels is None:
+            raise InvalidTargetError("--target label needs labels (class folders or a CSV 'label' column)")
+        known = labels.to(logits.device)
+        return torch.where((known >= 0) & (known < logits.shape[1]), known, logits.argmax(dim=1))
+
+    return choose
+
+
+def explain_batch(explainer: Explainer, x: Tensor, choose: Choose) -> BatchResult:
+    """Predict and explain a batch ``x`` [B, C, H, W] for the classes ``choose(logits)`` picks."""
+    if isinstance(explainer, GradientCAM):
+        capture = _CaptureTarget(choose)
+        explanation = explainer.explain(x, capture)
+        if capture.logits is None or capture.classes is None:
+            raise InvalidTargetError(f"{type(explainer).__name__} never scored the target; cannot read predictions")
+        return BatchResult(capture.logits, capture.classes, explanation.maps)
+    with torch.no_grad(), eval_mode(explainer.model, enabled=not explainer.keep_mode):
+        logits = _check_logits(explainer._forward(x)).detach()
+    classes = choose(logits)
+    return BatchResult(logits, classes, explainer.explain(x, classes).maps)

@@ -1,0 +1,32 @@
+"""A tiny seeded classifier for the audit/explain subprocess tests (``--model tinyfactory:tiny``).
+
+The tests put ``tests/`` on ``PYTHONPATH`` so the subprocess can import this module.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class Tiny(nn.Module):
+    """conv-relu-conv-relu-pool-linear, 3 classes; CAM layer ``"conv2"``. Any input size >= 4 px."""
+
+    def __init__(self, classes: int = 3, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.conv1 = nn.Conv2d(3, 6, 3, padding=1)
+        self.relu1 = nn.ReLU()
+        self.conv2 = nn.Conv2d(6, 8, 3, padding=1)
+        self.relu2 = nn.ReLU()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.relu2(self.conv2(self.relu1(self.conv1(x))))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+def tiny() -> nn.Module:
+    """The factory the tests name: ``tinyfactory:tiny``."""
+    return Tiny()
