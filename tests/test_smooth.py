@@ -194,3 +194,28 @@ def test_wrappers_on_device(device):
     explanation = camkit.SmoothGrad(camkit.Saliency(model), samples=2, seed=0).explain(x)
     assert explanation.maps.device.type == device.type
     assert camkit.AugSmooth(camkit.GradCAM(model, "conv2"))(x).device.type == device.type
+
+
+class _Scaled(nn.Module):
+    """TinyNet whose logits are multiplied by a keyword input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TinyNet()
+
+    def forward(self, x: Tensor, *, scale: float = 1.0) -> Tensor:
+        return self.inner(x) * scale
+
+
+def test_keyword_inputs_reach_every_forward_and_positional_inputs_are_refused():
+    model, x = _Scaled().eval(), tiny_input()
+    for make in (
+        lambda m: camkit.SmoothGrad(camkit.Saliency(m), samples=2, seed=0),
+        lambda m: camkit.IntegratedGradients(m, steps=4, max_batch=5),
+    ):
+        tripled = make(model).explain(x, 1, kwargs={"scale": 3.0})
+        plain = make(model).explain(x, 1)
+        torch.testing.assert_close(tripled.raw, 3 * plain.raw, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(tripled.scores, 3 * plain.scores)
+        with pytest.raises(camkit.InvalidInputError, match="kwargs="):
+            make(model).explain(x, 1, inputs=(x,))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Union
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
 
 import torch
 from torch import Tensor, nn
@@ -11,7 +12,8 @@ from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..functional.attribution import IntegrationRule, blur, completeness_gap, integration_points
 from ..registry import register_method
-from ..targets import OutputSelector, Target, resolve_target
+from ..targets import OutputSelector, Target
+from .base import InputIndex
 from .pixel import GradientAttribution, score_gradients
 
 __all__ = ["Baseline", "IntegratedGradients"]
@@ -44,7 +46,9 @@ class IntegratedGradients(GradientAttribution):
             :func:`camkit.functional.integration_points`.
         max_batch: the most path images run through the model at once (default 32).
         blur_sigma: the blur baseline's sigma in pixels; ``None`` means ``max(H, W) / 10``.
-        output, keep_mode: see :class:`~camkit.Explainer`.
+        output, keep_mode, input_index: see :class:`~camkit.Explainer`. Keyword inputs
+            (``explain(..., kwargs=...)``) are passed to every forward; other positional
+            inputs (``inputs=``) are refused, as the path images are not batched like them.
 
     Example:
         >>> import torch
@@ -69,8 +73,9 @@ class IntegratedGradients(GradientAttribution):
         blur_sigma: float | None = None,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
-        super().__init__(model, output=output, keep_mode=keep_mode)
+        super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
         integration_points(steps, rule)  # validates steps and rule now, not at the first call
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise InvalidInputError(f"max_batch must be a positive int, got {max_batch!r}")
@@ -83,6 +88,15 @@ class IntegratedGradients(GradientAttribution):
         self.rule: IntegrationRule = rule
         self.max_batch = max_batch
         self.blur_sigma = blur_sigma
+
+    def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Any:
+        if inputs is not None:
+            raise InvalidInputError(
+                f"{type(self).__name__} runs the model on batches of path images, which other positional "
+                "inputs cannot follow; pass per-call keyword inputs with kwargs= or wrap the model so x is its "
+                "only positional input."
+            )
+        return super()._bind_inputs(x, inputs, kwargs)
 
     def _baseline(self, x: Tensor) -> Tensor:
         if isinstance(self.baseline, Tensor):
@@ -122,7 +136,7 @@ class IntegratedGradients(GradientAttribution):
         x = x.detach()
         base = self._baseline(x)
         with torch.no_grad():
-            classes, scores = resolve_target(target, self._forward(x))
+            classes, scores = self._target_scores(x, target)
             base_scores = self._scores(self._forward(base), classes, target, None)
         alphas, weights = integration_points(self.steps, self.rule, dtype=torch.float32, device=x.device)
         batch = x.shape[0]

@@ -25,8 +25,8 @@ from ..functional.attribution import reduce_channels
 from ..functional.maps import normalize_maps, upsample_maps
 from ..layers import LayerSpec
 from ..registry import register_method
-from ..targets import OutputSelector, Target, resolve_target
-from .base import CAMExplainer, Explainer
+from ..targets import OutputSelector, Target
+from .base import CAMExplainer, Explainer, InputIndex, Reshape
 from .gradcam import GradCAM
 from .guided import ReLURule, relu_rule
 
@@ -122,7 +122,7 @@ class GradientAttribution(Explainer):
         with torch.enable_grad():
             with self._rule():
                 # The model gets a non-leaf copy, so in-place ops on its input are legal.
-                classes, scores = resolve_target(target, self._forward(leaf.clone()))
+                classes, scores = self._target_scores(leaf.clone(), target)
             grads = score_gradients(scores, leaf)
         return classes, scores.detach(), grads
 
@@ -232,7 +232,7 @@ class GuidedGradCAM(CAMExplainer):
     the plain one, as in the paper).
 
     Args:
-        model, layer, call, output, keep_mode: as for :class:`~camkit.GradCAM`.
+        model, layer, call, output, keep_mode, reshape, input_index: as for :class:`~camkit.GradCAM`.
 
     Example:
         >>> import torch
@@ -253,10 +253,16 @@ class GuidedGradCAM(CAMExplainer):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        reshape: Reshape | None = None,
+        input_index: InputIndex = 0,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode)
-        self._guided = GuidedBackprop(model, output=output, keep_mode=keep_mode)
-        self._cam = GradCAM(model, layer, call=call, output=output, keep_mode=keep_mode)
+        super().__init__(
+            model, layer, call=call, output=output, keep_mode=keep_mode, reshape=reshape, input_index=input_index
+        )
+        self._guided = GuidedBackprop(model, output=output, keep_mode=keep_mode, input_index=input_index)
+        self._cam = GradCAM(
+            model, layer, call=call, output=output, keep_mode=keep_mode, reshape=reshape, input_index=input_index
+        )
 
     def layers(self, x: Tensor | None = None) -> list[tuple[str, nn.Module]]:
         return self._cam.layers(x)
@@ -266,9 +272,14 @@ class GuidedGradCAM(CAMExplainer):
         return pixel_maps(raw, size)
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        guided = self._guided._explain(x, target)
-        # The Grad-CAM pass explains the very classes guided backprop used (top-1 resolved once).
-        cam = self._cam._explain(x, target if guided.target is None else guided.target)
+        # Both parts run inside this call's eval mode, with this call's model inputs.
+        self._guided._call = self._cam._call = self._call
+        try:
+            guided = self._guided._explain(x, target)
+            # The Grad-CAM pass explains the very classes guided backprop used (top-1 resolved once).
+            cam = self._cam._explain(x, target if guided.target is None else guided.target)
+        finally:
+            self._guided._call = self._cam._call = None
         guided_raw = cast(Tensor, guided.raw)
         raw = guided_raw * cam.maps.to(guided_raw.dtype).unsqueeze(-3)
         maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))

@@ -11,18 +11,18 @@ noisy copy), and ``scores`` are the clean input's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._state import eval_mode
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.attribution import SmoothKind, aggregate_samples
 from ..functional.maps import normalize_maps, upsample_maps
-from ..targets import Target, resolve_target
+from ..targets import Target
 from .base import Explainer, finish_maps
 
 __all__ = ["AugSmooth", "SmoothGrad"]
@@ -49,7 +49,9 @@ class _Wrapper(Explainer):
     def __init__(self, explainer: Explainer) -> None:
         if not isinstance(explainer, Explainer):
             raise TypeError(f"explainer must be a camkit explainer (e.g. camkit.GradCAM(model, layer)), got {type(explainer).__name__}")
-        super().__init__(explainer.model, output=explainer.output, keep_mode=explainer.keep_mode)
+        super().__init__(
+            explainer.wrapped_model, output=explainer.output, keep_mode=explainer.keep_mode, input_index=explainer.input_index
+        )
         self.explainer = explainer
 
     def __repr__(self) -> str:
@@ -58,9 +60,22 @@ class _Wrapper(Explainer):
     def _check_input(self, x: Tensor) -> None:
         self.explainer._check_input(x)
 
+    def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Any:
+        if inputs is not None:
+            raise InvalidInputError(
+                f"{type(self).__name__} explains changed copies of x in batches of its own, which other positional "
+                "inputs cannot follow; pass per-call keyword inputs with kwargs= or wrap the model so x is its "
+                "only positional input."
+            )
+        return super()._bind_inputs(x, inputs, kwargs)
+
+    def _inner(self, x: Tensor, target: Target) -> Explanation:
+        """The wrapped explainer on a batch of changed images, with this call's keyword inputs."""
+        return self.explainer.explain(x, target, kwargs=None if self._call is None else self._call.kwargs)
+
     def _clean_target(self, x: Tensor, target: Target) -> tuple[Tensor | None, Tensor]:
-        with torch.no_grad(), eval_mode(self.model, enabled=not self.keep_mode):
-            classes, scores = resolve_target(target, self.explainer._forward(x))
+        with torch.no_grad():
+            classes, scores = self._target_scores(x, target)
         return classes, scores.detach()
 
     @staticmethod
@@ -148,7 +163,7 @@ class SmoothGrad(_Wrapper):
             chunk, rest = noisy[:count], noisy[count:]
             pending = [rest] if rest.shape[0] else []
             rows = torch.arange(done, done + count, device=x.device) % batch
-            explanation = self.explainer.explain(chunk, self._rows_target(classes, target, rows))
+            explanation = self._inner(chunk, self._rows_target(classes, target, rows))
             layers = explanation.layers
             for i, raw in enumerate(_as_tuple(explanation.raw)):
                 raw = raw.detach().to(acc)
@@ -230,7 +245,7 @@ class AugSmooth(_Wrapper):
         layers: tuple[str, ...] = ()
         for scale in self.scales:
             scaled = self._resize(x, scale)
-            explanation = self.explainer.explain(torch.cat([scaled, scaled.flip(-1)]) if self.flip else scaled, inner_target)
+            explanation = self._inner(torch.cat([scaled, scaled.flip(-1)]) if self.flip else scaled, inner_target)
             layers = explanation.layers
             back = self._map_back(explanation.maps, size, batch)
             map_sum = map_sum + back
