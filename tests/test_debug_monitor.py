@@ -104,7 +104,7 @@ def test_gradient_monitor_values_equal_manual_autograd():
     g_out = 2 * out.detach().double()
     middle = (g_h.double().norm().item() + g_out.norm().item()) / 2  # one layer's norm below, the other's above
     with GradientMonitor(net, ["0", "2"], every=3, vanishing_below=middle, exploding_above=middle) as monitor:
-        for step in range(4):
+        for _ in range(4):
             (net(x) ** 2).sum().backward()
             monitor.step()
     assert hook_count(net) == 0
