@@ -40,7 +40,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
         if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
             model = model.module
         elif type(model).__name__ == "OptimizedModule" and isinstance(getattr(model, "_orig_mod", None), nn.Module):
-            model = model._orig_mod
+            model = model.get_submodule("_orig_mod")
         else:
             return model
 
@@ -52,16 +52,15 @@ def _last_child(module: nn.Module) -> str:
 def _vit(model: nn.Module) -> str:
     # The last block's first LayerNorm: its tokens feed the attention that reads the class
     # token. The encoder's output would give zero gradients at every patch token.
-    layers = model.encoder.layers
-    return f"encoder.layers.{_last_child(layers)}.ln_1"
+    return f"encoder.layers.{_last_child(model.get_submodule('encoder.layers'))}.ln_1"
 
 
 def _last_feature(model: nn.Module) -> str:
-    return f"features.{_last_child(model.features)}"
+    return f"features.{_last_child(model.get_submodule('features'))}"
 
 
 def _vgg(model: nn.Module) -> str:
-    relus = [name for name, m in model.features.named_children() if isinstance(m, nn.ReLU)]
+    relus = [name for name, m in model.get_submodule("features").named_children() if isinstance(m, nn.ReLU)]
     return f"features.{relus[-1]}" if relus else _last_feature(model)
 
 
@@ -90,10 +89,10 @@ def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
         (DenseNet, lambda m: "features", "features (ends with norm5)"),
         (VGG, _vgg, "features.<last ReLU>"),
         (ResNet, lambda m: "layer4", "layer4"),
-        (FCN, lambda m: f"backbone.{_last_child(m.backbone)}", "backbone.<last>"),
-        (DeepLabV3, lambda m: f"backbone.{_last_child(m.backbone)}", "backbone.<last>"),
-        (LRASPP, lambda m: f"backbone.{_last_child(m.backbone)}", "backbone.<last>"),
-        (GeneralizedRCNN, lambda m: f"backbone.body.{_last_child(m.backbone.body)}", "backbone.body.<last>"),
+        (FCN, lambda m: f"backbone.{_last_child(m.get_submodule('backbone'))}", "backbone.<last>"),
+        (DeepLabV3, lambda m: f"backbone.{_last_child(m.get_submodule('backbone'))}", "backbone.<last>"),
+        (LRASPP, lambda m: f"backbone.{_last_child(m.get_submodule('backbone'))}", "backbone.<last>"),
+        (GeneralizedRCNN, lambda m: f"backbone.body.{_last_child(m.get_submodule('backbone.body'))}", "backbone.body.<last>"),
     ]
 
 
@@ -124,7 +123,7 @@ def default_layer(model: nn.Module) -> str | None:
         if isinstance(model, cls):
             try:
                 return rule(model)
-            except (AttributeError, IndexError):
+            except (AttributeError, IndexError):  # get_submodule raises AttributeError
                 return None  # a subclass rebuilt differently: fall back to the generic rule
     return None
 

@@ -186,7 +186,8 @@ class RegressionTarget:
             for i, size in zip(index, values.shape[1:]):
                 if not -size <= i < size:
                     raise InvalidTargetError(f"index {self.index!r} is out of range for output {list(values.shape)}")
-            picked = values[(slice(None), *index)]
+            key: tuple[slice | int, ...] = (slice(None), *index)
+            picked = values[key]
         return -picked if self.negate else picked
 
 

@@ -51,8 +51,9 @@ def test_tokens_to_grid_matches_hand_made_layout():
         (1 + 4 + 256, (256, 256), (5, 16, 16)),  # class + 4 registers
         (1 + 4 + 12 * 18, (192, 288), (5, 12, 18)),  # registers, non-square
         (1 + 2 * 8, (16, 64), (1, 2, 8)),  # 1:4 input
-        (1 + 7 * 4, (100, 60), (1, 7, 4)),  # sides not multiples of the patch (16): ceil grid 7 x 4
-        (1 + 6 * 3, (100, 60), (1, 6, 3)),  # the same input, floor grid 6 x 3
+        (1 + 7 * 5, (100, 70), (1, 7, 5)),  # sides not multiples of the patch (16): ceil grid 7 x 5
+        (1 + 6 * 4, (100, 70), (1, 6, 4)),  # the same input, floor grid 6 x 4
+        (1 + 4 + 4 * 9, (32, 72), (5, 4, 9)),  # exact 4 x 9 (stride 8) beats rounded 1 + 4 x 10 (stride 7)
     ],
 )
 def test_infer_token_grid(count, size, expected):
@@ -63,6 +64,9 @@ def test_infer_token_grid_with_known_prefix_and_failure():
     # 17 tokens on a square input: 1 + 4x4 is found first; a known prefix of 8 forces 3x3
     assert CF.infer_token_grid(17, (32, 32)) == (1, 4, 4)
     assert CF.infer_token_grid(17, (32, 32), prefix=8) == (8, 3, 3)
+    # a non-divisible input with many prefix tokens is misread (documented); a known prefix fixes it
+    assert CF.infer_token_grid(1 + 7 * 4, (100, 60)) == (14, 5, 3)
+    assert CF.infer_token_grid(1 + 7 * 4, (100, 60), prefix=1) == (1, 7, 4)
     with pytest.raises(camkit.InvalidInputError, match="reshape="):
         CF.infer_token_grid(27, (32, 64), max_prefix=2)  # 27, 26, 25 tokens: no integer stride gives such a grid
     with pytest.raises(camkit.InvalidInputError, match="needs 9 tokens"):

@@ -44,18 +44,23 @@ def _size(input_size: tuple[int, int] | list[int]) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=256)
-def _grids(height: int, width: int) -> dict[int, tuple[tuple[int, int], ...]]:
-    # Every grid an integer patch stride s can give: (floor(H/s), floor(W/s)) and (ceil(H/s), ceil(W/s)).
+def _grids(height: int, width: int, exact: bool) -> dict[int, tuple[tuple[int, int], ...]]:
+    # Every grid an integer patch stride s gives: exact (s divides both sides), or rounded
+    # (floor(H/s), floor(W/s)) and (ceil(H/s), ceil(W/s)).
     found: dict[int, set[tuple[int, int]]] = {}
     for stride in range(1, max(height, width) + 1):
-        for h, w in ((height // stride, width // stride), (-(-height // stride), -(-width // stride))):
+        if exact:
+            grids = [(height // stride, width // stride)] if height % stride == 0 and width % stride == 0 else []
+        else:
+            grids = [(height // stride, width // stride), (-(-height // stride), -(-width // stride))]
+        for h, w in grids:
             if h >= 1 and w >= 1:
                 found.setdefault(h * w, set()).add((h, w))
     return {count: tuple(sorted(grids)) for count, grids in found.items()}
 
 
 def _grid_fits(h: int, w: int, height: int, width: int) -> bool:
-    return (h, w) in _grids(height, width).get(h * w, ())
+    return (h, w) in _grids(height, width, False).get(h * w, ())
 
 
 def infer_token_grid(
@@ -82,12 +87,13 @@ def infer_token_grid(
     height, width = _size(input_size)
     counts = [prefix] if prefix is not None else list(range(min(max_prefix, num_tokens - 1) + 1))
     target = math.log(height / width)
-    grids = _grids(height, width)
-    for p in counts:
-        fits = grids.get(num_tokens - p, ()) if p >= 0 else ()
-        if fits:
-            h, w = min(fits, key=lambda hw: abs(math.log(hw[0] / hw[1]) - target))
-            return p, h, w
+    for exact in (True, False):
+        grids = _grids(height, width, exact)
+        for p in counts:
+            fits = grids.get(num_tokens - p, ()) if p >= 0 else ()
+            if fits:
+                h, w = min(fits, key=lambda hw: abs(math.log(hw[0] / hw[1]) - target))
+                return p, h, w
     tried = f"prefix={prefix}" if prefix is not None else f"0 to {counts[-1] if counts else 0} prefix tokens"
     raise InvalidInputError(
         f"cannot arrange {num_tokens} tokens into a grid matching the {height}x{width} input (tried {tried}); "
