@@ -125,3 +125,13 @@ def test_errors_and_cleanup_on_bad_targets():
             edit.zero("1.weight")
         net[1].weight.requires_grad_(True)
         assert hook_count(net) == 0
+
+
+def test_long_lived_activation_edit_keeps_a_bounded_number_of_handles():
+    net = _linear()
+    with GradientEditor(net) as edit:
+        scope = edit.scale("0", 1.0, on="activations")
+        for _ in range(300):
+            net(X).sum().backward()  # each forward hooks a fresh output tensor, freed after backward
+        assert len(scope) <= 129  # one module hook + tensor hooks of freed tensors pruned as new ones arrive
+    assert len(scope) == 0 and hook_count(net) == 0
