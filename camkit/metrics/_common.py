@@ -1,0 +1,160 @@
+"""Shared pieces of the perturbation metrics: input checks, pixel ranking, chunked scoring.
+
+Private: the public names live in :mod:`camkit.metrics`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import InvalidInputError, InvalidTargetError
+from ..targets import OutputSelector, Target, resolve_target, select_output
+
+__all__ = [
+    "ChunkScorer",
+    "check_chunk_size",
+    "check_images",
+    "check_maps",
+    "check_model",
+    "chunks",
+    "nan_maps",
+    "pixel_ranks",
+]
+
+
+def check_model(model: nn.Module) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+
+
+def check_images(x: Tensor) -> None:
+    if not isinstance(x, Tensor):
+        raise InvalidInputError(f"x must be a tensor [B, C, H, W], got {type(x).__name__}")
+    if x.dim() != 4:
+        hint = " (add a batch dimension with x[None])" if x.dim() == 3 else ""
+        raise InvalidInputError(f"x must be a batch [B, C, H, W], got shape {list(x.shape)}{hint}")
+    if not x.is_floating_point():
+        raise InvalidInputError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    if x.shape[0] == 0 or x.shape[2] == 0 or x.shape[3] == 0:
+        raise InvalidInputError(f"x holds no pixels to measure: shape {list(x.shape)}")
+
+
+def check_maps(maps: Tensor, x: Tensor | None = None) -> Tensor:
+    """Check maps [B, H, W] (against images [B, C, H, W] when given); return them as float.
+
+    Maps are moved to ``x``'s device when ``x`` is given. Never modifies ``maps``.
+    """
+    if not isinstance(maps, Tensor):
+        raise InvalidInputError(f"maps must be a tensor [B, H, W], got {type(maps).__name__}")
+    if maps.dim() == 4 and maps.shape[1] == 1:
+        raise InvalidInputError(
+            f"maps must be [B, H, W], got shape {list(maps.shape)}; drop the channel axis with maps[:, 0]"
+        )
+    if maps.dim() != 3:
+        hint = " (add a batch dimension with maps[None])" if maps.dim() == 2 else ""
+        raise InvalidInputError(f"maps must be [B, H, W], got shape {list(maps.shape)}{hint}")
+    if maps.dtype == torch.bool or maps.is_complex():
+        raise InvalidInputError(f"maps must hold real numbers, got dtype {maps.dtype}")
+    if x is not None:
+        if maps.shape[0] != x.shape[0] or tuple(maps.shape[1:]) != tuple(x.shape[2:]):
+            raise InvalidInputError(
+                f"maps {list(maps.shape)} do not match images {list(x.shape)}: expected "
+                f"[{x.shape[0]}, {x.shape[2]}, {x.shape[3]}]. Resize maps to the input with "
+                "camkit.functional.upsample_maps(maps, x.shape[-2:])."
+            )
+        maps = maps.to(x.device)
+    return maps if maps.is_floating_point() else maps.float()
+
+
+def check_chunk_size(chunk_size: int) -> None:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise InvalidInputError(f"chunk_size must be a positive int (images per forward pass), got {chunk_size!r}")
+
+
+def nan_maps(maps: Tensor) -> Tensor:
+    """Bool [B]: True where a map [B, H, W] holds any NaN."""
+    return torch.isnan(maps).flatten(1).any(dim=1)
+
+
+def pixel_ranks(maps: Tensor) -> Tensor:
+    """Rank of every pixel, LongTensor [B, H*W]: 0 for the most relevant.
+
+    Pixels are ordered by map value, highest first; equal values keep row-major order
+    (the pixel nearer the top-left comes first). A stable sort gives exactly this.
+    """
+    flat = maps.flatten(1)
+    order = torch.sort(flat, dim=1, descending=True, stable=True).indices
+    ranks = torch.empty_like(order)
+    positions = torch.arange(flat.shape[1], device=flat.device).expand_as(order)
+    return ranks.scatter_(1, order, positions)
+
+
+def count_for_fraction(fraction: float, n: int) -> int:
+    """ceil(fraction * n), with float noise (0.3 * 10 = 3.0000000000000004) rounded away."""
+    return math.ceil(round(fraction * n, 9))
+
+
+def chunks(total: int, size: int) -> Iterator[tuple[int, int]]:
+    for start in range(0, total, size):
+        yield start, min(start + size, total)
+
+
+class ChunkScorer:
+    """Score images for fixed per-image targets, chunk by chunk, without gradients.
+
+    Built from the unperturbed batch: :meth:`clean` runs it (in chunks), resolves the
+    target there (``None`` is the top-1 class of the unperturbed image) and returns its
+    scores [B]. :meth:`score` then scores any chunk of images whose rows belong to the
+    images ``owners`` (LongTensor [M]).
+    """
+
+    def __init__(
+        self, model: nn.Module, target: Target, *, softmax: bool, output: OutputSelector, chunk_size: int
+    ) -> None:
+        check_model(model)
+        check_chunk_size(chunk_size)
+        if not isinstance(softmax, bool):
+            raise InvalidInputError(f"softmax must be True or False, got {softmax!r}")
+        self.model = model
+        self.target = target
+        self.softmax = softmax
+        self.output = output
+        self.chunk_size = chunk_size
+        self.classes: Tensor | None = None
+        self._callable: Callable[[Tensor], Tensor] | None = None
+
+    def _outputs(self, images: Tensor) -> Tensor:
+        out = select_output(self.model(images), self.output)
+        return out.softmax(dim=1) if self.softmax else out
+
+    def clean(self, x: Tensor) -> Tensor:
+        outs = torch.cat([self._outputs(x[a:b]) for a, b in chunks(x.shape[0], self.chunk_size)])
+        classes, scores = resolve_target(self.target, outs)
+        if scores.dim() != 1:
+            raise InvalidTargetError(
+                f"metrics score one target per image, got targets of shape {list(scores.shape)}; "
+                "pass one class per image ([B]) and call the metric once per column of a [B, K] target."
+            )
+        self.classes = classes
+        if classes is None:
+            self._callable = self.target  # type: ignore[assignment]
+        return scores
+
+    def score(self, images: Tensor, owners: Tensor) -> Tensor:
+        out = self._outputs(images)
+        if self._callable is not None:
+            scores = self._callable(out)
+            if not isinstance(scores, Tensor) or scores.shape != (images.shape[0],):
+                got = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+                raise InvalidTargetError(
+                    f"a callable target must return one score per row of the output it is given, "
+                    f"[{images.shape[0]}] here, got {got}; metrics call it on chunks of perturbed images."
+                )
+            return scores
+        if self.classes is None:
+            raise RuntimeError("ChunkScorer.clean(x) must run before score()")
+        return out.gather(1, self.classes[owners][:, None])[:, 0]

@@ -1,0 +1,238 @@
+"""The model-randomisation sanity check (Adebayo et al. 2018).
+
+A map that barely changes when the model's weights are replaced by random ones does not
+explain the model. :func:`randomization_check` re-initialises the layers of a *copy* of
+the model one after another and compares each step's maps with the original maps.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .._state import eval_mode
+from ..errors import InvalidInputError, LayerNotFoundError
+from ..hooks import HookScope
+from ..targets import OutputSelector, Target, select_output
+from ._common import check_images, check_model
+
+__all__ = ["RandomizationResult", "randomization_check", "spearman", "ssim"]
+
+ExplainerFactory = Callable[[nn.Module], Callable[..., Any]]
+
+
+@dataclass(frozen=True)
+class RandomizationResult:
+    """What :func:`randomization_check` returns.
+
+    Attributes:
+        layers: for each step, the name of the module randomised at that step; step 0 is
+            ``"original"``: the maps of a second untouched copy, a self-check that gives
+            similarity 1 unless the explainer is not deterministic.
+        spearman: Spearman rank correlation with the original maps, float [S, B].
+        ssim: structural similarity (scikit-image, data range 1) with the original maps, [S, B].
+        maps: the maps of every step [S, B, H, W] when ``keep_maps=True``, else ``None``.
+    """
+
+    layers: tuple[str, ...]
+    spearman: Tensor
+    ssim: Tensor
+    maps: Tensor | None = None
+
+
+def _average_ranks(values: Tensor) -> Tensor:
+    """Ranks [B, N] of each row of ``values``, ties given their mean rank (as Spearman needs)."""
+    batch, n = values.shape
+    sorted_vals, order = torch.sort(values, dim=1, stable=True)
+    new_group = torch.ones_like(sorted_vals, dtype=torch.bool)
+    new_group[:, 1:] = sorted_vals[:, 1:] != sorted_vals[:, :-1]
+    group = torch.cumsum(new_group.flatten(), 0).view(batch, n) - 1  # unique ids across rows
+    position = torch.arange(n, device=values.device, dtype=torch.float64).expand(batch, n)
+    groups = int(group[-1, -1]) + 1
+    first = torch.full((groups,), float(n), dtype=torch.float64, device=values.device)
+    last = torch.zeros(groups, dtype=torch.float64, device=values.device)
+    first.scatter_reduce_(0, group.flatten(), position.flatten(), reduce="amin")
+    last.scatter_reduce_(0, group.flatten(), position.flatten(), reduce="amax")
+    mean_rank = ((first + last) / 2)[group]
+    return torch.empty_like(mean_rank).scatter_(1, order, mean_rank)
+
+
+def spearman(a: Tensor, b: Tensor) -> Tensor:
+    """Spearman rank correlation between paired maps [B, H, W] (or [B, N]), per pair.
+
+    Ties get their average rank. A constant map has no ranking: its pair gives NaN.
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import spearman
+        >>> a = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+        >>> spearman(a, a ** 3).tolist(), spearman(a, -a).tolist()
+        ([1.0], [-1.0])
+    """
+    if a.shape != b.shape or a.dim() < 2:
+        raise InvalidInputError(f"expected two batches of maps of one shape, got {list(a.shape)} and {list(b.shape)}")
+    ra = _average_ranks(a.flatten(1).double())
+    rb = _average_ranks(b.flatten(1).double())
+    ra = ra - ra.mean(dim=1, keepdim=True)
+    rb = rb - rb.mean(dim=1, keepdim=True)
+    denom = (ra.square().sum(1) * rb.square().sum(1)).sqrt()
+    rho = (ra * rb).sum(1) / torch.where(denom == 0, torch.ones_like(denom), denom)
+    return torch.where(denom == 0, torch.full_like(rho, float("nan")), rho).float()
+
+
+def ssim(a: Tensor, b: Tensor, data_range: float = 1.0) -> Tensor:
+    """Structural similarity (``skimage.metrics.structural_similarity``) per pair of maps [B, H, W].
+
+    Runs on the CPU with scikit-image, one call per pair; the window is 7 pixels, or the
+    largest odd size that fits smaller maps. Returns float [B] on ``a``'s device.
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import ssim
+        >>> a = torch.rand(2, 8, 8, generator=torch.Generator().manual_seed(0))
+        >>> ssim(a, a).tolist()
+        [1.0, 1.0]
+    """
+    from skimage.metrics import structural_similarity
+
+    if a.shape != b.shape or a.dim() != 3:
+        raise InvalidInputError(f"expected two batches of maps [B, H, W], got {list(a.shape)} and {list(b.shape)}")
+    side = min(a.shape[1], a.shape[2])
+    if side < 3:
+        raise InvalidInputError(f"SSIM needs maps of at least 3x3 pixels, got {list(a.shape[1:])}")
+    window = min(7, side if side % 2 else side - 1)
+    left = a.detach().to("cpu", torch.float64).numpy()
+    right = b.detach().to("cpu", torch.float64).numpy()
+    values = [structural_similarity(p, q, data_range=data_range, win_size=window) for p, q in zip(left, right)]
+    return torch.tensor(np.asarray(values, dtype=np.float32), device=a.device)
+
+
+def _call_order(model: nn.Module, x: Tensor, output: OutputSelector) -> list[str]:
+    """Names of the modules owning parameters directly, in the order the forward first calls them."""
+    owners = {m: name for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))}
+    seen: dict[str, None] = {}
+    with HookScope() as hooks:
+        for module, name in owners.items():
+            hooks.forward(module, lambda m, i, o, name=name: seen.setdefault(name, None))
+        select_output(model(x), output)
+    return list(seen)
+
+
+def _randomize(module: nn.Module, generator: torch.Generator) -> None:
+    """Re-draw every parameter under ``module`` (in place, on the copy) from a seeded generator."""
+    for name, param in module.named_parameters():
+        with torch.no_grad():
+            if param.dim() >= 2:
+                fan_in = param[0].numel()
+                bound = 1.0 / fan_in**0.5
+                fresh = torch.empty(param.shape, dtype=torch.float64).uniform_(-bound, bound, generator=generator)
+            elif name.endswith("weight"):  # norm-layer scales
+                fresh = torch.empty(param.shape, dtype=torch.float64).uniform_(0.5, 1.5, generator=generator)
+            else:
+                fresh = torch.empty(param.shape, dtype=torch.float64).uniform_(-0.1, 0.1, generator=generator)
+            param.copy_(fresh.to(param.dtype))
+
+
+def _maps(explainer: Callable[..., Any], x: Tensor, target: Target) -> Tensor:
+    result = explainer(x, target)
+    maps = result.maps if hasattr(result, "maps") else result
+    if not isinstance(maps, Tensor) or maps.dim() != 3 or maps.shape[0] != x.shape[0]:
+        got = list(maps.shape) if isinstance(maps, Tensor) else type(maps).__name__
+        raise InvalidInputError(f"the explainer must return maps [B, H, W] with B={x.shape[0]}, got {got}")
+    return maps.detach().float()
+
+
+def randomization_check(
+    explainer_factory: ExplainerFactory,
+    model: nn.Module,
+    x: Tensor,
+    target: Target = None,
+    order: str = "top-down",
+    *,
+    layers: Sequence[str] | None = None,
+    seed: int = 0,
+    keep_maps: bool = False,
+    output: OutputSelector = None,
+) -> RandomizationResult:
+    """Model-parameter randomisation test: do the maps change when the weights do?
+
+    Works on ``copy.deepcopy(model)`` in eval mode; ``model`` itself is never touched.
+    ``target=None`` is resolved once to the original model's top-1 classes, and those
+    classes are explained at every step. Step 0 explains the untouched copy; each later
+    step re-initialises one more module's parameters (weights ~ U(±1/sqrt(fan_in)),
+    norm scales ~ U(0.5, 1.5), biases ~ U(±0.1), from a generator seeded with ``seed``)
+    and compares the new maps with the original ones.
+
+    Args:
+        explainer_factory: ``f(model_copy) -> explainer``, called on the copy once per step;
+            the explainer is called as ``explainer(x, target)`` and returns maps [B, H, W]
+            (camkit explainers do). Name layers by string (``lambda m: GradCAM(m, "layer4")``):
+            a module object would belong to the original model.
+        model: the model; never modified.
+        x: images [B, C, H, W].
+        target: ``None`` (top-1 of the original model), an int, B ints, or a callable.
+        order: ``"top-down"``: cascading from the output towards the input, each step
+            adding one module to the randomised set (Adebayo et al.'s cascading test);
+            ``"independent"``: each step randomises only its module, on a fresh copy.
+        layers: the module names to randomise, in the order given (a container such as
+            ``"layer4"`` randomises everything inside it at once). ``None``: every module
+            that owns parameters, in reverse order of first call in the forward pass.
+        seed: seed of the random weights.
+        keep_maps: also return every step's maps.
+        output: what to score when the model does not return a tensor.
+
+    Returns:
+        A :class:`RandomizationResult` with [S, B] similarities, S = 1 + number of layers.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.metrics import randomization_check
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> res = randomization_check(lambda m: camkit.GradCAM(m, "1"), net, torch.rand(2, 3, 8, 8))
+        >>> res.layers, tuple(res.spearman.shape)
+        (('original', '4', '0'), (3, 2))
+    """
+    check_model(model)
+    check_images(x)
+    if order not in ("top-down", "independent"):
+        raise InvalidInputError(f"order must be 'top-down' or 'independent', got {order!r}")
+    base = copy.deepcopy(model)
+    with torch.no_grad(), eval_mode(base):
+        names = list(layers) if layers is not None else _call_order(base, x, output)[::-1]
+        if target is None:
+            target = select_output(base(x), output).argmax(dim=1)
+    modules = dict(base.named_modules())
+    for name in names:
+        if name not in modules:
+            raise LayerNotFoundError(f"no module named {name!r} in the model; see camkit.list_layers(model)")
+    if layers is None and not names:
+        raise InvalidInputError("the model has no parameters to randomise")
+
+    original = _maps(explainer_factory(base), x, target)
+    generator = torch.Generator().manual_seed(seed)
+    work = copy.deepcopy(base)
+    steps = [_maps(explainer_factory(work), x, target)]  # same weights: a determinism self-check
+    for name in names:
+        if order == "independent":
+            work = copy.deepcopy(base)
+        _randomize(dict(work.named_modules())[name], generator)
+        steps.append(_maps(explainer_factory(work), x, target))
+    stacked = torch.stack(steps)  # [S, B, H, W]
+    reference = original.expand_as(stacked).flatten(0, 1)
+    flat = stacked.flatten(0, 1)
+    shape = (len(steps), x.shape[0])
+    return RandomizationResult(
+        layers=("original", *names),
+        spearman=spearman(reference, flat).view(shape),
+        ssim=ssim(reference, flat).view(shape),
+        maps=stacked if keep_maps else None,
+    )
