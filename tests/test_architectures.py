@@ -233,3 +233,19 @@ def test_multi_input_and_keyword_models():
         camkit.GradCAM(MaskFirstNet(), "conv").explain(x, 1, inputs=(mask, x))
     with pytest.raises(camkit.InvalidInputError, match="input_index=2 is out of range"):
         camkit.GradCAM(model, "conv", input_index=2).explain(x, 1, inputs=(x, mask))
+
+
+def test_multi_input_call_state_and_hooks_are_cleared_after_errors():
+    model = MaskedNet().eval()
+    x = torch.randn(2, 3, 8, 8)
+    explainer = camkit.GradCAM(model, "conv")
+    with pytest.raises(RuntimeError):
+        explainer.explain(x, 1, inputs=(x, torch.ones(3, 1, 8, 8)))  # the mask's batch does not broadcast
+    assert explainer._call is None
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    # the next plain call is not affected by the failed one (MaskedNet needs its mask, so this raises TypeError)
+    with pytest.raises(TypeError, match="mask"):
+        explainer.explain(x, 1)
+    vit = register_vit().eval()
+    camkit.GradCAM(vit).explain(torch.randn(1, 3, 32, 72))
+    assert all(not m._forward_hooks for m in vit.modules())
