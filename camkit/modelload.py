@@ -100,7 +100,7 @@ class Preprocess:
         if self.crop is None:
             return 0, 0, rh, rw
         ch, cw = self.crop
-        return int(round((rh - ch) / 2.0)), int(round((rw - cw) / 2.0)), ch, cw
+        return round((rh - ch) / 2.0), round((rw - cw) / 2.0), ch, cw
 
     def output_shape(self, height: int, width: int) -> tuple[int, int]:
         """``(height, width)`` of the model input for an original image of this size."""
@@ -113,7 +113,9 @@ class Preprocess:
         rh, rw = self.resized_shape(height, width)
         if (rh, rw) != (height, width):
             if mode == "bilinear":
-                tensor = F.interpolate(tensor[None], size=(rh, rw), mode="bilinear", align_corners=False, antialias=True)[0]
+                tensor = F.interpolate(
+                    tensor[None], size=(rh, rw), mode="bilinear", align_corners=False, antialias=True
+                )[0]
             else:
                 tensor = F.interpolate(tensor[None], size=(rh, rw), mode="nearest-exact")[0]
         top, left, oh, ow = self.crop_offsets(height, width)
@@ -269,7 +271,9 @@ def _classes_in(state: Mapping[str, Tensor]) -> int | None:
     return int(heads[-1].shape[0]) if heads else None
 
 
-def _load_torchvision(name: str, weights: str | None) -> tuple[nn.Module, Preprocess | None, list[str] | None, list[str]]:
+def _load_torchvision(
+    name: str, weights: str | None
+) -> tuple[nn.Module, Preprocess | None, list[str] | None, list[str]]:
     import torchvision
 
     known = torchvision.models.list_models()
@@ -322,7 +326,7 @@ def _preprocess_from_weights(weights: Any) -> Preprocess | None:
     if not resize or not crop or mean is None or std is None or len(resize) != 1:
         return None
     crop_hw = (int(crop[0]), int(crop[-1]))
-    return Preprocess(resize=int(resize[0]), crop=crop_hw, mean=tuple(mean), std=tuple(std))  # type: ignore[arg-type]
+    return Preprocess(resize=int(resize[0]), crop=crop_hw, mean=tuple(mean), std=tuple(std))
 
 
 def _load_factory(spec: str, weights: str | None) -> tuple[nn.Module, list[str]]:
@@ -438,7 +442,9 @@ def load_model(
         hw = (int(size), int(size)) if isinstance(size, int) else tuple(int(s) for s in size)
         if len(hw) != 2 or min(hw) < 1:
             raise ModelLoadError(f"--size must be a positive int or HEIGHT WIDTH, got {size!r}")
-        base = Preprocess(size=(hw[0], hw[1]), mean=known.mean if known else IMAGENET_MEAN, std=known.std if known else IMAGENET_STD)
+        base = Preprocess(
+            size=(hw[0], hw[1]), mean=known.mean if known else IMAGENET_MEAN, std=known.std if known else IMAGENET_STD
+        )
     else:
         base = known or Preprocess(size=(224, 224))
     if mean is not None and std is not None:
@@ -476,9 +482,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--trust-pickle", action="store_true",
         help="allow loading a whole pickled model (this runs code from the file: only for files you trust)",
     )  # fmt: skip
-    group.add_argument("--size", type=_size_arg, help="resize inputs to N or HxW (default: the weights' transforms, else 224)")
-    group.add_argument("--mean", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation mean (default ImageNet's)")
-    group.add_argument("--std", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation std (default ImageNet's)")
+    group.add_argument(
+        "--size", type=_size_arg, help="resize inputs to N or HxW (default: the weights' transforms, else 224)"
+    )
+    group.add_argument(
+        "--mean", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation mean (default ImageNet's)"
+    )
+    group.add_argument(
+        "--std", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation std (default ImageNet's)"
+    )
     group.add_argument("--device", help="cpu, cuda, cuda:N (default: CUDA when available)")
 
 

@@ -71,7 +71,9 @@ def run_explain(args: argparse.Namespace) -> int:
     failed = [e for e in manifest["images"] if e["error"]]
     for entry in failed:
         print(f"failed: {entry['path']}: {entry['error']}", file=sys.stderr)
-    print(f"explained {len(manifest['images']) - len(failed)} image(s), {len(failed)} failed; see {Path(args.out) / 'manifest.json'}")
+    print(
+        f"explained {len(manifest['images']) - len(failed)} image(s), {len(failed)} failed; see {Path(args.out) / 'manifest.json'}"
+    )
     return 1 if failed else 0
 
 
@@ -82,7 +84,9 @@ def run_audit(args: argparse.Namespace) -> int:
     classes = None
     if args.classes:
         try:
-            classes = [line.strip() for line in Path(args.classes).read_text(encoding="utf-8").splitlines() if line.strip()]
+            classes = [
+                line.strip() for line in Path(args.classes).read_text(encoding="utf-8").splitlines() if line.strip()
+            ]
         except OSError as err:
             return _fail("audit", f"cannot read --classes {args.classes}: {err}")
     try:

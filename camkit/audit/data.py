@@ -283,7 +283,7 @@ class AuditDataset(torch.utils.data.Dataset[dict[str, Any]]):
                     out["mask_present"][r] = True
             out["x"], out["shown"] = x, torch.from_numpy(shown)
         except Exception as err:  # any failure becomes this image's error row; the run goes on
-            out["error"] = _reason(err)
+            out["error"] = _reason(err).replace(str(record.path), record.path.name)
             out["note"] = ""
             out["boxes"].fill_(float("nan"))
             out["masks"].zero_()
@@ -296,4 +296,3 @@ def _reason(err: BaseException) -> str:
     if isinstance(err, InvalidInputError):
         return text
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
-

@@ -45,7 +45,7 @@ def parse_target(text: str | int | None, allow: tuple[str, ...] = ("pred", "clas
     """
     if text is None or text == "pred" or text == "top1":
         spec = TargetSpec("pred")
-    elif isinstance(text, int) and not isinstance(text, bool) or isinstance(text, str) and text.isdigit():
+    elif (isinstance(text, int) and not isinstance(text, bool)) or (isinstance(text, str) and text.isdigit()):
         spec = TargetSpec("class", int(text))
     elif isinstance(text, str) and re.fullmatch(r"top[1-9]\d*", text):
         spec = TargetSpec("topk", int(text[3:]))
@@ -126,11 +126,15 @@ def chooser(spec: TargetSpec, labels: Tensor | None = None) -> Choose:
             return logits.argmax(dim=1)
         if spec.kind == "class":
             if not 0 <= spec.value < logits.shape[1]:
-                raise InvalidTargetError(f"--target {spec.value} is out of range for a model with {logits.shape[1]} classes")
+                raise InvalidTargetError(
+                    f"--target {spec.value} is out of range for a model with {logits.shape[1]} classes"
+                )
             return torch.full((logits.shape[0],), spec.value, dtype=torch.long, device=logits.device)
         if spec.kind == "topk":
             if spec.value > logits.shape[1]:
-                raise InvalidTargetError(f"--target top{spec.value} asks for more classes than the model's {logits.shape[1]}")
+                raise InvalidTargetError(
+                    f"--target top{spec.value} asks for more classes than the model's {logits.shape[1]}"
+                )
             return logits.topk(spec.value, dim=1).indices
         if labels is None:
             raise InvalidTargetError("--target label needs labels (class folders or a CSV 'label' column)")

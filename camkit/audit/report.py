@@ -67,7 +67,7 @@ def summarize(rows: Sequence[dict[str, Any]], columns: Sequence[str], meta: dict
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         key = r.get("label") if labelled else r.get("prediction_name")
-        groups[str(key) if key not in (None, "") else "(none)"].append(r)
+        groups[str(key) if key not in (None, "") else "(no label)" if labelled else "(failed)"].append(r)
     reasons = Counter(r["error"].replace(Path(r["key"]).name, "FILE") for r in rows if r["error"])
     overall = _stats(rows, columns)
     return {
@@ -100,7 +100,9 @@ def _csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return buffer.getvalue()
 
 
-def write_outputs(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str], meta: dict[str, Any]) -> dict[str, Any]:
+def write_outputs(
+    out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str], meta: dict[str, Any]
+) -> dict[str, Any]:
     """Write ``results.csv``, ``summary.json`` and ``report.html`` into ``out`` (each atomically); the summary."""
     from .run import atomic_write
 
@@ -164,9 +166,11 @@ def _td(value: Any, text: bool = False) -> str:
     return f'<td{" class=t" if text else ""} data-v="{_e(sort)}">{_e(_fmt(value))}</td>'
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], text_cols: int = 1) -> str:
-    head = "".join(f'<th{" class=t" if i < text_cols else ""}>{_e(h)}</th>' for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(_td(v, i < text_cols) for i, v in enumerate(r)) + "</tr>" for r in rows)
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], text: Sequence[str] = ()) -> str:
+    """A sortable table; columns named in ``text`` (and the first) are left-aligned text."""
+    left = [i == 0 or h in text for i, h in enumerate(headers)]
+    head = "".join(f"<th{' class=t' if left[i] else ''}>{_e(h)}</th>" for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(_td(v, left[i]) for i, v in enumerate(r)) + "</tr>" for r in rows)
     return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -203,16 +207,22 @@ def _galleries(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]
     regions = [c[len("energy_") :] for c in columns if c.startswith("energy_")]
     parts = []
     if "object" in regions:
-        parts.append(_gallery(out, "Attention most outside the object", _ranked(ok, "energy_object", False), "energy_object"))
+        parts.append(
+            _gallery(out, "Attention most outside the object", _ranked(ok, "energy_object", False), "energy_object")
+        )
     for region in regions:
         if region != "object":
             column = f"energy_{region}"
             parts.append(_gallery(out, f"Most attention inside '{region}'", _ranked(ok, column, True), column))
     if not regions:
         wrong = [r for r in ok if r.get("correct") is False]
-        parts.append(_gallery(out, "Misclassified (most confident first)", _ranked(wrong, "confidence", True), "confidence"))
+        parts.append(
+            _gallery(out, "Misclassified (most confident first)", _ranked(wrong, "confidence", True), "confidence")
+        )
         parts.append(_gallery(out, "Least confident", _ranked(ok, "confidence", False), "confidence"))
-        parts.append(_gallery(out, "Most diffuse maps (lowest top-10% energy share)", _ranked(ok, "spread", False), "spread"))
+        parts.append(
+            _gallery(out, "Most diffuse maps (lowest top-10% energy share)", _ranked(ok, "spread", False), "spread")
+        )
         parts.append(_gallery(out, "Most border-concentrated maps", _ranked(ok, "border", True), "border"))
     return "".join(p for p in parts if p) or "<p>No images to show.</p>"
 
@@ -222,7 +232,10 @@ def render_html(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str
     model = summary.get("model") or {}
     meta_rows = [
         ("model", f"{model.get('spec', '')} (weights: {model.get('weights') or 'none given'})"),
-        ("method / layer / target", f"{summary.get('method')} / {summary.get('layer') or 'auto'} / {summary.get('target')}"),
+        (
+            "method / layer / target",
+            f"{summary.get('method')} / {summary.get('layer') or 'auto'} / {summary.get('target')}",
+        ),
         ("data", f"{(summary.get('data') or {}).get('path', '')} ({(summary.get('data') or {}).get('kind', '')})"),
         ("images", f"{summary['images']} ({summary['processed']} audited, {summary['errors']} failed)"),
         ("accuracy", _fmt(summary.get("accuracy")) or "no labels"),
@@ -240,8 +253,13 @@ def render_html(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str
         for name, s in summary["per_class"].items()
     ]  # fmt: skip
     shown_cols = [c for c in columns if c not in ("overlay",)]
+    text_columns = ("label", "prediction_name", "note", "error")
     table_rows = [[r.get(c) for c in shown_cols] for r in rows[:_TABLE_ROWS]]
-    more = f"<p>Showing the first {_TABLE_ROWS} of {len(rows)} rows; all are in results.csv.</p>" if len(rows) > _TABLE_ROWS else ""
+    more = (
+        f"<p>Showing the first {_TABLE_ROWS} of {len(rows)} rows; all are in results.csv.</p>"
+        if len(rows) > _TABLE_ROWS
+        else ""
+    )
     errors = ""
     if summary["errors"]:
         reasons = [[k, v] for k, v in summary["error_reasons"].items()]
@@ -253,7 +271,7 @@ def render_html(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str
         f"in the outer 10% frame.</p>{_table(class_head, class_rows)}"
         f"<h2>Galleries</h2>{_galleries(out, rows, columns)}"
         f'<h2>All images</h2><p>Click a column to sort.</p>{more}<div class="scroll">'
-        f"{_table(shown_cols, table_rows, text_cols=2)}</div>"
+        f"{_table(shown_cols, table_rows, text=text_columns)}</div>"
     )
     csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
     return (

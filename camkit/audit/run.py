@@ -16,6 +16,7 @@ import os
 import re
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,14 @@ from torch import Tensor, nn
 
 from .._version import __version__
 from ..errors import CamkitError, InvalidInputError
-from ..modelload import LoadedModel, load_model, resolve_device
 from ..io import save_png
+from ..modelload import LoadedModel, load_model, resolve_device
 from ..overlay import overlay
 from .data import AuditDataset, Dataset, Record, discover
 from .distributed import DistContext
 from .explaining import TargetSpec, build_explainer, chooser, explain_batch, parse_target
 
-__all__ = ["AuditError", "audit", "atomic_write", "base_columns", "safe_name", "spread_and_border"]
+__all__ = ["AuditError", "atomic_write", "audit", "base_columns", "safe_name", "spread_and_border"]
 
 _PARTS = "parts"
 _RUN = "run.json"
@@ -53,7 +54,7 @@ def safe_name(key: str) -> str:
     Example:
         >>> from camkit.audit.run import safe_name
         >>> safe_name("../<script>x.png")
-        '_script_x-0e2b3dc2d8.png'
+        'script_x-daa1624687.png'
     """
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(key).stem).strip("._")[:60] or "image"
     return f"{stem}-{hashlib.sha1(key.encode('utf-8')).hexdigest()[:10]}.png"
@@ -87,7 +88,7 @@ def spread_and_border(maps: Tensor, top: float = 0.1, frame: float = 0.1) -> tup
         >>> [round(float(v), 3) for v in spread_and_border(maps)]
         [1.0, 0.25]
     """
-    batch, height, width = maps.shape
+    _batch, height, width = maps.shape
     flat = maps.flatten(1).float()
     total = flat.sum(dim=1)
     k = max(1, math.ceil(top * height * width))
@@ -256,7 +257,7 @@ def audit(
         _prepare_out(out_dir, config, resume, ctx)
         done = _read_parts(out_dir) if resume else {}
         ctx.barrier()  # all ranks have read the finished set before any rank writes a part
-        session = ctx.broadcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        session = ctx.broadcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
         count = len(dataset.records) if limit is None else max(0, min(limit, len(dataset.records)))
         todo = [i for i in range(count) if dataset.records[i].key not in done]
         shard = todo[ctx.rank :: ctx.world]
@@ -299,14 +300,22 @@ def _run_shard(
     dev = loaded.device
     if workers is None:
         workers = min(4, max(0, (os.cpu_count() or 1) - 1))
-    items = AuditDataset(dataset.records, shard, loaded.preprocess, shape, dataset.box_regions, dataset.mask_regions, max_pixels)
+    items = AuditDataset(
+        dataset.records, shard, loaded.preprocess, shape, dataset.box_regions, dataset.mask_regions, max_pixels
+    )
     loader = DataLoader(
         items, batch_size=batch_size, shuffle=False, num_workers=workers, pin_memory=dev.type == "cuda",
         persistent_workers=False, prefetch_factor=2 if workers > 0 else None,
     )  # fmt: skip
     explainer = build_explainer(method, loaded.model, layer)
     labels_all = torch.tensor(label_idx, dtype=torch.long)
-    bar = tqdm(total=total, unit="img", disable=not (progress and ctx.main), desc=f"audit (rank 0 of {ctx.world})" if ctx.world > 1 else "audit", dynamic_ncols=True)
+    bar = tqdm(
+        total=total,
+        unit="img",
+        disable=not (progress and ctx.main),
+        desc=f"audit (rank 0 of {ctx.world})" if ctx.world > 1 else "audit",
+        dynamic_ncols=True,
+    )
     try:
         for seq, batch in enumerate(loader):
             rows = _audit_batch(batch, dataset, explainer, spec, labels_all, class_names, out, dev,
@@ -331,7 +340,8 @@ def _audit_batch(
     notes: list[str] = list(batch["note"])
     ok = [i for i, e in enumerate(errors) if not e]
     rows: list[dict[str, Any]] = []
-    metrics: dict[str, list[Any]] = {}
+    metrics: dict[str, Tensor] = {}
+    host: dict[str, list[Any]] = {}
     if ok:
         sel = torch.tensor(ok)
         x = batch["x"][sel].to(dev, non_blocking=True)
