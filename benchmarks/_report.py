@@ -70,6 +70,15 @@ def describe_machine(devices: Sequence[torch.device]) -> Machine:
     )
 
 
+BUSY_LOAD = 0.5
+
+
+def busy(machine: Machine) -> bool:
+    """Whether the machine had other work on it (1-min load above ``BUSY_LOAD`` per core) at the start or end."""
+    loads = [load[0] for load in (machine.load_start, machine.load_end) if load is not None]
+    return any(load > BUSY_LOAD * machine.cores for load in loads)
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
@@ -89,7 +98,8 @@ def _time_table(rows: Sequence[Row]) -> list[str]:
         "|---|---|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        assert r.time is not None  # callers pass time rows only
+        if r.time is None:
+            continue
         diff = f"{r.max_diff:.2e}" if r.max_diff is not None else ""
         out.append(
             f"| {_cell(r.impl)} | {r.model} | {r.batch or ''} | {r.device} | {_ms(r.time.median)} | "
@@ -156,6 +166,12 @@ def write_markdown(
         end = f"; at the end: {machine.load_end[0]:.2f}" if machine.load_end else ""
         lines.append(f"- Load average (1 min) at the start: {machine.load_start[0]:.2f}{end}")
     lines += [f"- {e}" for e in machine.extra]
+    if busy(machine):
+        lines += [
+            "",
+            f"> **Preliminary**: other work was running (load average above {BUSY_LOAD} per core), so the "
+            "times are noisy. Rerun on a quiet machine before quoting them.",
+        ]
     lines += ["", "## How the figures are measured", "", METHOD_TEXT, "", "## Goals", ""]
     if goals:
         lines += ["| Case | Goal | Measured | Status | Reason |", "|---|---|---|---|---|"]
@@ -239,7 +255,8 @@ def _chart_cv2(path: Path, groups: list[tuple[str, list[Row]]]) -> None:
         y += 30
         top = max(r.time.max for r in group if r.time) or 1.0
         for r in group:
-            assert r.time is not None
+            if r.time is None:
+                continue
             scale = (width - left - 90) / top
             color = (0, 128, 255) if r.impl.startswith("camkit") else (200, 120, 30)  # BGR
             cv2.putText(img, r.impl[:32], (10, y + 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1, cv2.LINE_AA)

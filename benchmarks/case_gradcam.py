@@ -21,6 +21,7 @@ at 64x64, batch 2, memory at batch 4.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,12 @@ def _nothing() -> None:
     return None
 
 
+def tokens_to_map(tokens: Tensor) -> Tensor:
+    """ViT tokens [B, 1 + h*w, D] (class token first) -> [B, D, h, w], for the anchors' reshape hooks."""
+    side = math.isqrt(tokens.shape[1] - 1)
+    return tokens[:, 1:, :].unflatten(1, (side, side)).permute(0, 3, 1, 2)
+
+
 def prepare(impl: str, model: nn.Module, layer: str, x: Tensor, classes: Tensor) -> Prepared:
     """Build ``impl`` on its own copy of ``model`` (no hooks shared between implementations)."""
     size = (x.shape[-2], x.shape[-1])
@@ -120,11 +127,12 @@ def prepare(impl: str, model: nn.Module, layer: str, x: Tensor, classes: Tensor)
         return Prepared(lambda: explainer(x, target=classes), lambda out: out, _nothing)
     own = copy.deepcopy(model)
     module = own.get_submodule(layer)
+    tokens = type(own).__name__ == "VisionTransformer"
     if impl == "pytorch-grad-cam":
         from pytorch_grad_cam import GradCAM as PGCGradCAM
         from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
-        cam = PGCGradCAM(model=own, target_layers=[module])
+        cam = PGCGradCAM(model=own, target_layers=[module], reshape_transform=tokens_to_map if tokens else None)
         targets = [ClassifierOutputTarget(int(c)) for c in classes.tolist()]
         return Prepared(
             lambda: cam(input_tensor=x, targets=targets),
@@ -134,6 +142,8 @@ def prepare(impl: str, model: nn.Module, layer: str, x: Tensor, classes: Tensor)
     if impl == "captum":
         from captum.attr import LayerGradCam
 
+        if tokens:
+            raise NotImplementedError("captum's LayerGradCam has no token reshape; not comparable on a ViT")
         explainer_c = LayerGradCam(own, module)
         return Prepared(
             lambda: explainer_c.attribute(x, target=classes, relu_attributions=True),
@@ -143,7 +153,7 @@ def prepare(impl: str, model: nn.Module, layer: str, x: Tensor, classes: Tensor)
     if impl == "torchcam":
         from torchcam.methods import GradCAM as TCGradCAM
 
-        extractor = TCGradCAM(own, layer)
+        extractor = TCGradCAM(own, layer, reshape_transform=tokens_to_map if tokens else None)
         class_list = classes.tolist()
 
         def torchcam_call() -> Tensor:
@@ -215,9 +225,13 @@ def _time_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, Any]]:
         for impl, p in prepared.items():
             if impl in (CAMKIT, FORWARD) or p.maps is None:
                 continue
-            diffs[label(impl)] = max_abs_diff(ours, p.maps(outputs[impl]))
+            try:
+                diffs[label(impl)] = max_abs_diff(ours, p.maps(outputs[impl]))
+            except (RuntimeError, ValueError) as exc:
+                notes[label(impl)] = f"maps not comparable: {describe_exception(exc)}"
+                continue
             if impl == "pytorch-grad-cam":
-                notes[label(impl)] = f"as returned (normalised before resize): {max_abs_diff(ours, outputs[impl]):.3f}"
+                notes[label(impl)] = f"as returned (normalised before resize): {max_abs_diff(ours, outputs[impl]):.2e}"
             ctx.log(f"    max |camkit - {impl}| = {diffs[label(impl)]:.2e}")
     outputs.clear()
     try:

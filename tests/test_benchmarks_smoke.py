@@ -200,6 +200,7 @@ def test_report_writes_the_tables_goals_and_chart(tmp_path, monkeypatch, use_mat
     rows = [r for r in items if isinstance(r, Row)]
     goals = [g for g in items if isinstance(g, Goal)]
     machine = _report.describe_machine([torch.device("cpu")])
+    machine.cores, machine.load_start, machine.load_end = 2, (0.5, 0.5, 0.5), (1.5, 1.0, 1.0)  # 1.5 > 0.5 * 2 cores
     chart = _report.write_chart(tmp_path / "chart.png", rows)
     assert chart == tmp_path / "chart.png"
     import cv2
@@ -219,6 +220,12 @@ def test_report_writes_the_tables_goals_and_chart(tmp_path, monkeypatch, use_mat
     assert f"CPU: {_report.cpu_model()}" in text
     assert f"torch {torch.__version__}" in text
     assert "![Time per method](chart.png)" in text
+    assert "Load average (1 min) at the start: 0.50; at the end: 1.50" in text
+    assert "> **Preliminary**: other work was running" in text
+    machine.load_end = (0.9, 0.9, 0.9)  # 0.9 <= 1.0: quiet
+    _report.write_markdown(md, mode="smoke", machine=machine, rows=rows, goals=goals, failures=[], chart=None,
+                           elapsed=1.0, command="x")
+    assert "Preliminary" not in md.read_text() and "## Failures" not in md.read_text()
 
 
 def test_runner_smoke_end_to_end_writes_only_to_the_given_directory(tmp_path, monkeypatch):
