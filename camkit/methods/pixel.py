@@ -114,7 +114,7 @@ class GradientAttribution(Explainer):
                 f"the {self.relu} rule changed nothing and the result is the plain input gradient (what "
                 "camkit.Saliency gives). Activations such as GELU or SiLU have no guided/DeconvNet rule.",
                 NoReLUWarning,
-                stacklevel=5,
+                stacklevel=6,
             )
 
     def _input_gradients(self, x: Tensor, target: Target) -> tuple[Tensor | None, Tensor, Tensor]:
