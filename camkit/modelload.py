@@ -469,9 +469,13 @@ def _size_arg(text: str) -> tuple[int, int]:
     return values[0], values[1]
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the shared model options (``--model``, ``--weights``, ``--trust-pickle``, ``--size``,
-    ``--mean``, ``--std``, ``--device``) to a subcommand's parser."""
+def add_model_arguments(parser: argparse.ArgumentParser, *, preprocessing: bool = True) -> None:
+    """Add the shared model options to a subcommand's parser.
+
+    ``--model``, ``--weights``, ``--trust-pickle`` and ``--device``; with ``preprocessing``
+    also ``--size``, ``--mean`` and ``--std`` (commands that build their own inputs, such
+    as ``camkit layers``, pass ``preprocessing=False``). Read them back with :func:`model_from_args`.
+    """
     group = parser.add_argument_group("model")
     group.add_argument(
         "--model", required=True,
@@ -482,21 +486,22 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--trust-pickle", action="store_true",
         help="allow loading a whole pickled model (this runs code from the file: only for files you trust)",
     )  # fmt: skip
-    group.add_argument(
-        "--size", type=_size_arg, help="resize inputs to N or HxW (default: the weights' transforms, else 224)"
-    )
-    group.add_argument(
-        "--mean", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation mean (default ImageNet's)"
-    )
-    group.add_argument(
-        "--std", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation std (default ImageNet's)"
-    )
+    if preprocessing:
+        group.add_argument(
+            "--size", type=_size_arg, help="resize inputs to N or HxW (default: the weights' transforms, else 224)"
+        )
+        group.add_argument(
+            "--mean", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation mean (default ImageNet's)"
+        )
+        group.add_argument(
+            "--std", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation std (default ImageNet's)"
+        )
     group.add_argument("--device", help="cpu, cuda, cuda:N (default: CUDA when available)")
 
 
 def model_from_args(args: argparse.Namespace) -> LoadedModel:
     """:func:`load_model` from the options added by :func:`add_model_arguments`."""
     return load_model(
-        args.model, args.weights, trust_pickle=args.trust_pickle, size=args.size, mean=args.mean, std=args.std,
-        device=args.device,
+        args.model, args.weights, trust_pickle=args.trust_pickle, size=getattr(args, "size", None),
+        mean=getattr(args, "mean", None), std=getattr(args, "std", None), device=args.device,
     )  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -69,7 +71,8 @@ def test_whole_pickled_model_needs_trust(tmp_path):
 
 
 def test_torchscript_is_refused_with_the_reason(tmp_path):
-    with pytest.warns(FutureWarning):  # torch deprecates scripting; scripted files still exist in the wild
+    with warnings.catch_warnings():  # torch deprecates scripting; scripted files still exist in the wild
+        warnings.simplefilter("ignore", FutureWarning)
         torch.jit.script(Tiny()).save(str(tmp_path / "scripted.pt"))
     for args in ((str(tmp_path / "scripted.pt"),), ("tinyfactory:tiny", str(tmp_path / "scripted.pt"))):
         with pytest.raises(ModelLoadError, match=r"TorchScript file; .*hooks cannot attach to scripted modules"):
@@ -111,3 +114,21 @@ def test_size_overrides_and_mean_std(tmp_path):
     assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ModelLoadError, match=r"is not a device name"):
         resolve_device("gpu0")
+
+
+def test_shared_arguments_round_trip(tmp_path):
+    import argparse
+
+    from camkit.modelload import add_model_arguments, model_from_args
+
+    torch.save(Tiny(seed=2).state_dict(), tmp_path / "w.pt")
+    full, slim = argparse.ArgumentParser(), argparse.ArgumentParser()
+    add_model_arguments(full)
+    add_model_arguments(slim, preprocessing=False)  # e.g. camkit layers, which builds its own input
+    args = full.parse_args(["--model", "tinyfactory:tiny", "--weights", str(tmp_path / "w.pt"), "--size", "12x20",
+                            "--mean", "0", "0", "0", "--std", "1", "1", "1", "--device", "cpu"])  # fmt: skip
+    loaded = model_from_args(args)
+    assert _same_params(loaded.model, Tiny(seed=2))
+    assert loaded.preprocess == Preprocess(size=(12, 20), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    slim_args = slim.parse_args(["--model", "tinyfactory:tiny", "--device", "cpu"])
+    assert not hasattr(slim_args, "size") and model_from_args(slim_args).preprocess.size == (224, 224)

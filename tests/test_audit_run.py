@@ -197,3 +197,17 @@ def test_faithfulness_auc_matches_the_metrics_functions(tmp_path):
     assert [float(r["deletion_auc"]) for r in rows] == pytest.approx(
         [float(0.25 * (s[0] / 2 + s[1] + s[2] + s[3] + s[4] / 2)) for s in sd], abs=1e-5
     )
+
+
+@pytest.mark.parametrize(("method", "layer"), [("saliency", None), ("scorecam", "conv2")])
+def test_methods_without_gradient_cam_path_predict_the_same(tmp_path, method, layer):
+    # these explainers take the extra no-grad forward for the predictions (explaining.explain_batch)
+    data = make_images(tmp_path / "data", classes=(), per_class=2)
+    camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "g", **COMMON)
+    camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "m", **{**COMMON, "method": method, "layer": layer})
+    grad, other = read_rows(tmp_path / "g" / "results.csv"), read_rows(tmp_path / "m" / "results.csv")
+    assert [(r["prediction"], r["confidence"], r["target"]) for r in other] == [
+        (r["prediction"], r["confidence"], r["target"]) for r in grad
+    ]
+    assert all(r["error"] == "" and 0 < float(r["spread"]) <= 1 for r in other)
+    assert json.loads((tmp_path / "m" / "summary.json").read_text())["method"] == method
