@@ -74,7 +74,8 @@ def to_tensor(
         image: anything :func:`camkit.to_uint8_rgb` accepts.
         size: ``(height, width)``, or an int for a square; resizing uses area interpolation
             when shrinking and bilinear when enlarging.
-        mean, std: per-channel normalisation applied after scaling to [0, 1].
+        mean: per-channel mean subtracted after scaling to [0, 1] (give ``std`` too).
+        std: per-channel standard deviation divided by after subtracting ``mean``.
 
     Example:
         >>> import numpy as np

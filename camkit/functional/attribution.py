@@ -158,7 +158,8 @@ def completeness_gap(attribution: Tensor, score: Tensor, baseline_score: Tensor)
 
     Args:
         attribution: [..., C, H, W] (e.g. [B, C, H, W] or [B, K, C, H, W]).
-        score, baseline_score: the matching scores [...] at the input and at the baseline.
+        score: the matching scores [...] at the input.
+        baseline_score: the matching scores [...] at the baseline.
 
     Returns:
         [...]: zero for exact integration.

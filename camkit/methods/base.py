@@ -261,7 +261,9 @@ class CAMExplainer(Explainer):
         reshape: a callable turning the layer's output (and its gradient) into
             [B, C, h, w]; it overrides the automatic handling of tokens and channel-last
             maps (see :meth:`to_grid`).
-        output, keep_mode, input_index: see :class:`Explainer`.
+        output: see :class:`Explainer`.
+        keep_mode: see :class:`Explainer`.
+        input_index: see :class:`Explainer`.
     """
 
     def __init__(
