@@ -7,7 +7,7 @@ import torch
 from models import TinyNet, tiny_input
 from torch import nn
 
-from camkit.errors import InvalidInputError
+from camkit.errors import InvalidInputError, InvalidTargetError
 from camkit.metrics import noisy_linear_imputation, road_curve
 
 
@@ -103,3 +103,25 @@ def test_road_errors():
         road_curve(SumNet(), x, x[:, 0], order="top")
     with pytest.raises(InvalidInputError, match=r"bool tensor \[1, 2, 2\]"):
         noisy_linear_imputation(x, torch.ones(1, 2, 2))
+
+
+class CountingSum(SumNet):
+    def __init__(self) -> None:
+        super().__init__()
+        self.images = 0
+
+    def forward(self, x):
+        self.images += x.shape[0]
+        return super().forward(x)
+
+
+def test_road_runs_the_clean_images_only_to_find_the_top1_class():
+    x = torch.rand(3, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+    net = CountingSum()
+    _, given = road_curve(net, x, x[:, 0], target=0, fractions=[0.25, 0.5], noise=0.0, chunk_size=4)
+    assert net.images == 3 * 2
+    net.images = 0
+    _, found = road_curve(net, x, x[:, 0], fractions=[0.25, 0.5], noise=0.0, chunk_size=4)
+    assert net.images == 3 + 3 * 2 and torch.equal(given, found)
+    with pytest.raises(InvalidTargetError, match="out of range"):
+        road_curve(net, x, x[:, 0], target=[0, 0, 1], fractions=[0.25])

@@ -126,6 +126,7 @@ class ChunkScorer:
         self.chunk_size = chunk_size
         self.classes: Tensor | None = None
         self._callable: Callable[[Tensor], Tensor] | None = None
+        self._deferred = 0
 
     def _outputs(self, images: Tensor) -> Tensor:
         out = select_output(self.model(images), self.output)
@@ -144,8 +145,34 @@ class ChunkScorer:
             self._callable = self.target  # type: ignore[assignment]
         return scores
 
+    def defer(self, batch: int) -> None:
+        """Resolve the target from the first scored chunk instead of a clean pass.
+
+        Only for targets that do not need the clean images (anything but ``None``): the
+        classes are checked against the width of the first chunk's output.
+        """
+        if self.target is None:
+            raise RuntimeError("target=None needs the clean pass: call clean(x)")
+        self._deferred = batch
+
+    def _resolve_deferred(self, out: Tensor) -> None:
+        batch, self._deferred = self._deferred, 0
+        if callable(self.target) and not isinstance(self.target, Tensor):
+            self._callable = self.target
+            return
+        probe = out.new_zeros(batch, *out.shape[1:])  # only its shape is read: no extra forward
+        classes, scores = resolve_target(self.target, probe)
+        if scores.dim() != 1:
+            raise InvalidTargetError(
+                f"metrics score one target per image, got targets of shape {list(scores.shape)}; "
+                "pass one class per image ([B]) and call the metric once per column of a [B, K] target."
+            )
+        self.classes = classes
+
     def score(self, images: Tensor, owners: Tensor) -> Tensor:
         out = self._outputs(images)
+        if self._deferred:
+            self._resolve_deferred(out)
         if self._callable is not None:
             scores = self._callable(out)
             if not isinstance(scores, Tensor) or scores.shape != (images.shape[0],):

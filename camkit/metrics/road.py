@@ -134,7 +134,9 @@ def road_curve(
     :func:`noisy_linear_imputation` and the image is scored. The ranking is
     :func:`deletion_curve`'s (highest first, ties in row-major order; LeRF takes the same
     ranking from the bottom). Each chunk of ``chunk_size`` perturbed images is imputed with
-    one sparse solve and scored with one forward pass.
+    one sparse solve and scored with one forward pass; the clean images are run only when
+    ``target=None`` (to find the top-1 class). The noise draws follow the chunks, so with
+    ``noise > 0`` results repeat exactly for the same ``generator`` seed and ``chunk_size``.
 
     Args:
         model, x, maps, target, softmax, chunk_size, output, keep_mode: as
@@ -181,14 +183,22 @@ def road_curve(
         if order == "lerf":
             ranks = n - 1 - ranks
         step_counts = torch.tensor(counts, device=x.device)
-        clean = scorer.clean(x)
-        curve = torch.empty(batch, len(counts), dtype=clean.dtype, device=x.device)
+        if target is None:  # the top-1 class of the clean image
+            scorer.clean(x)
+        else:  # the clean scores are not on the curve: skip that pass
+            scorer.defer(batch)
+        curve: Tensor | None = None
         for start, stop in chunks(batch * len(counts), chunk_size):
             pair = torch.arange(start, stop, device=x.device)
             owner, step = pair // len(counts), pair % len(counts)
             removed = ranks[owner] < step_counts[step].view(-1, 1, 1)
             images = noisy_linear_imputation(x[owner], removed, noise=noise, generator=generator)
-            curve[owner, step] = scorer.score(images, owner).to(curve.dtype)
+            scores = scorer.score(images, owner)
+            if curve is None:
+                curve = torch.empty(batch, len(counts), dtype=scores.dtype, device=x.device)
+            curve[owner, step] = scores.to(curve.dtype)
+        if curve is None:
+            raise RuntimeError("no image was scored")  # unreachable: check_images requires B >= 1
         curve = torch.where(nan_maps(maps)[:, None], torch.full_like(curve, float("nan")), curve)
     removed_share = (torch.tensor(counts, dtype=torch.float64) / n).to(device=x.device, dtype=curve.dtype)
     return removed_share, curve
