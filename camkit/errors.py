@@ -21,7 +21,20 @@ __all__ = [
 
 
 class CamkitError(Exception):
-    """Base class of every error camkit raises on purpose."""
+    """Base class of every error camkit raises on purpose.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> try:
+        ...     camkit.GradCAM(net, "5")(torch.rand(1, 3, 8, 8))
+        ... except camkit.CamkitError as err:
+        ...     type(err).__name__
+        'LayerNotFoundError'
+    """
 
 
 class _KeyMessage(KeyError):
@@ -31,36 +44,163 @@ class _KeyMessage(KeyError):
 
 
 class InvalidInputError(CamkitError, ValueError):
-    """An input tensor or image has the wrong shape, dtype or values."""
+    """An input tensor or image has the wrong shape, dtype or values.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> try:
+        ...     camkit.GradCAM(net, "1")(torch.rand(3, 8, 8))  # one image without its batch dimension
+        ... except camkit.InvalidInputError as err:
+        ...     isinstance(err, ValueError)
+        True
+    """
 
 
 class InvalidTargetError(CamkitError, ValueError):
-    """A target does not fit the batch or the model's output."""
+    """A target does not fit the batch or the model's output.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> try:
+        ...     camkit.GradCAM(net, "1")(torch.rand(2, 3, 8, 8), target=[0])  # one class for two images
+        ... except camkit.InvalidTargetError:
+        ...     print("raised")
+        raised
+    """
 
 
 class LayerNotFoundError(CamkitError, _KeyMessage):
-    """A layer name that does not exist in the model."""
+    """A layer name that does not exist in the model.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> try:
+        ...     camkit.GradCAM(net, "layer4")
+        ... except KeyError:
+        ...     print("raised")
+        raised
+    """
 
 
 class LayerNotReachedError(CamkitError, RuntimeError):
-    """A target layer that the forward pass never called, or whose output does not reach the score."""
+    """A target layer that the forward pass never called, or whose output does not reach the score.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> class TwoHeads(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.used, self.unused = nn.Conv2d(3, 2, 3), nn.Conv2d(3, 2, 3)
+        ...     def forward(self, x):
+        ...         return self.used(x).mean(dim=(2, 3))
+        >>> try:
+        ...     camkit.GradCAM(TwoHeads(), "unused")(torch.rand(1, 3, 8, 8))
+        ... except camkit.LayerNotReachedError:
+        ...     print("raised")
+        raised
+    """
 
 
 class UnknownMethodError(CamkitError, _KeyMessage):
-    """A registry key that names no method."""
+    """A registry key that names no method.
+
+    Example:
+        >>> import camkit
+        >>> try:
+        ...     camkit.get_method("gradcamm")
+        ... except camkit.UnknownMethodError as err:
+        ...     "did you mean 'gradcam'" in str(err)
+        True
+    """
 
 
 class OutputSelectionError(CamkitError, TypeError):
-    """The model returned something the explainer cannot score."""
+    """The model returned something the explainer cannot score.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> class DictOut(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.conv = nn.Conv2d(3, 2, 3)
+        ...     def forward(self, x):
+        ...         return {"logits": self.conv(x).mean(dim=(2, 3))}
+        >>> x = torch.rand(1, 3, 8, 8)
+        >>> try:
+        ...     camkit.GradCAM(DictOut(), "conv")(x)
+        ... except camkit.OutputSelectionError:
+        ...     print("raised")
+        raised
+        >>> camkit.GradCAM(DictOut(), "conv", output="logits")(x).shape  # say what to score
+        torch.Size([1, 8, 8])
+    """
 
 
 class InferenceModeError(CamkitError, RuntimeError):
-    """An explainer that needs autograd was called under ``torch.inference_mode()``."""
+    """An explainer that needs autograd was called under ``torch.inference_mode()``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> with torch.inference_mode():
+        ...     try:
+        ...         camkit.GradCAM(net, "1")(torch.rand(1, 3, 8, 8))
+        ...     except camkit.InferenceModeError:
+        ...         print("raised")
+        raised
+    """
 
 
 class CamkitWarning(UserWarning):
-    """Base class of every warning camkit issues on purpose."""
+    """Base class of every warning camkit issues on purpose.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Tanh(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     _ = camkit.GuidedBackprop(net)(torch.rand(1, 3, 8, 8))
+        >>> any(issubclass(w.category, camkit.CamkitWarning) for w in caught)
+        True
+    """
 
 
 class NoReLUWarning(CamkitWarning):
-    """A guided or DeconvNet rule was asked for, but the forward pass called no ReLU."""
+    """A guided or DeconvNet rule was asked for, but the forward pass called no ReLU.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Tanh(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     _ = camkit.GuidedBackprop(net)(torch.rand(1, 3, 8, 8))  # a Tanh network: no ReLU to guide
+        >>> [w.category.__name__ for w in caught]
+        ['NoReLUWarning']
+    """

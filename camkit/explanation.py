@@ -30,6 +30,16 @@ class Explanation:
         method: the registry key of the method.
         layers: the dotted names of the layers used (empty for pixel-space methods).
         extras: method-specific read-only values (e.g. a completeness gap).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> e = camkit.GradCAM(net, "1").explain(torch.rand(2, 3, 8, 8), target=[0, 1])
+        >>> tuple(e.maps.shape), tuple(e.raw.shape), e.target.tolist(), e.method, e.layers
+        ((2, 8, 8), (2, 8, 8), [0, 1], 'gradcam', ('1',))
     """
 
     maps: Tensor

@@ -130,6 +130,15 @@ def save_png(path: str | os.PathLike[str], image: Any) -> None:
     """Write an RGB image (anything :func:`camkit.to_uint8_rgb` accepts) as a PNG.
 
     The file is written under a temporary name and renamed, so it is never left half-written.
+
+    Example:
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> import camkit
+        >>> path = os.path.join(tempfile.mkdtemp(), "red.png")
+        >>> camkit.save_png(path, np.full((4, 6, 3), (255, 0, 0), np.uint8))
+        >>> camkit.read_rgb(path)[0, 0].tolist(), camkit.read_rgb(path).shape
+        ([255, 0, 0], (4, 6, 3))
     """
     import cv2
 

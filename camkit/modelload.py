@@ -52,7 +52,16 @@ _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 class ModelLoadError(CamkitError, ValueError):
-    """A model description, weights file or preprocessing option that cannot be used."""
+    """A model description, weights file or preprocessing option that cannot be used.
+
+    Example:
+        >>> import camkit
+        >>> try:
+        ...     camkit.load_model("resnet18")  # not one of the forms load_model reads
+        ... except camkit.ModelLoadError as err:
+        ...     print(err)
+        --model 'resnet18' is not torchvision:NAME, package.module:factory, or an existing file
+    """
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,25 @@ T = TypeVar("T", bound="type[Explainer]")
 
 
 def register_method(key: str) -> Callable[[T], T]:
-    """Class decorator that registers an explainer under a lower-case key."""
+    """Class decorator that registers an explainer under a lower-case key.
+
+    The key becomes the class's ``key`` attribute and the name :func:`get_method`, the CLI
+    (``--method``) and :class:`~camkit.Explanation` ``.method`` use. A new method also needs an
+    entry in ``tests/factories.py`` (see CONTRIBUTING.md). Keys must be lower-case and unused.
+
+    Example:
+        >>> import camkit
+        >>> from camkit.registry import register_method
+        >>> camkit.get_method("gradcam").key
+        'gradcam'
+        >>> try:
+        ...     @register_method("gradcam")
+        ...     class Again(camkit.GradCAM):
+        ...         pass
+        ... except ValueError as err:
+        ...     print(err)
+        method key 'gradcam' must be lower-case and unused
+    """
 
     def decorate(cls: T) -> T:
         if key != key.lower() or key in _METHODS:

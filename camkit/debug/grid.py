@@ -23,6 +23,16 @@ class FeatureGrid(NamedTuple):
         channels: the channel shown in each tile, row by row.
         columns: tiles per row.
         tile: ``(height, width)`` of one tile in pixels.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.debug import feature_grid
+        >>> net = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU())
+        >>> grid = feature_grid(net, torch.rand(1, 3, 8, 8), "1", n=4, columns=2, scale=1)
+        >>> grid.channels, grid.columns, grid.tile, grid.image.shape
+        ([0, 1, 2, 3], 2, (8, 8), (19, 19, 3))
     """
 
     image: np.ndarray

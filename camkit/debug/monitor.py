@@ -40,7 +40,14 @@ __all__ = ["ActivationMonitor", "GradientMonitor", "MissingDependencyError"]
 
 
 class MissingDependencyError(CamkitError, ImportError):
-    """An optional dependency needed for this feature is not installed."""
+    """An optional dependency needed for this feature is not installed.
+
+    Example:
+        >>> from camkit.debug import MissingDependencyError
+        >>> import camkit
+        >>> issubclass(MissingDependencyError, ImportError), issubclass(MissingDependencyError, camkit.CamkitError)
+        (True, True)
+    """
 
 
 def _first_float(output: Any) -> Tensor | None:

@@ -55,6 +55,19 @@ class NonFiniteEvent(NamedTuple):
         nan, posinf, neginf: how many entries are NaN, +inf, -inf.
         numel: the tensor's number of entries.
         finite_min, finite_max, finite_mean: statistics of the finite entries (NaN if none).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.debug import find_nonfinite
+        >>> class Log(nn.Module):
+        ...     def forward(self, x):
+        ...         return torch.log(x - 1)  # NaN below 1
+        >>> net = nn.Sequential(nn.Conv2d(3, 2, 1), Log(), nn.Flatten(), nn.Linear(2 * 4 * 4, 2))
+        >>> event = find_nonfinite(net, torch.rand(1, 3, 4, 4))
+        >>> event.phase, event.name, event.type, event.where, event.shape
+        ('forward', '1', 'Log', 'output', (1, 2, 4, 4))
     """
 
     phase: str
@@ -81,7 +94,23 @@ class NonFiniteEvent(NamedTuple):
 
 
 class NonFiniteError(CamkitError, FloatingPointError):
-    """Raised by a raising :class:`NonFiniteTracer` at the first NaN or infinity. ``.event`` has the details."""
+    """Raised by a raising :class:`NonFiniteTracer` at the first NaN or infinity. ``.event`` has the details.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.debug import NonFiniteError, find_nonfinite
+        >>> class Log(nn.Module):
+        ...     def forward(self, x):
+        ...         return torch.log(x - 1)  # NaN below 1
+        >>> net = nn.Sequential(nn.Conv2d(3, 2, 1), Log(), nn.Flatten(), nn.Linear(2 * 4 * 4, 2))
+        >>> try:
+        ...     find_nonfinite(net, torch.rand(1, 3, 4, 4), raise_error=True)
+        ... except NonFiniteError as err:
+        ...     err.event.phase, err.event.name
+        ('forward', '1')
+    """
 
     def __init__(self, event: NonFiniteEvent) -> None:
         super().__init__(

@@ -29,6 +29,15 @@ class ShapeRecord(NamedTuple):
             (nested tuples, lists and dicts are flattened); ``None`` outputs if the call raised.
         input_dtypes / output_dtypes: their dtypes, like ``"float32"``.
         params: parameters owned by the module, its submodules included.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.debug import trace_shapes
+        >>> record = trace_shapes(nn.Sequential(nn.Conv2d(3, 4, 3)), torch.rand(1, 3, 8, 8))[1]
+        >>> record.name, record.type, record.input_shapes, record.output_shapes, record.params
+        ('0', 'Conv2d', ((1, 3, 8, 8),), ((1, 4, 6, 6),), 112)
     """
 
     order: int
@@ -64,6 +73,15 @@ class ShapeTable:
 
     ``str(table)`` is an aligned text table; ``table.total_params`` counts each parameter
     of the model once.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.debug import trace_shapes
+        >>> table = trace_shapes(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), torch.rand(1, 3, 8, 8))
+        >>> len(table), [r.name for r in table], table.total_params
+        (3, ['', '0', '1'], 112)
     """
 
     _HEADER = ("#", "layer", "type", "input", "output", "dtype", "params")

@@ -19,7 +19,21 @@ __all__ = ["Finding", "InspectWarning", "inspect"]
 
 
 class InspectWarning(CamkitWarning):
-    """A trap found by :func:`camkit.debug.inspect`."""
+    """A trap found by :func:`camkit.debug.inspect`.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> import warnings
+        >>> from camkit.debug import InspectWarning, inspect
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(inplace=True))
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     _ = inspect(net, torch.rand(1, 3, 8, 8))
+        >>> {w.category for w in caught} == {InspectWarning}
+        True
+    """
 
 
 class Finding(NamedTuple):
@@ -29,6 +43,16 @@ class Finding(NamedTuple):
         kind: ``"inplace"``, ``"reused"``, ``"functional"`` or ``"training"``.
         layer: the dotted module name it is about (``""``: the model itself).
         message: what was found and what to do.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.debug import inspect
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(inplace=True))
+        >>> finding = inspect(net, torch.rand(1, 3, 8, 8), warn=False)[0]
+        >>> finding.kind, finding.layer
+        ('inplace', '0')
     """
 
     kind: str

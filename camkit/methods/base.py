@@ -66,6 +66,20 @@ class Explainer:
         input_index: for models that take several inputs, where the explained image goes:
             a position in ``explain(..., inputs=...)`` or a keyword name (the image is then
             passed as ``model(*inputs, **{input_index: x}, **kwargs)``).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> class Brightness(camkit.Explainer):  # a toy method: the map is the image's mean channel
+        ...     needs_grad = False
+        ...     def _explain(self, x, target):
+        ...         raw = x.mean(dim=1)
+        ...         maps, flat = camkit.methods.base.finish_maps([raw], tuple(x.shape[-2:]))
+        ...         return camkit.Explanation(maps, raw, None, x.new_zeros(len(x)), flat, "brightness")
+        >>> net = nn.Conv2d(3, 2, 3)
+        >>> Brightness(net)(torch.rand(2, 3, 4, 4)).shape
+        torch.Size([2, 4, 4])
     """
 
     key: ClassVar[str] = ""
@@ -264,6 +278,16 @@ class CAMExplainer(Explainer):
         output: see :class:`Explainer`.
         keep_mode: see :class:`Explainer`.
         input_index: see :class:`Explainer`.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> explainer = camkit.GradCAM(net)  # a CAMExplainer; layer=None: found by a dry run
+        >>> explainer.layers(torch.rand(1, 3, 8, 8))[0][0]
+        '1'
     """
 
     def __init__(
@@ -353,6 +377,18 @@ class GradientCAM(CAMExplainer):
     target layer: autograd is off until the target layer returns (see
     :class:`camkit.hooks.LayerCapture`), no parameter gradient is computed, and
     ``param.grad`` is never touched. Subclasses implement :meth:`raw_map`.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> class GradientNormCAM(camkit.GradientCAM):  # a toy CAM: the gradient's L2 norm over channels
+        ...     def raw_map(self, acts, grads):
+        ...         return grads.norm(dim=1)
+        >>> GradientNormCAM(net, "1")(torch.rand(2, 3, 8, 8)).shape
+        torch.Size([2, 8, 8])
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:

@@ -38,6 +38,17 @@ class GradCAMPlusPlus(GradientCAM):
 
     See :func:`camkit.functional.gradcampp_weights`: no epsilon, so maps do not move
     with the scale of the gradients.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> x = torch.rand(2, 3, 8, 8)
+        >>> maps = camkit.GradCAMPlusPlus(net, "1")(x, target=1)
+        >>> tuple(maps.shape), bool(maps.min() >= 0), bool(maps.max() <= 1)
+        ((2, 8, 8), True, True)
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
@@ -46,7 +57,17 @@ class GradCAMPlusPlus(GradientCAM):
 
 @register_method("xgradcam")
 class XGradCAM(GradientCAM):
-    """XGrad-CAM (Fu et al. 2020): gradients weighted by each channel's normalised activation."""
+    """XGrad-CAM (Fu et al. 2020): gradients weighted by each channel's normalised activation.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> camkit.XGradCAM(net, "1")(torch.rand(2, 3, 8, 8)).shape
+        torch.Size([2, 8, 8])
+    """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         return CF.weighted_sum(CF.xgradcam_weights(acts, grads), acts)
@@ -54,7 +75,18 @@ class XGradCAM(GradientCAM):
 
 @register_method("hirescam")
 class HiResCAM(GradientCAM):
-    """HiResCAM (Draelos & Carin 2020): the element-wise product of gradients and activations, summed over channels."""
+    """HiResCAM (Draelos & Carin 2020): the element-wise product of gradients and activations, summed over channels.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> e = camkit.HiResCAM(net, "1").explain(torch.rand(2, 3, 8, 8))
+        >>> tuple(e.raw.shape), tuple(e.maps.shape)  # raw at the layer's size, maps at the input's
+        ((2, 8, 8), (2, 8, 8))
+    """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         return CF.hirescam(acts, grads)
@@ -62,7 +94,18 @@ class HiResCAM(GradientCAM):
 
 @register_method("layercam")
 class LayerCAM(GradientCAM):
-    """LayerCAM (Jiang et al. 2021): positive gradients times activations, summed over channels."""
+    """LayerCAM (Jiang et al. 2021): positive gradients times activations, summed over channels.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> maps = camkit.LayerCAM(net, ["0", "1"])(torch.rand(2, 3, 8, 8))  # two layers fused
+        >>> maps.shape
+        torch.Size([2, 8, 8])
+    """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         return CF.layercam(acts, grads)

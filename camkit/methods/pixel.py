@@ -89,6 +89,19 @@ class GradientAttribution(Explainer):
 
     Subclasses choose a ReLU backward rule (:attr:`relu`) and how gradients become the
     attribution (:meth:`combine`). One forward and one backward per target column.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> class AbsGradient(camkit.GradientAttribution):  # a toy attribution: |dS/dx|
+        ...     def combine(self, x, grads):
+        ...         return grads.abs()
+        >>> e = AbsGradient(net).explain(torch.rand(2, 3, 8, 8))
+        >>> tuple(e.raw.shape), tuple(e.maps.shape)
+        ((2, 3, 8, 8), (2, 8, 8))
     """
 
     relu: ClassVar[ReLURule | None] = None

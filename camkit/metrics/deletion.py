@@ -28,6 +28,21 @@ __all__ = [
 ]
 
 Baseline = Union[float, Tensor, str, Callable[[Tensor], Tensor]]
+"""What replaces removed pixels: a number, a tensor broadcastable to the images [B, C, H, W]
+(a scalar, [C, 1, 1], [C, H, W] or [B, C, H, W]), ``"blur"`` (:func:`blur_baseline`),
+``"mean"`` (each image's per-channel mean), or a callable ``f(x) -> Tensor`` of that shape.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from camkit.metrics import deletion_curve
+    >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+    ...                     nn.Flatten(), nn.Linear(4, 2))
+    >>> x, maps = torch.rand(2, 3, 8, 8), torch.rand(2, 8, 8)
+    >>> baselines = (0.0, "blur", "mean", torch.zeros(3, 1, 1), lambda x: x.flip(-1))
+    >>> [tuple(deletion_curve(net, x, maps, 0, steps=4, baseline=b)[1].shape) for b in baselines]
+    [(2, 5), (2, 5), (2, 5), (2, 5), (2, 5)]
+"""
 
 _BASELINE_NAMES = ("blur", "mean")
 

@@ -38,6 +38,19 @@ class RandomizationResult:
         spearman: Spearman rank correlation with the original maps, float [S, B].
         ssim: structural similarity (scikit-image, data range 1) with the original maps, [S, B].
         maps: the maps of every step [S, B, H, W] when ``keep_maps=True``, else ``None``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> from camkit.metrics import randomization_check
+        >>> res = randomization_check(lambda m: camkit.GradCAM(m, "1"), net, torch.rand(2, 3, 8, 8), keep_maps=True)
+        >>> res.layers[0], tuple(res.ssim.shape), tuple(res.maps.shape)
+        ('original', (3, 2), (3, 2, 8, 8))
+        >>> bool((res.spearman[0] > 0.999).all())  # step 0: an untouched copy gives the same maps
+        True
     """
 
     layers: tuple[str, ...]
