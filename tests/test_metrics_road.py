@@ -125,3 +125,15 @@ def test_road_runs_the_clean_images_only_to_find_the_top1_class():
     assert net.images == 3 + 3 * 2 and torch.equal(given, found)
     with pytest.raises(InvalidTargetError, match="out of range"):
         road_curve(net, x, x[:, 0], target=[0, 0, 1], fractions=[0.25])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # numpy warnings from inside the reference
+def test_imputation_matches_the_reference_imputer():
+    road = pytest.importorskip("pytorch_grad_cam.metrics.road")
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 12, 10, generator=g)
+    removed = torch.rand(2, 12, 10, generator=g) < 0.6
+    ours = noisy_linear_imputation(x, removed, noise=0.0)
+    reference = road.NoisyLinearImputer(noise=0.0)
+    theirs = torch.stack([reference(x[i], (~removed[i]).float()) for i in range(2)])
+    assert torch.allclose(ours, theirs, atol=1e-5)
