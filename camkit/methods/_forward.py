@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..hooks import LayerCapture
 from ..targets import OutputSelector, Target, resolve_target, select_output
-from .base import CAMExplainer, finish_maps
+from .base import CAMExplainer, Explainer, finish_maps
 
 __all__ = [
     "Captured",
@@ -28,6 +28,7 @@ __all__ = [
     "expand_targets",
     "forward_scores",
     "make_explanation",
+    "refuse_extra_inputs",
 ]
 
 
@@ -57,28 +58,33 @@ class Captured:
         return self.scores.dim() == 2
 
 
-def capture_forward(
-    model: nn.Module,
-    layers: list[tuple[str, nn.Module]],
-    x: Tensor,
-    target: Target,
-    output: OutputSelector,
-    call: int = -1,
-) -> Captured:
-    """Run ``model(x)`` once without autograd, recording ``layers`` and resolving ``target``."""
-    with LayerCapture(layers, gradients=False, call=call) as capture:
-        out = select_output(model(x), output)
+def capture_forward(explainer: CAMExplainer, x: Tensor, target: Target) -> Captured:
+    """Run the explainer's model on ``x`` once without autograd, recording its layers and resolving ``target``."""
+    layers = explainer.layers(x)
+    with LayerCapture(layers, gradients=False, call=explainer.call) as capture:
+        out = select_output(explainer._call_model(x), explainer.output)
         classes, scores = resolve_target(target, out)
         acts = capture.activations()
         calls = [capture.calls(i) for i in range(len(layers))]
     return Captured(acts, calls, classes, scores.detach(), out.detach())
 
 
-def forward_scores(model: nn.Module, x: Tensor, target: Target, output: OutputSelector) -> tuple[Tensor | None, Tensor]:
+def forward_scores(explainer: Explainer, x: Tensor, target: Target) -> tuple[Tensor | None, Tensor]:
     """``(classes, scores)`` of one plain forward without autograd (no layer recorded)."""
     with torch.no_grad():
-        classes, scores = resolve_target(target, select_output(model(x), output))
+        classes, scores = explainer._target_scores(x, target)
     return classes, scores.detach()
+
+
+def refuse_extra_inputs(explainer: Explainer) -> None:
+    """Perturbation methods rerun the model on batches of changed images of another size than
+    ``x``; the other inputs of a multi-input call would not line up with them, so refuse."""
+    if explainer._call is not None:
+        raise InvalidInputError(
+            f"{type(explainer).__name__} reruns the model on perturbed copies of x and does not support "
+            "inputs=/kwargs= yet; wrap the model in a module that takes only the image (binding the other "
+            "inputs), or use a gradient method (GradCAM, Saliency...), which supports them."
+        )
 
 
 def check_positive(name: str, value: object) -> int:
@@ -175,16 +181,24 @@ class ForwardCAM(CAMExplainer):
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
         raise NotImplementedError
 
+    #: whether the method reruns the model on perturbed inputs (then extra inputs are refused)
+    perturbs: bool = False
+    #: whether the method can read token or channel-last layers through :meth:`to_grid`
+    reads_grids: bool = True
+
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        layers = self.layers(x)
-        cap = capture_forward(self.model, layers, x, target, self.output, self.call)
+        if self.perturbs:
+            refuse_extra_inputs(self)
+        cap = capture_forward(self, x, target)
+        grids = self.to_grid(cap.acts, x)
         raws = []
         extras: dict[str, Any] = {}
-        for index, act in enumerate(cap.acts):
-            if act.dim() != 4:
+        for index, (act, grid) in enumerate(zip(cap.acts, grids)):
+            if grid is not act and not self.reads_grids:
                 raise InvalidInputError(
-                    f"layer '{layers[index][0]}' returned shape {list(act.shape)}; CAMs need [B, C, H, W] "
-                    "activations. Pick a convolutional layer (see camkit.list_layers(model, x))."
+                    f"{type(self).__name__} edits the layer's channels in place, so it needs a layer with "
+                    f"[B, C, H, W] output; layer '{self._names()[index]}' gives shape {list(act.shape)}. "
+                    "Use ScoreCAM, EigenCAM or a gradient CAM for token and channel-last layers."
                 )
-            raws.append(self._raw(x, act, index, cap, target, extras))
+            raws.append(self._raw(x, grid, index, cap, target, extras))
         return make_explanation(self.key, raws, x, cap.classes, cap.scores, self._names(), **extras)

@@ -10,7 +10,15 @@ from ..explanation import Explanation
 from ..functional.perturbation import occlusion_map, rise_masks, window_indicators
 from ..registry import register_method
 from ..targets import OutputSelector, Target
-from ._forward import RowScorer, check_positive, chunks, expand_targets, forward_scores, make_explanation
+from ._forward import (
+    RowScorer,
+    check_positive,
+    chunks,
+    expand_targets,
+    forward_scores,
+    make_explanation,
+    refuse_extra_inputs,
+)
 from .base import Explainer
 
 __all__ = ["RISE", "Occlusion"]
@@ -75,7 +83,8 @@ class Occlusion(Explainer):
         self.progress = progress
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        classes, scores = forward_scores(self.model, x, target, self.output)
+        refuse_extra_inputs(self)
+        classes, scores = forward_scores(self, x, target)
         height, width = x.shape[-2:]
         rows = window_indicators(height, self.window[0], self.stride[0]).to(x)
         cols = window_indicators(width, self.window[1], self.stride[1]).to(x)
@@ -168,7 +177,8 @@ class RISE(Explainer):
         return grids, shifts
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        classes, scores = forward_scores(self.model, x, target, self.output)
+        refuse_extra_inputs(self)
+        classes, scores = forward_scores(self, x, target)
         size = (x.shape[-2], x.shape[-1])
         grids, shifts = self._plan(size)
         grids, shifts = grids.to(x.device), shifts.to(x.device)

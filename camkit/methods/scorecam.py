@@ -9,7 +9,7 @@ from typing import Any, Literal, Union
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError
+from ..errors import CamkitWarning, InvalidInputError
 from ..functional.maps import normalize_maps
 from ..functional.perturbation import channel_masks, unique_rows
 from ..hooks import HookScope
@@ -70,6 +70,8 @@ class ScoreCAM(ForwardCAM):
         >>> tuple(explanation.maps.shape), explanation.extras["scored"] <= 8
         ((2, 8, 8), True)
     """
+
+    perturbs = True
 
     def __init__(
         self,
@@ -189,6 +191,9 @@ class AblationCAM(ForwardCAM):
         ((2, 8, 8), True)
     """
 
+    perturbs = True
+    reads_grids = False
+
     def __init__(
         self,
         model: nn.Module,
@@ -238,7 +243,7 @@ class AblationCAM(ForwardCAM):
                 f"AblationCAM: the network after layer '{name}' cannot be rerun on its own (it is not a "
                 "chain of plain nn.Sequential containers), so each ablated channel costs a full forward "
                 "pass. Pass tail=f, with f(layer output) = model output, to rerun only the tail.",
-                UserWarning,
+                CamkitWarning,
                 stacklevel=4,
             )
         extras["tail"] = tail is not None
