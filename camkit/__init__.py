@@ -7,6 +7,8 @@ Pure tensor math lives in :mod:`camkit.functional`; the hook layer in :mod:`camk
 
 from ._version import __version__
 from .architectures import default_layer, unwrap_model
+from .audit import audit
+from .debug.features import extract_features
 from .errors import (
     CamkitError,
     CamkitWarning,
@@ -19,9 +21,6 @@ from .errors import (
     OutputSelectionError,
     UnknownMethodError,
 )
-from .debug.features import extract_features
-from .audit import audit
-from .modelload import ModelLoadError, load_model
 from .explanation import Explanation
 from .hooks import HookScope, LayerCapture
 from .io import load_image, read_rgb, save_png, to_tensor
@@ -52,6 +51,7 @@ from .methods import (
     SmoothGrad,
     XGradCAM,
 )
+from .modelload import ModelLoadError, load_model
 from .overlay import overlay, to_uint8_rgb
 from .registry import get_method, list_methods, register_method
 from .target_fns import BinaryTarget, DetectionTarget, RegressionTarget, SegmentationTarget, SimilarityTarget
