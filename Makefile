@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.camkit-installed
 
-.PHONY: venv test demo lint typecheck bench docs clean
+.PHONY: venv test demo lint typecheck bench bench-smoke docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e ".[bench]"
 	$(PY) -m benchmarks
+
+bench-smoke: $(STAMP)
+	$(PY) -m benchmarks --smoke --out $(VENV)/bench-smoke
 
 clean:
 	rm -rf $(VENV) camkit-demo
