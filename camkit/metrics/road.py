@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import torch
-from scipy.sparse import csc_matrix
-from scipy.sparse.linalg import splu
 from torch import Tensor, nn
 
 from .._state import eval_mode
@@ -64,6 +62,9 @@ def noisy_linear_imputation(
         >>> noisy_linear_imputation(x, removed, noise=0.0)[0, 0, 1, 1]  # 6/6 + 12/12
         tensor(2.)
     """
+    from scipy.sparse import csc_matrix  # imported here: only ROAD needs SciPy
+    from scipy.sparse.linalg import splu
+
     check_images(x)
     batch, channels, height, width = x.shape
     if not isinstance(removed, Tensor) or removed.dtype != torch.bool or removed.shape != (batch, height, width):
