@@ -180,8 +180,9 @@ def memory_job(device: torch.device, impl: str, model: str, batch: int, size: in
     """Probe job: build ``impl`` on ``model`` and return one call at ``batch``.
 
     Warm-up: a no-grad forward at ``batch`` (to pick the classes) and one call of the
-    implementation at batch 1; parameter gradients an anchor left behind are dropped, so
-    the baseline is the model, the input and the explainer only.
+    implementation at batch 1. The anchors work on their own copy of the model, made after
+    the warm-up, so no parameter gradient is held at the baseline: it is the model, the
+    input and the explainer only (for an anchor, with its copy of the model).
     """
     net = build_model(model, device)
     layer = LAYERS[model]
@@ -191,10 +192,7 @@ def memory_job(device: torch.device, impl: str, model: str, batch: int, size: in
     warm.close()
     del warm
     x = random_input(batch, size, device)
-    prepared = prepare(impl, net, layer, x, top1(net, x))
-    for p in net.parameters():
-        p.grad = None
-    return prepared.run
+    return prepare(impl, net, layer, x, top1(net, x)).run
 
 
 def _usable(ctx: Context) -> list[str]:
