@@ -1,59 +1,26 @@
 """``camkit layers``: print every module call of a model with shapes, dtypes and parameter counts.
 
-The model loader here (``torchvision:NAME`` or ``package.module:factory``, random weights)
-is interim: it is meant to move to the shared loader in ``camkit/modelload.py``.
+Models load through the shared loader (:mod:`camkit.modelload`): ``torchvision:NAME`` with
+optional ``--weights``, ``package.module:factory``, or a trusted whole-model file.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 import torch
-from torch import nn
 
 from ..cli import command
-from ..errors import InvalidInputError
+from ..errors import CamkitError
 
-__all__ = ["load_model", "run"]
-
-
-def load_model(spec: str) -> nn.Module:
-    """Build a model from ``torchvision:NAME`` (weights=None) or ``package.module:factory`` (called with no arguments).
-
-    Example:
-        >>> from camkit.debug.cli import load_model
-        >>> type(load_model("torchvision:resnet18")).__name__
-        'ResNet'
-    """
-    prefix, sep, name = spec.partition(":")
-    if not sep or not prefix or not name:
-        raise InvalidInputError(
-            f"--model {spec!r}: expected 'torchvision:NAME' (e.g. torchvision:resnet50) or "
-            "'package.module:factory' (a callable returning an nn.Module)"
-        )
-    if prefix == "torchvision":
-        import torchvision
-
-        try:
-            return torchvision.models.get_model(name, weights=None)
-        except ValueError:
-            raise InvalidInputError(
-                f"torchvision has no model {name!r}; see torchvision.models.list_models()"
-            ) from None
-    try:
-        factory = getattr(importlib.import_module(prefix), name)
-    except (ImportError, AttributeError) as err:
-        raise InvalidInputError(f"--model {spec!r}: cannot import {name!r} from {prefix!r} ({err})") from None
-    model = factory()
-    if not isinstance(model, nn.Module):
-        raise InvalidInputError(f"--model {spec!r}: the factory returned {type(model).__name__}, not an nn.Module")
-    return model
+__all__ = ["run"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="torchvision:NAME (random weights) or package.module:factory")
+    from ..modelload import add_model_arguments
+
+    add_model_arguments(parser, preprocessing=False)
     parser.add_argument(
         "--input-shape",
         default="1,3,224,224",
@@ -73,12 +40,15 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"camkit layers: --input-shape {args.input_shape!r} must be integers separated by commas", file=sys.stderr)
         return 2
+    from ..modelload import model_from_args
+
     try:
-        model = load_model(args.model)
-    except InvalidInputError as err:
+        loaded = model_from_args(args)
+    except CamkitError as err:
         print(f"camkit layers: {err}", file=sys.stderr)
         return 2
-    x = torch.zeros(shape)
+    model = loaded.model
+    x = torch.zeros(shape, device=loaded.device)
     table = trace_shapes(model, x)
     if args.depth is not None:
         table = ShapeTable([r for r in table if r.depth <= args.depth], table.total_params)
