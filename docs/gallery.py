@@ -1,0 +1,142 @@
+"""Draw every camkit method on the same images: writes docs/img/gallery.png.
+
+Run from the repository root: ``.venv/bin/python docs/gallery.py`` (about a minute on a CPU).
+
+The model is the bundled demo model (``camkit/assets/shapes_cnn.pt``, a small CNN trained on
+the demo's shapes with a watermark shortcut: see docs/demo.md) and the images are demo
+shapes rendered from fixed seeds, so the figure is the same on every machine. When the demo
+package or its weights are missing, a seeded untrained CNN on seeded noise stands in, and the
+figure says so in its title.
+
+Every map is the explainer's ``maps`` output (upsampled, then min-max normalised per map)
+for the image's predicted class, overlaid with ``camkit.overlay`` (RGB, jet, alpha 0.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import torch
+from torch import Tensor, nn
+
+import camkit
+
+OUT = Path(__file__).resolve().parent / "img"
+
+
+def demo_model_and_images() -> tuple[nn.Module, Tensor, list[str], str, str, tuple[str, ...]]:
+    """The trained demo model, four demo images, their captions, the CAM layer, a title, class names."""
+    try:
+        from camkit.demo.model import CAM_LAYER, load_shapes_cnn
+        from camkit.demo.shapes import CLASSES, render, to_batch
+
+        model = load_shapes_cnn()
+    except (ImportError, FileNotFoundError, camkit.InvalidInputError) as err:
+        print(f"demo model unavailable ({err}); using a seeded untrained CNN")
+        return seeded_model_and_images()
+    picks = [(0, "circle", True), (1, "circle", False), (2, "square", True), (3, "triangle", False)]
+    samples = [render(7, index, CLASSES.index(name), marked) for index, name, marked in picks]
+    x, _ = to_batch(samples)
+    captions = [f"{name}{' + watermark' if marked else ''}" for _, name, marked in picks]
+    return model, x, captions, CAM_LAYER, "camkit demo model (shapes with a watermark shortcut)", CLASSES
+
+
+def seeded_model_and_images() -> tuple[nn.Module, Tensor, list[str], str, str, tuple[str, ...]]:
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("features", nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU()))
+    model.add_module("last_conv", nn.Sequential(nn.Conv2d(32, 64, 3, 1, 1), nn.ReLU()))
+    model.add_module("pool", nn.AdaptiveAvgPool2d(1))
+    model.add_module("flatten", nn.Flatten())
+    model.add_module("fc", nn.Linear(64, 4))
+    x = torch.rand(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    return model.eval(), x, [f"noise {i}" for i in range(4)], "last_conv", "seeded untrained CNN (no demo model found)", ()
+
+
+def explainers(model: nn.Module, layer: str) -> dict[str, Callable[[Tensor, Tensor], Tensor]]:
+    """Display name -> f(x, target) -> maps [B, H, W], one per registered method (and SmoothGrad)."""
+    head = model.fc
+
+    def tail(acts: Tensor) -> Tensor:  # the network after the CAM layer, for Ablation-CAM
+        return head(torch.flatten(acts.mean(dim=(2, 3), keepdim=True), 1))
+
+    built: dict[str, camkit.Explainer] = {
+        "Grad-CAM": camkit.GradCAM(model, layer),
+        "Grad-CAM++": camkit.GradCAMPlusPlus(model, layer),
+        "XGrad-CAM": camkit.XGradCAM(model, layer),
+        "HiResCAM": camkit.HiResCAM(model, layer),
+        "LayerCAM": camkit.LayerCAM(model, layer),
+        "Score-CAM": camkit.ScoreCAM(model, layer, batch_size=64),
+        "Ablation-CAM": camkit.AblationCAM(model, layer, batch_size=64, tail=tail),
+        "Eigen-CAM": camkit.EigenCAM(model, layer),
+        "Eigen-Grad-CAM": camkit.EigenGradCAM(model, layer),
+        "CAM": camkit.CAM(model, layer, fc="fc"),
+        "Saliency": camkit.Saliency(model),
+        "Input x Gradient": camkit.InputXGradient(model),
+        "Guided Backprop": camkit.GuidedBackprop(model),
+        "Deconvolution": camkit.Deconvolution(model),
+        "Guided Grad-CAM": camkit.GuidedGradCAM(model, layer),
+        "Integrated Gradients": camkit.IntegratedGradients(model, steps=32),
+        "SmoothGrad (Saliency)": camkit.SmoothGrad(camkit.Saliency(model), samples=16, seed=0),
+        "Occlusion": camkit.Occlusion(model, window=8, stride=4),
+        "RISE": camkit.RISE(model, masks=1000, seed=0, grid=8, batch_size=100),
+    }
+    registered = {type(e).key for e in built.values() if type(e).key}
+    missing = set(camkit.list_methods()) - registered
+    if missing:
+        raise SystemExit(f"the gallery has no column for {sorted(missing)}: add them to explainers()")
+    return {name: (lambda x, t, e=e: e(x, t)) for name, e in built.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT, help="directory for gallery.png (default: docs/img)")
+    args = parser.parse_args()
+
+    model, x, captions, layer, title, classes = demo_model_and_images()
+    with torch.no_grad():
+        target = model(x).argmax(dim=1)
+    columns = explainers(model, layer)
+    class_names = [classes[int(t)] if classes else str(int(t)) for t in target]
+    images = (x.permute(0, 2, 3, 1) * 255).round().to(torch.uint8).numpy()
+
+    names = list(columns)
+    panels = [names[:10], names[10:]]  # layer CAMs; pixel-space and perturbation methods
+    per_row = max(len(p) for p in panels) + 1
+    rows = len(x) * len(panels)
+    fig, axes = plt.subplots(rows, per_row, figsize=(1.2 * per_row, 1.3 * rows + 0.4), squeeze=False)
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_frame_on(False)
+    labels = [f"{c}\npredicted: {predicted}" for c, predicted in zip(captions, class_names)]
+    for p, panel in enumerate(panels):
+        top = p * len(x)
+        for r in range(len(x)):
+            axes[top + r, 0].imshow(images[r])
+            axes[top + r, 0].set_ylabel(labels[r], fontsize=6)
+        axes[top, 0].set_title("input", fontsize=7)
+        for c, name in enumerate(panel, start=1):
+            start = time.perf_counter()
+            maps = columns[name](x, target)
+            print(f"{name:>22}: {time.perf_counter() - start:6.2f} s for {len(x)} images")
+            axes[top, c].set_title(name, fontsize=7)
+            for r in range(len(x)):
+                axes[top + r, c].imshow(camkit.overlay(images[r], maps[r], alpha=0.5, colormap="jet"))
+                axes[top + r, c].set_frame_on(True)
+    fig.suptitle(f"Every camkit method on the same images (maps for the predicted class)\n{title}", fontsize=9)
+    fig.tight_layout()
+    args.out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out / "gallery.png", dpi=110)
+    print(f"wrote {args.out / 'gallery.png'}")
+
+
+if __name__ == "__main__":
+    main()
