@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -60,9 +59,9 @@ def seeded_model_and_images() -> tuple[nn.Module, Tensor, list[str], str, str, t
     return model.eval(), x, [f"noise {i}" for i in range(4)], "last_conv", "seeded untrained CNN (no demo model found)", ()
 
 
-def explainers(model: nn.Module, layer: str) -> dict[str, Callable[[Tensor, Tensor], Tensor]]:
-    """Display name -> f(x, target) -> maps [B, H, W], one per registered method (and SmoothGrad)."""
-    head = model.fc
+def explainers(model: nn.Module, layer: str) -> dict[str, camkit.Explainer]:
+    """Display name -> explainer, one per registered method (and SmoothGrad)."""
+    head = model.get_submodule("fc")
 
     def tail(acts: Tensor) -> Tensor:  # the network after the CAM layer, for Ablation-CAM
         return head(torch.flatten(acts.mean(dim=(2, 3), keepdim=True), 1))
@@ -92,7 +91,7 @@ def explainers(model: nn.Module, layer: str) -> dict[str, Callable[[Tensor, Tens
     missing = set(camkit.list_methods()) - registered
     if missing:
         raise SystemExit(f"the gallery has no column for {sorted(missing)}: add them to explainers()")
-    return {name: (lambda x, t, e=e: e(x, t)) for name, e in built.items()}
+    return built
 
 
 def main() -> None:
@@ -134,7 +133,7 @@ def main() -> None:
     fig.suptitle(f"Every camkit method on the same images (maps for the predicted class)\n{title}", fontsize=9)
     fig.tight_layout()
     args.out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out / "gallery.png", dpi=110)
+    fig.savefig(args.out / "gallery.png", dpi=80)
     print(f"wrote {args.out / 'gallery.png'}")
 
 
