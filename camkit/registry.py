@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from .errors import UnknownMethodError
 
