@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(PY) -m camkit demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check camkit tests benchmarks examples
+	$(PY) -m ruff check camkit tests benchmarks examples tools docs/gallery.py
 	$(PY) -m mypy
 
 docs: $(STAMP)

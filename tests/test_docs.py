@@ -36,7 +36,7 @@ def test_page_snippets_run(page, tmp_path, monkeypatch):
             module = mark.split(":", 1)[1].strip()
             if importlib.util.find_spec(module) is None:
                 continue
-        exec(compile(code, f"{page.name}", "exec"), namespace)  # noqa: S102
+        exec(compile(code, f"{page.name}", "exec"), namespace)
         ran += 1
     if ran == 0:
         pytest.skip(f"every snippet of {page.name} needs a module that is not installed")
