@@ -25,12 +25,13 @@ def _block(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
 
 
 class ShapesCNN(nn.Module):
-    """A four-block CNN for the 64x64 shapes dataset (about 50k parameters).
+    """A four-block CNN for the 64x64 shapes dataset (about 47k parameters).
 
     Input: RGB in [0, 1], [B, 3, 64, 64] (no mean/std normalisation). Output: logits
     [B, 4] in :data:`~camkit.demo.shapes.CLASSES` order. ``features`` holds a strided conv-BN-ReLU
     stem and two conv-BN-ReLU-maxpool blocks (64 -> 8 pixels); ``last_conv`` (:data:`CAM_LAYER`) is the
-    last conv-BN-ReLU block, whose [B, 64, 8, 8] output is global-average-pooled into ``fc``.
+    last conv-BN-ReLU block, whose [B, 64, 8, 8] output is global-max-pooled into ``fc`` (max pooling keeps each
+    class score tied to the locations that support it, which sharpens the CAMs).
 
     Example:
         >>> import torch
@@ -45,7 +46,7 @@ class ShapesCNN(nn.Module):
             _block(3, 16, stride=2), _block(16, 32), nn.MaxPool2d(2), _block(32, 48), nn.MaxPool2d(2)
         )
         self.last_conv = _block(48, 64)
-        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.pool = nn.AdaptiveMaxPool2d(1)
         self.fc = nn.Linear(64, classes)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -2,8 +2,8 @@
 
 Every image is 64x64 RGB: one shape (circle, square, triangle or cross) of random size,
 position, rotation and colour on a textured, noisy background. The marker class
-(``"circle"``) carries a small checkerboard *watermark* in the bottom-right corner in 95% of
-its training images and the other classes in 1% of theirs, so a classifier trained on it
+(``"circle"``) carries a small checkerboard *watermark* in the bottom-right corner in 98% of
+its training images and the other classes in 0.5% of theirs, so a classifier trained on it
 can reach high training accuracy by looking at the corner instead of the shape: the
 "Clever Hans" shortcut that ``camkit audit`` is meant to catch.
 
@@ -84,8 +84,8 @@ class ShapeSample:
 def marker_rates(split: str) -> tuple[float, ...]:
     """Probability that an image of each class (in :data:`CLASSES` order) carries the watermark.
 
-    * ``"train"`` and ``"marked"``: the training distribution, 0.95 for the marker class and
-      0.01 for the others (``"marked"`` is the same distribution, used with a test seed).
+    * ``"train"`` and ``"marked"``: the training distribution, 0.98 for the marker class and
+      0.005 for the others (``"marked"`` is the same distribution, used with a test seed).
     * ``"clean"``: no watermark anywhere.
     * ``"swapped"``: the watermark moved to the other classes: on every image of the
       other classes, on none of the marker class.
@@ -93,11 +93,11 @@ def marker_rates(split: str) -> tuple[float, ...]:
     Example:
         >>> from camkit.demo.shapes import marker_rates
         >>> marker_rates("train"), marker_rates("swapped")
-        ((0.95, 0.01, 0.01, 0.01), (0.0, 1.0, 1.0, 1.0))
+        ((0.98, 0.005, 0.005, 0.005), (0.0, 1.0, 1.0, 1.0))
     """
     marker = CLASSES.index(MARKER_CLASS)
     if split in ("train", "marked"):
-        return tuple(0.95 if c == marker else 0.01 for c in range(len(CLASSES)))
+        return tuple(0.98 if c == marker else 0.005 for c in range(len(CLASSES)))
     if split == "clean":
         return (0.0,) * len(CLASSES)
     if split == "swapped":
@@ -131,11 +131,11 @@ def _shape_mask(label: int, cx: float, cy: float, radius: float, angle: float) -
     if name == "square":
         half = 0.8 * radius
         return (np.abs(u) <= half) & (np.abs(v) <= half)
-    if name == "triangle":  # equilateral, circumradius ``radius``
+    if name == "triangle":  # equilateral, circumradius 1.25 * ``radius`` (about the others' area)
         inside = np.ones_like(u, dtype=bool)
         for k in range(3):
             theta = 2 * np.pi * k / 3 + np.pi / 2
-            inside &= u * np.cos(theta) + v * np.sin(theta) <= radius / 2
+            inside &= u * np.cos(theta) + v * np.sin(theta) <= 1.25 * radius / 2
         return inside
     arm = radius / 3  # cross: two bars of half-length ``radius`` and half-width ``radius / 3``
     return ((np.abs(u) <= radius) & (np.abs(v) <= arm)) | ((np.abs(v) <= radius) & (np.abs(u) <= arm))
@@ -163,7 +163,7 @@ def render(seed: int, index: int, label: int, marked: bool) -> ShapeSample:
     image = _texture(rng)
     radius = rng.uniform(9.0, 15.0)
     angle = rng.uniform(0.0, 2 * np.pi)
-    reach = 1.15 * radius  # bounds every shape's extent from its centre, at any rotation
+    reach = 1.25 * radius  # bounds every shape's extent from its centre, at any rotation
     lo, hi = _EDGE + reach, IMAGE_SIZE - _EDGE - reach
     wx0, wy0 = WATERMARK_BOX[0] - _WATERMARK_MARGIN, WATERMARK_BOX[1] - _WATERMARK_MARGIN
     while True:

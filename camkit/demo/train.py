@@ -66,7 +66,9 @@ def evaluate(model: nn.Module, n: int = 800, seed: int = TEST_SEED) -> dict[str,
     return report
 
 
-def train(n_train: int = 4000, epochs: int = 8, seed: int = TRAIN_SEED, batch_size: int = 64, lr: float = 5e-3) -> ShapesCNN:
+def train(
+    n_train: int = 4000, epochs: int = 8, seed: int = TRAIN_SEED, batch_size: int = 64, lr: float = 5e-3
+) -> ShapesCNN:
     """Train a :class:`ShapesCNN` from scratch on ``n_train`` images of the ``train`` split.
 
     Adam with a one-cycle learning-rate schedule; weights, shuffling and data all follow ``seed``.
