@@ -74,9 +74,15 @@ BUSY_LOAD = 0.5
 
 
 def busy(machine: Machine) -> bool:
-    """Whether the machine had other work on it (1-min load above ``BUSY_LOAD`` per core) at the start or end."""
-    loads = [load[0] for load in (machine.load_start, machine.load_end) if load is not None]
-    return any(load > BUSY_LOAD * machine.cores for load in loads)
+    """Whether the machine had other work on it (1-min load above ``BUSY_LOAD`` per core) at the start or end.
+
+    The load at the end includes the run's own work (up to ``threads`` busy threads), so
+    that much is taken off it before the comparison.
+    """
+    limit = BUSY_LOAD * machine.cores
+    start = machine.load_start[0] if machine.load_start is not None else 0.0
+    end = machine.load_end[0] - machine.threads if machine.load_end is not None else 0.0
+    return start > limit or end > limit
 
 
 def _ms(seconds: float) -> str:

@@ -251,3 +251,15 @@ def test_runner_smoke_end_to_end_writes_only_to_the_given_directory(tmp_path, mo
 def test_runner_rejects_an_unknown_case():
     with pytest.raises(SystemExit, match="unknown case"):
         _runner.main(["--smoke", "--cases", "nope", "--list"])
+
+
+def test_busy_takes_the_runs_own_threads_off_the_end_load():
+    from benchmarks._report import Machine, busy
+
+    def machine(start: float, end: float) -> Machine:
+        return Machine(cpu="x", cores=2, threads=2, devices=["cpu"], python="3", versions={}, date="d",
+                       load_start=(start, 0.0, 0.0), load_end=(end, 0.0, 0.0))  # fmt: skip
+
+    assert not busy(machine(0.4, 1.99))  # the run's own two threads, nothing else
+    assert busy(machine(0.4, 3.5))  # 1.5 more than the run's own threads
+    assert busy(machine(1.2, 2.0))  # busy before the run started
