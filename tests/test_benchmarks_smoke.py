@@ -200,7 +200,8 @@ def test_report_writes_the_tables_goals_and_chart(tmp_path, monkeypatch, use_mat
     rows = [r for r in items if isinstance(r, Row)]
     goals = [g for g in items if isinstance(g, Goal)]
     machine = _report.describe_machine([torch.device("cpu")])
-    machine.cores, machine.load_start, machine.load_end = 2, (0.5, 0.5, 0.5), (1.5, 1.0, 1.0)  # 1.5 > 0.5 * 2 cores
+    # the end load less the run's own 2 threads is 1.5 > 0.5 * 2 cores
+    machine.cores, machine.threads, machine.load_start, machine.load_end = 2, 2, (0.5, 0.5, 0.5), (3.5, 1.0, 1.0)
     chart = _report.write_chart(tmp_path / "chart.png", rows)
     assert chart == tmp_path / "chart.png"
     import cv2
@@ -220,7 +221,7 @@ def test_report_writes_the_tables_goals_and_chart(tmp_path, monkeypatch, use_mat
     assert f"CPU: {_report.cpu_model()}" in text
     assert f"torch {torch.__version__}" in text
     assert "![Time per method](chart.png)" in text
-    assert "Load average (1 min) at the start: 0.50; at the end: 1.50" in text
+    assert "Load average (1 min) at the start: 0.50; at the end: 3.50" in text
     assert "> **Preliminary**: other work was running" in text
     machine.load_end = (0.9, 0.9, 0.9)  # 0.9 <= 1.0: quiet
     _report.write_markdown(md, mode="smoke", machine=machine, rows=rows, goals=goals, failures=[], chart=None,
