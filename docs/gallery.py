@@ -61,10 +61,10 @@ def seeded_model_and_images() -> tuple[nn.Module, Tensor, list[str], str, str, t
 
 def explainers(model: nn.Module, layer: str) -> dict[str, camkit.Explainer]:
     """Display name -> explainer, one per registered method (and SmoothGrad)."""
-    head = model.get_submodule("fc")
+    head, pool = model.get_submodule("fc"), model.get_submodule("pool")
 
     def tail(acts: Tensor) -> Tensor:  # the network after the CAM layer, for Ablation-CAM
-        return head(torch.flatten(acts.mean(dim=(2, 3), keepdim=True), 1))
+        return head(torch.flatten(pool(acts), 1))
 
     built: dict[str, camkit.Explainer] = {
         "Grad-CAM": camkit.GradCAM(model, layer),
