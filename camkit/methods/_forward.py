@@ -16,7 +16,7 @@ from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..hooks import LayerCapture
 from ..targets import OutputSelector, Target, resolve_target, select_output
-from .base import CAMExplainer, Explainer, finish_maps
+from .base import CAMExplainer, Explainer, make_explanation
 
 __all__ = [
     "Captured",
@@ -144,29 +144,6 @@ class RowScorer:
             return scores if scores.dim() == 2 else scores[:, None]
         values = out.softmax(dim=1) if self.softmax else out
         return values.gather(1, self.classes[b_idx])
-
-
-def make_explanation(
-    key: str,
-    raws: list[Tensor],
-    x: Tensor,
-    classes: Tensor | None,
-    scores: Tensor,
-    layers: tuple[str, ...] = (),
-    **extras: Any,
-) -> Explanation:
-    """Apply the output contract (:func:`finish_maps`) and wrap the result."""
-    maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]))
-    return Explanation(
-        maps=maps.to(x.device),
-        raw=raws[0] if len(raws) == 1 else tuple(raws),
-        target=classes,
-        scores=scores,
-        flat=flat.to(x.device),
-        method=key,
-        layers=layers,
-        extras=extras,
-    )
 
 
 class ForwardCAM(CAMExplainer):

@@ -21,7 +21,7 @@ from ..hooks import LayerCapture
 from ..layers import LayerSpec, resolve_layers
 from ..targets import OutputSelector, Target, resolve_target, select_output
 
-__all__ = ["CAMExplainer", "Explainer", "GradientCAM", "Reshape", "finish_maps"]
+__all__ = ["CAMExplainer", "Explainer", "GradientCAM", "Reshape", "finish_maps", "make_explanation"]
 
 Reshape = Callable[[Tensor], Tensor]
 InputIndex = Union[int, str]
@@ -48,6 +48,29 @@ def finish_maps(raws: Sequence[Tensor], size: tuple[int, int]) -> tuple[Tensor, 
         return normalize_maps(upsample_maps(raws[0], size))
     per_layer = [normalize_maps(upsample_maps(r, size))[0] for r in raws]
     return normalize_maps(torch.stack(per_layer).mean(dim=0))
+
+
+def make_explanation(
+    key: str,
+    raws: Sequence[Tensor],
+    x: Tensor,
+    classes: Tensor | None,
+    scores: Tensor,
+    layers: tuple[str, ...] = (),
+    **extras: Any,
+) -> Explanation:
+    """Apply the output contract (:func:`finish_maps`) to raw maps and wrap them in an :class:`Explanation`."""
+    maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]))
+    return Explanation(
+        maps=maps.to(x.device),
+        raw=raws[0] if len(raws) == 1 else tuple(raws),
+        target=classes,
+        scores=scores,
+        flat=flat.to(x.device),
+        method=key,
+        layers=layers,
+        extras=extras,
+    )
 
 
 class Explainer:
@@ -423,14 +446,4 @@ class GradientCAM(CAMExplainer):
     def _explanation(
         self, raws: list[Tensor], x: Tensor, classes: Tensor | None, scores: Tensor, **extras: Any
     ) -> Explanation:
-        maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]))
-        return Explanation(
-            maps=maps.to(x.device),
-            raw=raws[0] if len(raws) == 1 else tuple(raws),
-            target=classes,
-            scores=scores,
-            flat=flat.to(x.device),
-            method=self.key,
-            layers=self._names(),
-            extras=extras,
-        )
+        return make_explanation(self.key, raws, x, classes, scores, self._names(), **extras)
