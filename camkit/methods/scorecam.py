@@ -53,7 +53,10 @@ class ScoreCAM(ForwardCAM):
             (``rank_by="mass"``: the sum over positions) or spatial variance
             (``rank_by="variance"``). The other channels get weight zero, so the map becomes the
             Score-CAM map restricted to those channels; time falls in proportion to
-            ``top_k / C``. ``None`` (default) scores every channel.
+            ``top_k / C``. ``None`` (default) scores every channel. Measured on trained models
+            (``benchmarks/RESULTS.md``): ``top_k=16`` of 64 channels ran 3.8x faster with a mean
+            Spearman rank correlation of 0.956 to the full map on a CIFAR ResNet-20 (``layer3``)
+            and 0.819 on the demo CNN.
         rank_by: ``"mass"`` or ``"variance"``, see ``top_k``.
         progress: show a tqdm progress bar over the masked inputs.
         call, output, keep_mode: see :class:`CAMExplainer`.
