@@ -11,6 +11,7 @@ from typing import Any, ClassVar, NamedTuple, Union
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_image_batch
 from .._state import eval_mode
 from ..architectures import known_channels_last, prefix_token_hint, unwrap_model
 from ..errors import InferenceModeError, InvalidInputError
@@ -255,13 +256,7 @@ class Explainer:
         return self.model(*args, **call.kwargs)
 
     def _check_input(self, x: Tensor) -> None:
-        if not isinstance(x, Tensor):
-            raise InvalidInputError(f"x must be a tensor [B, C, H, W], got {type(x).__name__}")
-        if x.dim() != 4:
-            hint = " (add a batch dimension with x[None])" if x.dim() == 3 else ""
-            raise InvalidInputError(f"x must be a batch [B, C, H, W], got shape {list(x.shape)}{hint}")
-        if not x.is_floating_point():
-            raise InvalidInputError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+        check_image_batch(x)
         if self.needs_grad and torch.is_inference_mode_enabled():
             raise InferenceModeError(
                 f"{type(self).__name__} needs autograd, which torch.inference_mode() turns off; call it "

@@ -8,6 +8,7 @@ from typing import Any, Union
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_broadcasts
 from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..functional.attribution import IntegrationRule, blur, completeness_gap, integration_points
@@ -101,15 +102,7 @@ class IntegratedGradients(GradientAttribution):
     def _baseline(self, x: Tensor) -> Tensor:
         if isinstance(self.baseline, Tensor):
             base = self.baseline.detach().to(device=x.device, dtype=x.dtype)
-            try:
-                shape = torch.broadcast_shapes(base.shape, x.shape)
-            except RuntimeError:
-                shape = None
-            if shape != x.shape:
-                raise InvalidInputError(
-                    f"the baseline has shape {list(base.shape)}, which does not broadcast to the input "
-                    f"{list(x.shape)}; pass [C, H, W], [1, C, H, W] or [B, C, H, W]."
-                )
+            check_broadcasts(base, x, what="input", hint="pass [C, H, W], [1, C, H, W] or [B, C, H, W].")
             return base.expand_as(x)
         if isinstance(self.baseline, str):
             sigma = self.blur_sigma if self.blur_sigma is not None else max(x.shape[-2:]) / 10.0

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_image_batch
 from ..errors import InvalidInputError, InvalidTargetError
 from ..targets import OutputSelector, Target, resolve_target, select_output
 
@@ -32,13 +33,7 @@ def check_model(model: nn.Module) -> None:
 
 
 def check_images(x: Tensor) -> None:
-    if not isinstance(x, Tensor):
-        raise InvalidInputError(f"x must be a tensor [B, C, H, W], got {type(x).__name__}")
-    if x.dim() != 4:
-        hint = " (add a batch dimension with x[None])" if x.dim() == 3 else ""
-        raise InvalidInputError(f"x must be a batch [B, C, H, W], got shape {list(x.shape)}{hint}")
-    if not x.is_floating_point():
-        raise InvalidInputError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    check_image_batch(x)
     if x.shape[0] == 0 or x.shape[2] == 0 or x.shape[3] == 0:
         raise InvalidInputError(f"x holds no pixels to measure: shape {list(x.shape)}")
 

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_broadcasts
 from .._state import eval_mode
 from ..errors import InvalidInputError
 from ..targets import OutputSelector, Target
@@ -99,15 +100,7 @@ def _resolve_baseline(baseline: Baseline, x: Tensor) -> Tensor:
         raise InvalidInputError(
             f"baseline must be a number, a tensor, 'blur', 'mean' or a callable, got {type(baseline).__name__}"
         )
-    try:
-        shape = torch.broadcast_shapes(canvas.shape, x.shape)
-    except RuntimeError:
-        shape = None
-    if shape != x.shape:
-        raise InvalidInputError(
-            f"the baseline has shape {list(canvas.shape)}, which does not broadcast to the images "
-            f"{list(x.shape)}; give a scalar, [C, 1, 1], [C, H, W] or [B, C, H, W]"
-        )
+    check_broadcasts(canvas, x, what="images", hint="give a scalar, [C, 1, 1], [C, H, W] or [B, C, H, W]")
     return canvas.detach().to(device=x.device, dtype=x.dtype).expand(x.shape)
 
 
