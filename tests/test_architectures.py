@@ -11,14 +11,7 @@ from torchvision.models import VisionTransformer
 
 import camkit
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # the CI box is shared: one intra-op thread avoids oversubscription stalls
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _randomise_head(model: nn.Module) -> nn.Module:

@@ -11,14 +11,7 @@ import camkit
 import camkit.functional as CF
 from camkit.architectures import known_channels_last, prefix_token_hint
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # the CI box is shared: one intra-op thread avoids oversubscription stalls
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_tokens_to_grid_matches_hand_made_layout():
