@@ -9,7 +9,7 @@ STAMP := $(VENV)/.camkit-installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,test]"
 	touch $(STAMP)
 
 venv: $(STAMP)
