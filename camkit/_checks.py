@@ -7,7 +7,7 @@ from torch import Tensor
 
 from .errors import InvalidInputError
 
-__all__ = ["check_broadcasts", "check_image_batch"]
+__all__ = ["check_broadcasts", "check_finite", "check_image_batch"]
 
 
 def check_image_batch(x: object) -> None:
@@ -48,3 +48,33 @@ def check_broadcasts(baseline: Tensor, x: Tensor, *, what: str, hint: str) -> No
             f"the baseline has shape {list(baseline.shape)}, which does not broadcast to the {what} "
             f"{list(x.shape)}; {hint}"
         )
+
+
+def check_finite(x: Tensor, *, what: str = "x") -> None:
+    """Raise :class:`InvalidInputError` naming the samples of a CPU batch that hold NaN or Inf.
+
+    Only CPU tensors are checked here: reading a device tensor's values would make the host
+    wait for the device on every call. On an accelerator the explainers give those samples
+    NaN maps instead (see :func:`camkit.methods.base.make_explanation`); call
+    ``torch.isfinite(x).all()`` yourself where one sync per batch is acceptable.
+
+    Example:
+        >>> import torch
+        >>> from camkit._checks import check_finite
+        >>> x = torch.zeros(3, 1, 2, 2); x[2, 0, 1, 1] = float("nan")
+        >>> check_finite(x)
+        Traceback (most recent call last):
+        ...
+        camkit.errors.InvalidInputError: x holds NaN or Inf values in sample(s) [2] of 3; clean or drop those images first (a division by a zero std in preprocessing?)
+    """
+    if x.device.type != "cpu" or x.numel() == 0:
+        return
+    finite = torch.isfinite(x).flatten(1).all(dim=1)
+    if bool(finite.all()):
+        return
+    bad = (~finite).nonzero().flatten().tolist()
+    shown = bad if len(bad) <= 10 else [*bad[:10], "..."]
+    raise InvalidInputError(
+        f"{what} holds NaN or Inf values in sample(s) {shown} of {x.shape[0]}; clean or drop those images "
+        "first (a division by a zero std in preprocessing?)"
+    )

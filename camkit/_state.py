@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
-__all__ = ["eval_mode"]
+__all__ = ["eval_mode", "preserve_running_stats"]
+
+# Concurrent calls on one model (threads) share one saving of its flags: the first call to
+# enter saves them and switches to eval mode, the last to leave restores them. Without
+# this, a call that finishes first would put the model back in train mode under another
+# call that is still running.
+_LOCK = threading.Lock()
+_ACTIVE: dict[int, tuple[int, list[tuple[nn.Module, bool]]]] = {}
 
 
 @contextmanager
@@ -17,6 +26,8 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
     Each module's ``training`` flag is saved separately, so a model with mixed flags
     (say a frozen backbone in eval and a head in train) gets exactly its flags back,
     also when the block raises. With ``enabled=False`` the caller's modes are kept.
+    Blocks running at the same time in several threads on one model share one saving:
+    the flags come back when the last of them ends.
 
     Example:
         >>> from torch import nn
@@ -29,11 +40,66 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
         >>> [m.training for m in net.modules()]
         [True, True, False]
     """
-    flags = [(m, m.training) for m in model.modules()]
-    try:
-        if enabled:
+    if not enabled:
+        yield model
+        return
+    key = id(model)
+    with _LOCK:
+        count, flags = _ACTIVE.get(key, (0, []))
+        if count == 0:
+            flags = [(m, m.training) for m in model.modules()]
             model.eval()
+        _ACTIVE[key] = (count + 1, flags)
+    try:
         yield model
     finally:
-        for module, flag in flags:
-            module.training = flag
+        with _LOCK:
+            count, flags = _ACTIVE[key]
+            if count == 1:
+                del _ACTIVE[key]
+                for module, flag in flags:
+                    module.training = flag
+            else:
+                _ACTIVE[key] = (count - 1, flags)
+
+
+def _tracking_norms(model: nn.Module) -> list[nn.modules.batchnorm._NormBase]:
+    return [
+        m
+        for m in model.modules()
+        if isinstance(m, nn.modules.batchnorm._NormBase) and m.training and m.track_running_stats
+    ]
+
+
+@contextmanager
+def preserve_running_stats(model: nn.Module) -> Iterator[None]:
+    """Run a block and put back the running statistics of normalisation layers in train mode.
+
+    A forward in train mode updates ``running_mean``, ``running_var`` and
+    ``num_batches_tracked`` of every BatchNorm (and InstanceNorm with
+    ``track_running_stats=True``) in train mode. Explaining is not training: with
+    ``keep_mode=True`` camkit runs the caller's modes (batch statistics are used in the
+    forward) but restores those buffers afterwards, also when the block raises.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit._state import preserve_running_stats
+        >>> bn = nn.BatchNorm1d(2)
+        >>> with preserve_running_stats(bn):
+        ...     _ = bn(torch.randn(8, 2) + 5)
+        >>> bn.running_mean.tolist(), int(bn.num_batches_tracked)
+        ([0.0, 0.0], 0)
+    """
+    saved: list[tuple[Tensor, Tensor]] = []
+    for module in _tracking_norms(model):
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            buffer = getattr(module, name, None)
+            if isinstance(buffer, Tensor):
+                saved.append((buffer, buffer.detach().clone()))
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)

@@ -169,8 +169,12 @@ def _own_layout(module: nn.Module) -> bool | None:
 def known_channels_last(module: nn.Module) -> bool | None:
     """Whether a module's 4-D output is channel-last, from its type; ``None`` when unknown.
 
-    The module's own type decides first; a container is judged by the last of its
-    submodules (in registration order) whose type is known.
+    The module's own type decides first; an ``nn.Sequential`` (or ``ModuleList``) is judged
+    by its last child, which is what it returns (element-wise modules skipped), followed down
+    to a module of known type. Any other container is unknown: its forward may permute, so
+    the last leaf inside it is no evidence (a ConvNeXt block ends with a ``Linear`` yet
+    returns a channel-first map). Explainers use this only when the
+    output's shape fits both layouts (see :mod:`camkit.layout`).
 
     Example:
         >>> from torch import nn
@@ -180,14 +184,26 @@ def known_channels_last(module: nn.Module) -> bool | None:
         >>> known_channels_last(nn.ReLU()) is None
         True
     """
-    own = _own_layout(module)
-    if own is not None:
-        return own
-    for sub in reversed(list(module.modules())[1:]):
-        own = _own_layout(sub)
+    while True:
+        own = _own_layout(module)
         if own is not None:
             return own
-    return None
+        if not isinstance(module, (nn.Sequential, nn.ModuleList)):
+            # Any other container may permute in its forward (Hugging Face's ConvNext layer
+            # ends with a Linear, then permutes back): its registration order is no evidence.
+            return None
+        children = [child for child in module.children() if not _shape_keeping(child)]
+        if not children:
+            return None
+        module = children[-1]
+
+
+_SHAPE_KEEPING = {"Identity", "Dropout", "DropPath", "ReLU", "GELU", "SiLU", "Hardswish", "ReLU6", "Sigmoid"}
+
+
+def _shape_keeping(module: nn.Module) -> bool:
+    # Element-wise modules at the end of a container keep the layout of what came before.
+    return type(module).__name__ in _SHAPE_KEEPING
 
 
 def prefix_token_hint(model: nn.Module) -> int | None:

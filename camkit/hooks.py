@@ -28,6 +28,7 @@ documented, never a silent mix of calls.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,15 @@ from torch.utils.hooks import RemovableHandle
 from .errors import LayerNotReachedError, OutputSelectionError
 
 __all__ = ["HookScope", "LayerCapture"]
+
+
+def _in_thread(fn: Callable[..., Any], thread: int) -> Callable[..., Any]:
+    def hook(*args: Any) -> Any:
+        if threading.get_ident() != thread:
+            return None
+        return fn(*args)
+
+    return hook
 
 
 class HookScope:
@@ -83,8 +93,17 @@ class HookScope:
         with_kwargs: bool = False,
         prepend: bool = False,
         always_call: bool = False,
+        own_thread: bool = False,
     ) -> RemovableHandle:
-        """Register ``fn(module, args, output)`` (or ``(module, args, kwargs, output)``)."""
+        """Register ``fn(module, args, output)`` (or ``(module, args, kwargs, output)``).
+
+        With ``own_thread=True`` the hook runs only for forwards in the thread that registered
+        it: a per-call capture must not see another thread's forward of the same model
+        (two explainers, or two calls of one, running concurrently). Long-lived observers
+        (monitors) keep the default, which also sees ``DataParallel``'s replica threads.
+        """
+        if own_thread:
+            fn = _in_thread(fn, threading.get_ident())
         return self._keep(
             module.register_forward_hook(
                 fn, with_kwargs=with_kwargs, prepend=prepend, always_call=always_call
@@ -170,7 +189,7 @@ class LayerCapture:
         self._prev_grad = torch.is_grad_enabled()
         try:
             for index, (name, module) in enumerate(self.layers):
-                self._scope.forward(module, self._make_hook(index, name))
+                self._scope.forward(module, self._make_hook(index, name), own_thread=True)
         except BaseException:
             self._scope.remove()
             raise

@@ -33,7 +33,8 @@ def runs(tmp_path_factory):
     torch.save(Tiny(seed=4), root / "whole.pt")
     make_bad_data(root / "bad")
     factory = ["--model", "tinyfactory:tiny", "--layer", "conv2"]
-    tv = ["--model", "torchvision:resnet18", "--weights", str(root / "r18.pt"), "--layer", "layer4"]
+    # layer3, not layer4: at 32 px resnet18's layer4 is 1x1, which camkit refuses (a map of one position).
+    tv = ["--model", "torchvision:resnet18", "--weights", str(root / "r18.pt"), "--layer", "layer3"]
     whole = ["--model", str(root / "whole.pt"), "--layer", "conv2"]
     commands = {
         "explain_factory": ["explain", *images, *factory, "--target", "top2", "--out", "ex_factory"],
@@ -87,7 +88,7 @@ def test_explain_torchvision_state_dict_and_trusted_whole_model(runs):
     root, images, results = runs
     assert results["explain_tv"][0] == 0, results["explain_tv"][2]
     tv = json.loads((root / "ex_tv" / "manifest.json").read_text())
-    assert tv["layer"] == ["layer4"] and tv["model"]["notes"] == ["num_classes=3 taken from the state dict"]
+    assert tv["layer"] == ["layer3"] and tv["model"]["notes"] == ["num_classes=3 taken from the state dict"]
     net = torchvision.models.resnet18(weights=None, num_classes=3)
     net.load_state_dict(torch.load(root / "r18.pt", weights_only=True))
     assert [e["prediction"] for e in tv["images"]] == [_expected(net, p)[0] for p in images]

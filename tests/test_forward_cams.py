@@ -46,7 +46,8 @@ def test_eigencam_projects_the_captured_activations():
     finally:
         handle.remove()
     explanation = camkit.EigenCAM(model, "conv2").explain(x)
-    torch.testing.assert_close(explanation.raw, eigen_projection(acts["a"]), atol=1e-5, rtol=1e-4)
+    # The ReLU of the projection, as pytorch-grad-cam and every other CAM.
+    torch.testing.assert_close(explanation.raw, eigen_projection(acts["a"]).clamp_min(0), atol=1e-5, rtol=1e-4)
     assert not camkit.EigenCAM.needs_grad
     multi = camkit.EigenCAM(model, "conv2").explain(x, torch.tensor([[0, 1]] * 3))
     torch.testing.assert_close(multi.maps[:, 1], explanation.maps)  # class-agnostic
@@ -61,7 +62,7 @@ def test_eigengradcam_projects_activations_times_gradients():
     finally:
         handle.remove()
     (grad,) = torch.autograd.grad(out[:, 2].sum(), acts["a"])
-    expected = eigen_projection(acts["a"].detach() * grad)
+    expected = eigen_projection(acts["a"].detach() * grad).clamp_min(0)
     got = camkit.EigenGradCAM(model, "conv2").explain(x, target=2).raw
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 

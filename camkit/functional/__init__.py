@@ -15,10 +15,11 @@ from .cam import (
     gradcampp_weights,
     hirescam,
     layercam,
+    weighted_maps,
     weighted_sum,
     xgradcam_weights,
 )
-from .maps import normalize_maps, upsample_maps
+from .maps import flat_maps, normalize_maps, upsample_maps
 from .overlay import colorize, colormap_lut, overlay_batch
 from .tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
 
@@ -30,6 +31,7 @@ __all__ = [
     "colormap_lut",
     "completeness_gap",
     "deconv_relu_grad",
+    "flat_maps",
     "gradcam",
     "gradcam_weights",
     "gradcampp_weights",
@@ -44,6 +46,7 @@ __all__ = [
     "reduce_channels",
     "tokens_to_grid",
     "upsample_maps",
+    "weighted_maps",
     "weighted_sum",
     "xgradcam_weights",
 ]

@@ -17,6 +17,7 @@ __all__ = [
     "gradcampp_weights",
     "hirescam",
     "layercam",
+    "weighted_maps",
     "weighted_sum",
     "xgradcam_weights",
 ]
@@ -135,3 +136,30 @@ def layercam(acts: Tensor, grads: Tensor) -> Tensor:
     """
     _check(acts, grads)
     return (grads.clamp_min(0) * acts).sum(dim=1).clamp_min(0)
+
+
+def weighted_maps(weights: Tensor, acts: Tensor, *, eigen_smooth: bool = False) -> Tensor:
+    """K maps per sample from channel weights [B, C, K] and activations [B, C, H, W]: [B, K, H, W].
+
+    ``relu(sum_c w[b, c, k] A[b, c])``, or with ``eigen_smooth`` the ReLU of the first
+    principal component (:func:`camkit.functional.perturbation.eigen_projection`) of the
+    weighted activations ``w[b, c, k] A[b, c]`` instead of their channel sum.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import weighted_maps
+        >>> acts = torch.tensor([[[[1.0, 2.0]], [[3.0, -4.0]]]])  # [1, 2, 1, 2]
+        >>> weighted_maps(torch.tensor([[[1.0], [1.0]]]), acts)
+        tensor([[[[4., 0.]]]])
+    """
+    _check(acts)
+    if weights.dim() != 3 or weights.shape[:2] != acts.shape[:2]:
+        raise InvalidInputError(
+            f"weights must be [B, C, K] with B, C of the activations {list(acts.shape[:2])}, got {list(weights.shape)}"
+        )
+    if not eigen_smooth:
+        return torch.einsum("bck,bchw->bkhw", weights, acts).clamp_min(0)
+    from .perturbation import eigen_projection
+
+    maps = [eigen_projection(weights[:, :, k, None, None] * acts) for k in range(weights.shape[2])]
+    return torch.stack(maps, dim=1).clamp_min(0)

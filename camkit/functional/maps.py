@@ -8,7 +8,10 @@ from torch import Tensor
 
 from ..errors import InvalidInputError
 
-__all__ = ["normalize_maps", "upsample_maps"]
+__all__ = ["FLAT_RTOL", "flat_maps", "normalize_maps", "upsample_maps"]
+
+#: Relative spread under which a map counts as constant: 64 float32 epsilons of its magnitude.
+FLAT_RTOL = 64 * torch.finfo(torch.float32).eps
 
 
 def upsample_maps(maps: Tensor, size: tuple[int, int]) -> Tensor:
@@ -55,3 +58,26 @@ def normalize_maps(maps: Tensor) -> tuple[Tensor, Tensor]:
     out = (maps - low) / torch.where(flat, torch.ones_like(span), span)
     out = torch.where(flat, torch.zeros_like(out), out)
     return out, flat[..., 0, 0]
+
+
+def flat_maps(maps: Tensor, rtol: float = FLAT_RTOL) -> Tensor:
+    """Which maps [..., H, W] are constant up to float rounding: a bool tensor [...].
+
+    A map is flat when its spread ``max - min`` is at most ``rtol`` times its magnitude
+    ``max(|max|, |min|)`` (so also when it is all zero). Decide this on the *raw* map, at
+    the layer's resolution: min-max normalisation would stretch a spread of 1e-13 into a
+    full-contrast picture of rounding noise, and upsampling a 1x1 map would invent a
+    gradient. NaN maps are not flat. No host sync.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import flat_maps
+        >>> flat_maps(torch.tensor([[[1.44e-6, 1.44e-6 + 1e-13]], [[0.0, 0.0]], [[1.0, 1.001]]])).tolist()
+        [True, True, False]
+    """
+    if maps.dim() < 2:
+        raise InvalidInputError(f"maps must be at least 2-D [..., H, W], got shape {list(maps.shape)}")
+    high = maps.amax(dim=(-2, -1))
+    low = maps.amin(dim=(-2, -1))
+    scale = torch.maximum(high.abs(), low.abs())
+    return (high - low) <= rtol * scale

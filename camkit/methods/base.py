@@ -5,50 +5,80 @@ The math lives in :mod:`camkit.functional`; hook handling in :mod:`camkit.hooks`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple, Union
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_image_batch
-from .._state import eval_mode
-from ..architectures import known_channels_last, prefix_token_hint, unwrap_model
+from .._checks import check_finite, check_image_batch
+from .._state import eval_mode, preserve_running_stats
+from ..architectures import prefix_token_hint, unwrap_model
 from ..errors import InferenceModeError, InvalidInputError
 from ..explanation import Explanation
-from ..functional.maps import normalize_maps, upsample_maps
-from ..functional.tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
+from ..functional.maps import flat_maps, normalize_maps, upsample_maps
+from ..functional.perturbation import eigen_projection
 from ..hooks import LayerCapture
-from ..layers import LayerSpec, resolve_layers
+from ..layers import LayerSpec, auto_layer, default_score, resolve_layers
+from ..layout import layer_grid
 from ..targets import OutputSelector, Target, resolve_target, select_output
+from ._binding import Call, InputIndex, bind_inputs, bound, current_call, run_model
 
 __all__ = ["CAMExplainer", "Explainer", "GradientCAM", "Reshape", "finish_maps", "make_explanation"]
 
 Reshape = Callable[[Tensor], Tensor]
-InputIndex = Union[int, str]
 
 
-class _Call(NamedTuple):
-    """How one explain call runs the model: the image ``x`` goes into a slot of args/kwargs."""
+def _check_batch(raws: Sequence[Tensor], batch: int, names: Sequence[str]) -> None:
+    for index, raw in enumerate(raws):
+        if raw.dim() < 3 or raw.shape[0] != batch:
+            name = f"layer '{names[index]}'" if index < len(names) else "the method"
+            raise InvalidInputError(
+                f"{name} gave a raw map of shape {list(raw.shape)} for a batch of {batch}: its output does not "
+                "follow the batch (a parameter, a position table or a pooled summary?). Pick a layer on the "
+                "image's path (see camkit.list_layers(model, x))."
+            )
 
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    slot: InputIndex
-    as_list: bool
 
+def finish_maps(
+    raws: Sequence[Tensor], size: tuple[int, int], *, batch: int | None = None, names: Sequence[str] = ()
+) -> tuple[Tensor, Tensor]:
+    """Apply the output contract to raw maps: check, decide flatness, upsample, normalise.
 
-def finish_maps(raws: Sequence[Tensor], size: tuple[int, int]) -> tuple[Tensor, Tensor]:
-    """Apply the output contract to raw maps: upsample, then normalise per map.
+    Each raw map [B, h, w] (or [B, K, h, w]) must have the batch's size (``batch``, when
+    given; else the first map's). Flatness is decided on the raw map, at the layer's own
+    resolution and before upsampling, with a tolerance relative to the map's magnitude
+    (:func:`camkit.functional.flat_maps`): a map that is constant up to float rounding is
+    flat and comes back as zeros with ``flat=True``, however upsampling and min-max
+    normalisation would have stretched its rounding noise. Other maps are upsampled to
+    ``size`` (bilinear) and min-max normalised.
 
-    Several raw maps (one per layer) are fused by this rule: each is upsampled to
-    ``size`` and min-max normalised, the results are averaged, and the average is
-    normalised again.
+    Several raw maps (one per layer) are fused by this rule: each is finished as above,
+    the results are averaged, and the average is normalised again; the fused map is flat
+    when every layer's map is.
+
+    Example:
+        >>> import torch
+        >>> from camkit.methods.base import finish_maps
+        >>> maps, flat = finish_maps([torch.tensor([[[1.0, 1.0 + 1e-9]], [[0.0, 2.0]]])], (1, 3))
+        >>> maps.tolist(), flat.tolist()
+        ([[[0.0, 0.0, 0.0]], [[0.0, 0.5, 1.0]]], [True, False])
     """
     raws = [r.float() for r in raws]
+    _check_batch(raws, raws[0].shape[0] if batch is None else batch, names)
+    finished = []
+    flats = []
+    for raw in raws:
+        flat = flat_maps(raw)
+        maps, _ = normalize_maps(upsample_maps(raw, size))
+        finished.append(torch.where(flat[..., None, None], torch.zeros_like(maps), maps))
+        flats.append(flat)
     if len(raws) == 1:
-        return normalize_maps(upsample_maps(raws[0], size))
-    per_layer = [normalize_maps(upsample_maps(r, size))[0] for r in raws]
-    return normalize_maps(torch.stack(per_layer).mean(dim=0))
+        return finished[0], flats[0]
+    fused, _ = normalize_maps(torch.stack(finished).mean(dim=0))
+    flat = torch.stack(flats).all(dim=0)
+    return torch.where(flat[..., None, None], torch.zeros_like(fused), fused), flat
 
 
 def make_explanation(
@@ -60,18 +90,39 @@ def make_explanation(
     layers: tuple[str, ...] = (),
     **extras: Any,
 ) -> Explanation:
-    """Apply the output contract (:func:`finish_maps`) to raw maps and wrap them in an :class:`Explanation`."""
-    maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]))
+    """Apply the output contract (:func:`finish_maps`) to raw maps and wrap them in an :class:`Explanation`.
+
+    On an accelerator, where camkit does not stop the device to look at values, samples
+    whose input holds NaN or Inf get NaN maps and ``flat=False`` (on the CPU such inputs
+    are refused before anything runs; see :func:`camkit._checks.check_finite`).
+    """
+    maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]), batch=x.shape[0], names=layers)
+    maps, flat = maps.to(x.device), flat.to(x.device)
+    if x.device.type != "cpu":
+        bad = ~torch.isfinite(x).flatten(1).all(dim=1)
+        shape = (-1,) + (1,) * (maps.dim() - 1)
+        maps = torch.where(bad.view(shape), torch.full_like(maps, float("nan")), maps)
+        flat = flat & ~bad.view((-1,) + (1,) * (flat.dim() - 1))
     return Explanation(
-        maps=maps.to(x.device),
+        maps=maps,
         raw=raws[0] if len(raws) == 1 else tuple(raws),
         target=classes,
         scores=scores,
-        flat=flat.to(x.device),
+        flat=flat,
         method=key,
         layers=layers,
         extras=extras,
     )
+
+
+def _model_dtype(model: nn.Module) -> torch.dtype | None:
+    for tensor in model.parameters():
+        if tensor.is_floating_point():
+            return tensor.dtype
+    for tensor in model.buffers():
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return None
 
 
 class Explainer:
@@ -86,7 +137,10 @@ class Explainer:
             was passed.
         output: what to score when the model does not return a tensor: a tuple index, a
             dict key or attribute name (``"logits"``), or a callable.
-        keep_mode: run the model in the caller's modes instead of eval mode.
+        keep_mode: run the model in the caller's modes instead of eval mode. A model in
+            ``train()`` then uses batch statistics in its BatchNorm layers, as in training, but
+            their running statistics are put back after the call: explaining never changes
+            the model.
         input_index: for models that take several inputs, where the explained image goes:
             a position in ``explain(..., inputs=...)`` or a keyword name (the image is then
             passed as ``model(*inputs, **{input_index: x}, **kwargs)``).
@@ -130,7 +184,6 @@ class Explainer:
         self.output = output
         self.keep_mode = keep_mode
         self.input_index = input_index
-        self._call: _Call | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={type(self.model).__name__})"
@@ -185,59 +238,36 @@ class Explainer:
         """
         self._check_input(x)
         call = self._bind_inputs(x, inputs, kwargs)
-        previous, self._call = self._call, call
-        try:
-            with eval_mode(self.model, enabled=not self.keep_mode):
-                return self._explain(x, target)
-        finally:
-            self._call = previous
+        x = self._match_dtype(x)
+        with bound([self], call), eval_mode(self.model, enabled=not self.keep_mode):
+            if self.keep_mode:
+                with preserve_running_stats(self.model):
+                    return self._explain(x, target)
+            return self._explain(x, target)
 
-    def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> _Call | None:
-        if inputs is None and not kwargs and self.input_index == 0:
-            return None
-        if inputs is not None and (isinstance(inputs, (Tensor, str)) or not isinstance(inputs, Sequence)):
-            raise InvalidInputError(
-                f"inputs must be a tuple of the model's positional inputs, got {type(inputs).__name__}; "
-                "for a single image just pass x."
-            )
-        args = tuple(inputs) if inputs is not None else ()
-        extra = dict(kwargs or {})
-        slot = self.input_index
-        if isinstance(slot, str):
-            if slot in extra and extra[slot] is not x:
-                raise InvalidInputError(
-                    f"kwargs[{slot!r}] is not x; the image explained goes in as keyword {slot!r} (input_index), "
-                    "so leave it out of kwargs or pass x itself there."
-                )
-            extra.pop(slot, None)
-            return _Call(args, extra, slot, False)
-        if inputs is None:
-            if slot != 0:
-                raise InvalidInputError(
-                    f"input_index={slot} needs inputs=(...), the model's positional inputs with x at position {slot}"
-                )
-            return _Call((x,), extra, 0, False)
-        if not -len(args) <= slot < len(args):
-            raise InvalidInputError(f"input_index={slot} is out of range for {len(args)} inputs")
-        held = args[slot]
-        if held is x:
-            return _Call(args, extra, slot, False)
-        if self._is_image_list(held, x):
-            return _Call(args, extra, slot, True)
-        where = [i for i, a in enumerate(args) if a is x]
-        hint = f"; x is inputs[{where[0]}]: pass input_index={where[0]} to the explainer" if where else ""
-        raise InvalidInputError(
-            f"inputs[{slot}] (input_index={slot}) must be x itself or a list of its images, got "
-            f"{type(held).__name__}{hint}."
-        )
+    @property
+    def _call(self) -> Call | None:
+        """The running call's binding in this thread (``None``: the model runs as ``model(x)``)."""
+        return current_call(self)
 
-    @staticmethod
-    def _is_image_list(held: Any, x: Tensor) -> bool:
-        if not isinstance(held, (list, tuple)) or len(held) != x.shape[0]:
-            return False
-        if not all(isinstance(t, Tensor) and t.shape == x.shape[1:] for t in held):
-            return False
-        return bool(torch.equal(torch.stack(list(held)), x))
+    @contextmanager
+    def _lend_call(self, *others: Explainer) -> Iterator[None]:
+        """Run explainers this one wraps with this call's model inputs (same thread, same call)."""
+        with bound(others, self._call):
+            yield
+
+    def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Call | None:
+        return bind_inputs(x, inputs, kwargs, self.input_index)
+
+    def _match_dtype(self, x: Tensor) -> Tensor:
+        """``x`` in the model's floating dtype (a float64 or half batch for a float32 model, say).
+
+        Maps always come back as float32 whatever the dtype the model runs in.
+        """
+        dtype = _model_dtype(self.model)
+        if dtype is None or dtype == x.dtype:
+            return x
+        return x.to(dtype)
 
     def _call_model(self, x: Tensor) -> Any:
         """Run the model on the image batch ``x`` (with the call's other inputs); the raw output.
@@ -245,18 +275,11 @@ class Explainer:
         Methods that re-run the model on changed images (perturbations, noise) should use
         this rather than ``self.model(x)``, so that multi-input and keyword-input models work.
         """
-        call = self._call
-        if call is None:
-            return self.model(x)
-        value: Any = list(x.unbind(0)) if call.as_list else x
-        if isinstance(call.slot, str):
-            return self.model(*call.args, **call.kwargs, **{call.slot: value})
-        args = list(call.args)
-        args[call.slot] = value
-        return self.model(*args, **call.kwargs)
+        return run_model(self.model, x, self._call)
 
     def _check_input(self, x: Tensor) -> None:
         check_image_batch(x)
+        check_finite(x)
         if self.needs_grad and torch.is_inference_mode_enabled():
             raise InferenceModeError(
                 f"{type(self).__name__} needs autograd, which torch.inference_mode() turns off; call it "
@@ -286,13 +309,19 @@ class CAMExplainer(Explainer):
 
     Args:
         model: the model to explain.
-        layer: a dotted name, a module, or a list of them; ``None`` picks the last layer with
-            a spatial 4-D output (found by a dry run on the first call, then kept).
+        layer: a dotted name, a module, or a list of them; ``None``: the architecture's
+            default (:func:`camkit.architectures.default_layer`), else the last layer that
+            qualifies as a CAM layer for the first input (:func:`camkit.layers.auto_layer`:
+            found by a dry run on the first call, then kept).
         call: for a module that runs several times in one forward, which call to use
             (``-1``: the last, the default; ``0``: the first).
         reshape: a callable turning the layer's output (and its gradient) into
             [B, C, h, w]; it overrides the automatic handling of tokens and channel-last
             maps (see :meth:`to_grid`).
+        eigen_smooth: replace the channel sum of the method's weighted activations by their
+            projection on the first principal component (then the ReLU), as
+            pytorch-grad-cam's ``eigen_smooth=True``: less noisy maps. Methods whose map is
+            not a channel sum (EigenCAM itself, the class activation of ``CAM``) refuse it.
         output: see :class:`Explainer`.
         keep_mode: see :class:`Explainer`.
         input_index: see :class:`Explainer`.
@@ -318,13 +347,17 @@ class CAMExplainer(Explainer):
         keep_mode: bool = False,
         reshape: Reshape | None = None,
         input_index: InputIndex = 0,
+        eigen_smooth: bool = False,
     ) -> None:
         super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
         if reshape is not None and not callable(reshape):
             raise TypeError(f"reshape must be a callable f(tensor) -> Tensor[B, C, h, w], got {type(reshape).__name__}")
+        if isinstance(call, bool) or not isinstance(call, int):
+            raise TypeError(f"call must be an int (-1: the layer's last call in the forward), got {call!r}")
         self.layer = layer
         self.call = call
         self.reshape = reshape
+        self.eigen_smooth = bool(eigen_smooth)
         self._prefix = prefix_token_hint(self.model)
         self._layers: list[tuple[str, nn.Module]] | None = (
             None if layer is None else resolve_layers(self.model, layer)
@@ -333,52 +366,58 @@ class CAMExplainer(Explainer):
     def layers(self, x: Tensor | None = None) -> list[tuple[str, nn.Module]]:
         """The resolved ``(name, module)`` pairs (the architecture's default, or auto-detected from ``x``)."""
         if self._layers is None:
-            self._layers = resolve_layers(self.model, None, x, forward=self._call_model)
+            self._layers = resolve_layers(self.model, None, x, forward=self._call_model, score=self._dry_run_score())
         return self._layers
+
+    def _dry_run_score(self) -> Callable[[Any], Tensor] | None:
+        if self.output is None:
+            return None
+        selector = self.output
+        return lambda out: default_score(select_output(out, selector))
 
     def to_grid(self, tensors: Sequence[Tensor], x: Tensor) -> list[Tensor]:
         """Bring each layer's output (or gradient) to a channel-first grid [B, C, h, w].
 
-        In order: ``reshape=`` when given; tokens [B, N, D] go through
-        :func:`camkit.functional.tokens_to_grid` (prefix tokens dropped, grid inferred from N
-        and ``x``'s aspect ratio, prefix count taken from the model when it says);
-        4-D outputs are channel-last when the layer's type says so (Swin blocks, ``Permute``
-        to NHWC, ``LayerNorm``, ``Linear``), channel-first for convolution-family types, and
-        otherwise decided by :func:`camkit.functional.guess_channels_last`, which raises on
-        an ambiguous shape. Methods built on activations call this before the CAM math.
+        ``reshape=`` when given; otherwise :func:`camkit.layout.layer_grid`: tokens [B, N, D]
+        lose their prefix tokens and go onto the grid inferred from N and ``x``'s aspect
+        ratio (prefix count taken from the model when it says); 4-D outputs are read as
+        channel-first or channel-last from their shape, and only when both fit, from the
+        layer's type; an ambiguous layout or a ``1 x 1`` grid raises. Methods built on
+        activations call this before the CAM math.
         """
         size = (int(x.shape[-2]), int(x.shape[-1]))
-        out = []
-        for (name, module), tensor in zip(self.layers(x), tensors):
-            if self.reshape is not None:
-                grid = self.reshape(tensor)
-                if not isinstance(grid, Tensor) or grid.dim() != 4:
-                    got = list(grid.shape) if isinstance(grid, Tensor) else type(grid).__name__
-                    raise InvalidInputError(f"reshape= must return a tensor [B, C, h, w], got {got} for layer '{name}'")
-            elif tensor.dim() == 3:
-                grid = tokens_to_grid(tensor, size, prefix=self._token_prefix(tensor.shape[1], size))
-            elif tensor.dim() == 4:
-                layout = known_channels_last(module)
-                if layout is None:
-                    layout = guess_channels_last(tuple(tensor.shape), size)
-                grid = channels_last_to_grid(tensor) if layout else tensor
-            else:
-                raise InvalidInputError(
-                    f"layer '{name}' gives shape {list(tensor.shape)}; CAMs need [B, C, H, W] maps, [B, H, W, C] "
-                    "maps or [B, N, D] tokens. Pick another layer (camkit.list_layers(model, x)) or pass reshape=."
-                )
-            out.append(grid)
-        return out
+        return [
+            layer_grid(
+                name,
+                module,
+                tensor,
+                size,
+                prefix_hint=self._prefix,
+                reshape=self.reshape,
+                last_spatial=lambda: self._last_spatial(x),
+            )
+            for (name, module), tensor in zip(self.layers(x), tensors)
+        ]
 
-    def _token_prefix(self, count: int, size: tuple[int, int]) -> int | None:
-        hint = self._prefix
-        if hint is None:
-            return None
+    def _last_spatial(self, x: Tensor) -> str | None:
         try:
-            infer_token_grid(count, size, prefix=hint)
-        except InvalidInputError:
-            return None  # the model's hint does not fit this layer: infer instead
-        return hint
+            return auto_layer(self.model, x, forward=self._call_model, score=self._dry_run_score())[0]
+        except Exception:  # only words an error message; the error being raised matters more
+            return None
+
+    def _reduce(self, contributions: Tensor) -> Tensor:
+        """Raw map from per-channel contributions [B, C, h, w]: ReLU of their channel sum, or of
+        their first principal component with ``eigen_smooth``."""
+        if self.eigen_smooth:
+            return eigen_projection(contributions).clamp_min(0)
+        return contributions.sum(dim=1).clamp_min(0)
+
+    def _refuse_eigen_smooth(self) -> None:
+        if self.eigen_smooth:
+            raise InvalidInputError(
+                f"{type(self).__name__} does not compute a channel sum, so eigen_smooth=True has no meaning for it; "
+                "drop it (EigenCAM is the principal component of the activations already)."
+            )
 
     def _names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.layers())
@@ -410,8 +449,30 @@ class GradientCAM(CAMExplainer):
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
-        """The raw map [B, h, w] from float32 activations and gradients [B, C, h, w]."""
-        raise NotImplementedError
+        """The raw map [B, h, w] from float32 activations and gradients [B, C, h, w].
+
+        The default is the ReLU of the channel sum of :meth:`contributions` (or of their first
+        principal component with ``eigen_smooth=True``); a method overrides one or the other.
+        """
+        contributions = self.contributions(acts, grads)
+        if contributions is None:
+            raise NotImplementedError(f"{type(self).__name__} defines neither raw_map nor contributions")
+        return self._reduce(contributions)
+
+    def contributions(self, acts: Tensor, grads: Tensor) -> Tensor | None:
+        """Per-channel contributions [B, C, h, w] whose channel sum is the map (before the ReLU).
+
+        ``None`` for a method whose map is not such a sum; it then refuses ``eigen_smooth``.
+        """
+        return None
+
+    def _raw(self, acts: Tensor, grads: Tensor) -> Tensor:
+        if not self.eigen_smooth:
+            return self.raw_map(acts, grads)
+        contributions = self.contributions(acts, grads)
+        if contributions is None:
+            self._refuse_eigen_smooth()
+        return self._reduce(cast(Tensor, contributions))
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         layers = self.layers(x)
@@ -424,7 +485,7 @@ class GradientCAM(CAMExplainer):
                 grads = self.to_grid(capture.gradients(column, retain_graph=k < len(columns) - 1), x)
                 with torch.no_grad():
                     for maps, act, grad in zip(per_layer, acts, grads):
-                        maps.append(self.raw_map(act, self._check_grad(grad).float()))
+                        maps.append(self._raw(act, self._check_grad(grad).float()))
         multi = scores.dim() == 2
         raws = [torch.stack(m, dim=1) if multi else m[0] for m in per_layer]
         return self._explanation(raws, x, classes, scores.detach())

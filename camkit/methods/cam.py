@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError, InvalidTargetError, LayerNotFoundError
+from ..functional.cam import weighted_maps
 from ..layers import LayerSpec, resolve_layers
 from ..registry import register_method
 from ..targets import OutputSelector, Target
-from ._forward import Captured, ForwardCAM
+from ._forward import Captured, ForwardCAM, expand_targets
 
 __all__ = ["CAM"]
 
@@ -30,7 +30,7 @@ class CAM(ForwardCAM):
         layer: the layer feeding the pooling; ``None`` picks the last layer with a 4-D output.
         fc: the ``nn.Linear`` head (module or dotted name); ``None`` finds it when the model has
             exactly one ``nn.Linear`` with ``in_features`` equal to the layer's channel count.
-        call, output, keep_mode: see :class:`CAMExplainer`.
+        call, output, keep_mode, eigen_smooth: see :class:`CAMExplainer`.
 
     Example:
         >>> import torch
@@ -51,8 +51,9 @@ class CAM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        eigen_smooth: bool = False,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, eigen_smooth=eigen_smooth)
         self.fc: nn.Linear | None = None
         if fc is not None:
             name, module = resolve_layers(model, fc)[0]
@@ -90,6 +91,6 @@ class CAM(ForwardCAM):
             raise InvalidTargetError(
                 f"target class {int(cap.classes.max())} is out of range for the head's {weight.shape[0]} outputs"
             )
-        rows = weight[cap.classes].float()  # [B, C] or [B, K, C]
-        pattern = "bkc,bchw->bkhw" if cap.multi else "bc,bchw->bhw"
-        return torch.einsum(pattern, rows, act.float()).clamp_min(0)
+        rows = weight[expand_targets(cap.classes)].float()  # [B, K, C]
+        raw = weighted_maps(rows.transpose(1, 2), act.float(), eigen_smooth=self.eigen_smooth)
+        return raw if cap.multi else raw[:, 0]

@@ -21,9 +21,11 @@ class EigenCAM(ForwardCAM):
 
     One forward pass without autograd; a batched SVD on the activations' device; the sign of
     the component is fixed so that the map correlates positively with the channel-summed
-    activations (see :func:`camkit.functional.perturbation.eigen_projection`). The map does
-    not depend on the target: with [B, K] targets the same map is returned K times (the
-    target still selects ``scores``).
+    activations (see :func:`camkit.functional.perturbation.eigen_projection`), then the ReLU,
+    as in pytorch-grad-cam and every other camkit CAM (only the positive side of the
+    component is shown). The map does not depend on the target: with [B, K] targets the same
+    map is returned K times (the target still selects ``scores``). ``eigen_smooth`` has no
+    meaning here and is refused.
 
     Example:
         >>> import torch
@@ -36,7 +38,8 @@ class EigenCAM(ForwardCAM):
     """
 
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
-        raw = eigen_projection(act.float())
+        self._refuse_eigen_smooth()
+        raw = eigen_projection(act.float()).clamp_min(0)
         if cap.multi:
             return raw[:, None].expand(-1, cap.scores.shape[1], -1, -1).contiguous()
         return raw
@@ -47,8 +50,8 @@ class EigenGradCAM(GradientCAM):
     """Eigen-Grad-CAM: the first principal component of activations times gradients.
 
     Like :class:`GradCAM` it costs one forward and a backward through the layers after the
-    target layer; the map is :func:`~camkit.functional.perturbation.eigen_projection` of
-    ``A * dS/dA``, so it depends on the target.
+    target layer; the map is the ReLU of :func:`~camkit.functional.perturbation.eigen_projection`
+    of ``A * dS/dA``, so it depends on the target (``eigen_smooth`` changes nothing).
 
     Example:
         >>> import torch
@@ -61,4 +64,7 @@ class EigenGradCAM(GradientCAM):
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
-        return eigen_projection(acts * grads)
+        return eigen_projection(acts * grads).clamp_min(0)
+
+    def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return acts * grads

@@ -29,7 +29,12 @@ class GradCAM(GradientCAM):
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        if self.eigen_smooth:
+            return super().raw_map(acts, grads)
         return CF.gradcam(acts, grads)
+
+    def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return CF.gradcam_weights(grads)[:, :, None, None] * acts
 
 
 @register_method("gradcam++")
@@ -52,7 +57,12 @@ class GradCAMPlusPlus(GradientCAM):
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        if self.eigen_smooth:
+            return super().raw_map(acts, grads)
         return CF.weighted_sum(CF.gradcampp_weights(acts, grads), acts)
+
+    def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return CF.gradcampp_weights(acts, grads)[:, :, None, None] * acts
 
 
 @register_method("xgradcam")
@@ -70,7 +80,12 @@ class XGradCAM(GradientCAM):
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        if self.eigen_smooth:
+            return super().raw_map(acts, grads)
         return CF.weighted_sum(CF.xgradcam_weights(acts, grads), acts)
+
+    def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return CF.xgradcam_weights(acts, grads)[:, :, None, None] * acts
 
 
 @register_method("hirescam")
@@ -89,7 +104,12 @@ class HiResCAM(GradientCAM):
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        if self.eigen_smooth:
+            return super().raw_map(acts, grads)
         return CF.hirescam(acts, grads)
+
+    def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return grads * acts
 
 
 @register_method("layercam")
@@ -108,4 +128,9 @@ class LayerCAM(GradientCAM):
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        if self.eigen_smooth:
+            return super().raw_map(acts, grads)
         return CF.layercam(acts, grads)
+
+    def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
+        return grads.clamp_min(0) * acts

@@ -286,13 +286,10 @@ class GuidedGradCAM(CAMExplainer):
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         # Both parts run inside this call's eval mode, with this call's model inputs.
-        self._guided._call = self._cam._call = self._call
-        try:
+        with self._lend_call(self._guided, self._cam):
             guided = self._guided._explain(x, target)
             # The Grad-CAM pass explains the very classes guided backprop used (top-1 resolved once).
             cam = self._cam._explain(x, target if guided.target is None else guided.target)
-        finally:
-            self._guided._call = self._cam._call = None
         guided_raw = cast(Tensor, guided.raw)
         raw = guided_raw * cam.maps.to(guided_raw.dtype).unsqueeze(-3)
         maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))

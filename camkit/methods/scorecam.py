@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import CamkitWarning, InvalidInputError
+from ..functional.cam import weighted_maps
 from ..functional.maps import normalize_maps
 from ..functional.perturbation import channel_masks, unique_rows
 from ..hooks import HookScope
@@ -23,9 +24,9 @@ __all__ = ["AblationCAM", "ScoreCAM"]
 Tail = Union[Callable[[Tensor], Any], bool, None]
 
 
-def _combine(weights: Tensor, act: Tensor, multi: bool) -> Tensor:
+def _combine(weights: Tensor, act: Tensor, multi: bool, eigen_smooth: bool = False) -> Tensor:
     """``relu(sum_c w[b, c, k] A[b, c])``: [B, C, K] and [B, C, h, w] to [B, K, h, w] (or [B, h, w])."""
-    raw = torch.einsum("bck,bchw->bkhw", weights, act).clamp_min(0)
+    raw = weighted_maps(weights, act, eigen_smooth=eigen_smooth)
     return raw if multi else raw[:, 0]
 
 
@@ -59,7 +60,7 @@ class ScoreCAM(ForwardCAM):
             and 0.819 on the demo CNN.
         rank_by: ``"mass"`` or ``"variance"``, see ``top_k``.
         progress: show a tqdm progress bar over the masked inputs.
-        call, output, keep_mode: see :class:`CAMExplainer`.
+        call, output, keep_mode, eigen_smooth: see :class:`CAMExplainer`.
 
     ``explanation.extras["scored"]`` is the number of masked inputs that were run.
 
@@ -88,8 +89,9 @@ class ScoreCAM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        eigen_smooth: bool = False,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, eigen_smooth=eigen_smooth)
         self.batch_size = check_positive("batch_size", batch_size)
         self.top_k = None if top_k is None else check_positive("top_k", top_k)
         if rank_by not in ("mass", "variance"):
@@ -130,7 +132,7 @@ class ScoreCAM(ForwardCAM):
         weights = torch.zeros(act.shape[0], act.shape[1], k, device=act.device)
         weights[b_idx, c_idx] = scored[inverse]
         extras["scored"] = extras.get("scored", 0) + len(first)
-        return _combine(weights, act.float(), cap.multi)
+        return _combine(weights, act.float(), cap.multi, self.eigen_smooth)
 
 
 def _sequential_tail(model: nn.Module, name: str) -> Callable[[Tensor], Any] | None:
@@ -179,7 +181,7 @@ class AblationCAM(ForwardCAM):
             a callable mapping the layer's output [n, C, h, w] to the model's output (checked
             once per call against the real output); ``False``: always run full forwards.
         progress: show a tqdm progress bar.
-        call, output, keep_mode: see :class:`CAMExplainer`.
+        call, output, keep_mode, eigen_smooth: see :class:`CAMExplainer`.
 
     ``explanation.extras["tail"]`` tells whether the tail-only path was used.
 
@@ -208,8 +210,9 @@ class AblationCAM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        eigen_smooth: bool = False,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, eigen_smooth=eigen_smooth)
         self.batch_size = check_positive("batch_size", batch_size)
         if not (tail is None or tail is False or callable(tail)):
             raise InvalidInputError(f"tail must be None, False or a callable, got {type(tail).__name__}")
@@ -284,4 +287,4 @@ class AblationCAM(ForwardCAM):
                     ablated[part] = scorer(self.model(rows), b_idx[part]).float()
         weights = torch.zeros(act.shape[0], act.shape[1], base.shape[1], device=act.device)
         weights[b_idx, c_idx] = base.float()[b_idx] - ablated
-        return _combine(weights, act.float(), cap.multi)
+        return _combine(weights, act.float(), cap.multi, self.eigen_smooth)

@@ -1,0 +1,154 @@
+"""How a layer's output lies on the input image: tokens, channel-first or channel-last maps.
+
+CAM math needs channel-first grids ``[B, C, h, w]``. A layer gives one of:
+
+* ``[B, C, h, w]`` (convolutions) or ``[B, h, w, C]`` (Swin, ConvNeXt's inner ``Linear``
+  layers, ``Permute``): the layout is decided **from evidence**, in this order: the shape
+  itself when only one reading fits the input's grid (:func:`camkit.functional.guess_channels_last`);
+  when both fit, the module's type (:func:`camkit.architectures.known_channels_last`, which
+  judges a container by its last block, not by the last leaf inside it); when nothing
+  decides, an error asking for ``reshape=``.
+* ``[B, N, D]`` tokens: prefix tokens (class, distillation, registers) dropped, the grid
+  inferred from ``N`` and the input's aspect ratio (:func:`camkit.functional.infer_token_grid`),
+  with the model's own prefix count when it says.
+
+A grid of one position (``1 x 1``, after global pooling say) carries no spatial
+information: it is refused, never stretched into a map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor, nn
+
+from .architectures import known_channels_last
+from .errors import InvalidInputError
+from .functional.tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
+
+__all__ = ["grid_shape", "layer_grid", "token_prefix"]
+
+Reshape = Callable[[Tensor], Tensor]
+
+
+def token_prefix(count: int, size: tuple[int, int], hint: int | None) -> int | None:
+    """The model's prefix-token count when it fits ``count`` tokens on an ``H x W`` input, else ``None`` (infer).
+
+    Example:
+        >>> from camkit.layout import token_prefix
+        >>> token_prefix(197, (224, 224), 1), token_prefix(49, (224, 224), 1)
+        (1, None)
+    """
+    if hint is None:
+        return None
+    try:
+        infer_token_grid(count, size, prefix=hint)
+    except InvalidInputError:
+        return None  # the model's hint does not fit this layer (a pooled stage, say): infer instead
+    return hint
+
+
+def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, int]) -> bool:
+    try:
+        return guess_channels_last(shape, size)
+    except InvalidInputError:
+        known = known_channels_last(module)
+        if known is None:
+            raise
+        return known
+
+
+def grid_shape(
+    module: nn.Module, shape: tuple[int, ...], size: tuple[int, int], prefix_hint: int | None = None
+) -> tuple[int, int] | None:
+    """The ``(h, w)`` grid a layer output of ``shape`` lies on for an ``H x W`` input, or ``None``.
+
+    ``None`` when the output is not a map of the input (not 3-D or 4-D, tokens that fit no
+    grid, or a layout nothing decides). Used to qualify layers; it never raises.
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.layout import grid_shape
+        >>> grid_shape(nn.Conv2d(3, 512, 1), (2, 512, 7, 7), (224, 224))
+        (7, 7)
+        >>> grid_shape(nn.LayerNorm(768), (2, 197, 768), (224, 224), 1)
+        (14, 14)
+        >>> grid_shape(nn.Linear(3, 4), (2, 10), (224, 224)) is None
+        True
+    """
+    try:
+        if len(shape) == 3:
+            _, h, w = infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))
+            return h, w
+        if len(shape) == 4:
+            last = _channels_last(module, shape, size)
+            return (shape[1], shape[2]) if last else (shape[2], shape[3])
+    except InvalidInputError:
+        return None
+    return None
+
+
+def layer_grid(
+    name: str,
+    module: nn.Module,
+    tensor: Tensor,
+    size: tuple[int, int],
+    *,
+    prefix_hint: int | None = None,
+    reshape: Reshape | None = None,
+    last_spatial: Callable[[], str | None] | None = None,
+) -> Tensor:
+    """Bring one layer's output (or its gradient) to a channel-first grid [B, C, h, w].
+
+    Args:
+        name: the layer's dotted name, for messages.
+        module: the layer (its type is evidence for the layout when the shape is ambiguous).
+        tensor: its output or gradient.
+        size: the input image's ``(H, W)``.
+        prefix_hint: the model's own count of prefix tokens, if it says.
+        reshape: the caller's own conversion; it overrides everything else.
+        last_spatial: called only to word the error for a ``1 x 1`` grid: the name of the
+            model's last layer with a spatial output.
+
+    Raises:
+        InvalidInputError: an output that is no map of the input, an ambiguous layout, or a
+            ``1 x 1`` grid.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.layout import layer_grid
+        >>> layer_grid("norm", nn.LayerNorm(8), torch.zeros(2, 1 + 4 * 6, 8), (40, 60), prefix_hint=1).shape
+        torch.Size([2, 8, 4, 6])
+        >>> layer_grid("stage", nn.Sequential(nn.Linear(8, 8)), torch.zeros(2, 8, 8, 96), (64, 64)).shape
+        torch.Size([2, 96, 8, 8])
+    """
+    if reshape is not None:
+        grid = reshape(tensor)
+        if not isinstance(grid, Tensor) or grid.dim() != 4:
+            got = list(grid.shape) if isinstance(grid, Tensor) else type(grid).__name__
+            raise InvalidInputError(f"reshape= must return a tensor [B, C, h, w], got {got} for layer '{name}'")
+        return grid
+    if tensor.dim() == 3:
+        prefix = token_prefix(tensor.shape[1], size, prefix_hint)
+        grid = tokens_to_grid(tensor, size, prefix=prefix)
+    elif tensor.dim() == 4:
+        try:
+            last = _channels_last(module, tuple(tensor.shape), size)
+        except InvalidInputError as err:
+            raise InvalidInputError(f"layer '{name}': {err}") from None
+        grid = channels_last_to_grid(tensor) if last else tensor
+    else:
+        raise InvalidInputError(
+            f"layer '{name}' gives shape {list(tensor.shape)}; CAMs need [B, C, H, W] maps, [B, H, W, C] "
+            "maps or [B, N, D] tokens. Pick another layer (camkit.list_layers(model, x)) or pass reshape=."
+        )
+    if grid.shape[-1] * grid.shape[-2] == 1:
+        found = last_spatial() if last_spatial is not None else None
+        hint = f"; the model's last layer with a spatial output here is '{found}'" if found else ""
+        raise InvalidInputError(
+            f"layer '{name}' has a 1x1 output on this {size[0]}x{size[1]} input (after global pooling, or "
+            f"an input too small for its stride): a map of one position says nothing about where{hint}. "
+            "Pick an earlier layer or a larger input."
+        )
+    return grid
