@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Union
 
@@ -12,7 +13,7 @@ from torch import Tensor, nn
 
 from ._state import eval_mode
 from .architectures import default_layer
-from .errors import InvalidInputError, LayerNotFoundError
+from .errors import CamkitWarning, InvalidInputError, LayerNotFoundError
 from .hooks import HookScope
 
 __all__ = ["LayerInfo", "LayerSpec", "auto_layer", "list_layers", "qualifying_layers", "resolve_layers"]
@@ -116,11 +117,20 @@ def resolve_layers(
     if layer is None:
         known = default_layer(model)
         found = None if known is None else _strip_wrappers(known, names)
-        if found is not None:
+        if found is not None and (example is None or _is_spatial_here(model, found, names[found], example, forward)):
             return [(found, names[found])]
         if example is None:
             raise InvalidInputError("layer=None needs an example input to find a layer automatically")
-        return [auto_layer(model, example, forward=forward, score=score)]
+        chosen = auto_layer(model, example, forward=forward, score=score)
+        if found is not None:
+            warnings.warn(
+                f"{type(model).__name__}'s default layer '{found}' gives no spatial map on this "
+                f"{example.shape[-2]}x{example.shape[-1]} input (1x1, say); using '{chosen[0]}', the last layer that "
+                "does. Pass layer= to choose.",
+                CamkitWarning,
+                stacklevel=3,
+            )
+        return [chosen]
     if isinstance(layer, (str, nn.Module)):
         specs: list[str | nn.Module] = [layer]
     elif isinstance(layer, (list, tuple)):
@@ -139,6 +149,25 @@ def resolve_layers(
             raise LayerNotFoundError(f"layer '{name}' is listed twice")
         seen.add(name)
     return resolved
+
+
+def _is_spatial_here(
+    model: nn.Module, name: str, module: nn.Module, x: Tensor, forward: Callable[[Tensor], Any] | None
+) -> bool:
+    # One no-grad forward (the first image, or the batch of a multi-input call) to check that the
+    # architecture's default layer is a map of more than one position for this input size.
+    from .architectures import prefix_token_hint
+    from .layout import grid_shape
+
+    seen: list[object] = []
+    with HookScope() as hooks, torch.no_grad(), eval_mode(model):
+        hooks.forward(module, lambda m, i, o: seen.append(o), own_thread=True)
+        model(x[:1]) if forward is None else forward(x)
+    if not seen or not isinstance(seen[-1], Tensor):
+        return True  # not ours to judge here: the explainer reports what it finds
+    size = (int(x.shape[-2]), int(x.shape[-1]))
+    grid = grid_shape(module, tuple(seen[-1].shape), size, prefix_token_hint(model))
+    return grid is None or grid[0] * grid[1] > 1
 
 
 def _trace(

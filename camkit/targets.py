@@ -15,9 +15,11 @@ silent zero map.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -120,6 +122,30 @@ def _check_cpu_classes(index: Tensor, classes: int) -> None:
         raise InvalidTargetError(f"target class {bad} is out of range for an output with {classes} classes")
 
 
+def _plain_target(target: Any) -> Any:
+    """Numpy integers as ints; bools, strings, floats and other objects refused with what to pass."""
+    if isinstance(target, (bool, np.bool_)):
+        raise InvalidTargetError("target must be a class index, not a bool")
+    if isinstance(target, numbers.Integral):
+        return int(target)
+    if isinstance(target, np.ndarray):
+        return torch.from_numpy(target)
+    if isinstance(target, str):
+        raise InvalidTargetError(
+            f"target={target!r} is a string; camkit needs class indices. Map the name to its index first "
+            "(e.g. weights.meta['categories'].index(name) for torchvision weights, "
+            "model.config.label2id[name] for Hugging Face models)."
+        )
+    if isinstance(target, numbers.Real):
+        raise InvalidTargetError(f"target={target!r} is not an integer class index")
+    if target is None or isinstance(target, (Tensor, list, tuple)):
+        return target
+    raise InvalidTargetError(
+        f"target must be None, an int, a sequence of ints, an integer tensor [B] or [B, K], or a callable "
+        f"f(output) -> Tensor[B]; got {type(target).__name__}"
+    )
+
+
 def resolve_target(target: Target, output: Any, batch: int | None = None) -> tuple[Tensor | None, Tensor]:
     """Compute the scores an explanation differentiates.
 
@@ -159,10 +185,9 @@ def resolve_target(target: Target, output: Any, batch: int | None = None) -> tup
             f"{_suggest(output)} or a callable target."
         )
     classes = _class_count(output)
+    target = _plain_target(target)
     if target is None:
         index = output.detach().argmax(dim=1)
-    elif isinstance(target, bool):
-        raise InvalidTargetError("target must be a class index, not a bool")
     elif isinstance(target, int):
         if not 0 <= target < classes:
             raise InvalidTargetError(f"target class {target} is out of range for an output with {classes} classes")

@@ -116,12 +116,12 @@ def make_explanation(
 
 
 def _model_dtype(model: nn.Module) -> torch.dtype | None:
-    for tensor in model.parameters():
-        if tensor.is_floating_point():
-            return tensor.dtype
-    for tensor in model.buffers():
-        if tensor.is_floating_point():
-            return tensor.dtype
+    for param in model.parameters():
+        if param.is_floating_point():
+            return param.dtype
+    for buffer in model.buffers():
+        if buffer.is_floating_point():
+            return buffer.dtype
     return None
 
 
