@@ -17,102 +17,17 @@ from .._state import eval_mode, preserve_running_stats
 from ..architectures import prefix_token_hint, unwrap_model
 from ..errors import InferenceModeError, InvalidInputError
 from ..explanation import Explanation
-from ..functional.maps import flat_maps, normalize_maps, upsample_maps
 from ..functional.perturbation import eigen_projection
 from ..hooks import LayerCapture
 from ..layers import LayerSpec, auto_layer, default_score, resolve_layers
 from ..layout import layer_grid
 from ..targets import OutputSelector, Target, resolve_target, select_output
 from ._binding import Call, InputIndex, bind_inputs, bound, current_call, run_model
+from ._output import finish_maps, make_explanation
 
 __all__ = ["CAMExplainer", "Explainer", "GradientCAM", "Reshape", "finish_maps", "make_explanation"]
 
 Reshape = Callable[[Tensor], Tensor]
-
-
-def _check_batch(raws: Sequence[Tensor], batch: int, names: Sequence[str]) -> None:
-    for index, raw in enumerate(raws):
-        if raw.dim() < 3 or raw.shape[0] != batch:
-            name = f"layer '{names[index]}'" if index < len(names) else "the method"
-            raise InvalidInputError(
-                f"{name} gave a raw map of shape {list(raw.shape)} for a batch of {batch}: its output does not "
-                "follow the batch (a parameter, a position table or a pooled summary?). Pick a layer on the "
-                "image's path (see camkit.list_layers(model, x))."
-            )
-
-
-def finish_maps(
-    raws: Sequence[Tensor], size: tuple[int, int], *, batch: int | None = None, names: Sequence[str] = ()
-) -> tuple[Tensor, Tensor]:
-    """Apply the output contract to raw maps: check, decide flatness, upsample, normalise.
-
-    Each raw map [B, h, w] (or [B, K, h, w]) must have the batch's size (``batch``, when
-    given; else the first map's). Flatness is decided on the raw map, at the layer's own
-    resolution and before upsampling, with a tolerance relative to the map's magnitude
-    (:func:`camkit.functional.flat_maps`): a map that is constant up to float rounding is
-    flat and comes back as zeros with ``flat=True``, however upsampling and min-max
-    normalisation would have stretched its rounding noise. Other maps are upsampled to
-    ``size`` (bilinear) and min-max normalised.
-
-    Several raw maps (one per layer) are fused by this rule: each is finished as above,
-    the results are averaged, and the average is normalised again; the fused map is flat
-    when every layer's map is.
-
-    Example:
-        >>> import torch
-        >>> from camkit.methods.base import finish_maps
-        >>> maps, flat = finish_maps([torch.tensor([[[1.0, 1.0 + 1e-9]], [[0.0, 2.0]]])], (1, 3))
-        >>> maps.tolist(), flat.tolist()
-        ([[[0.0, 0.0, 0.0]], [[0.0, 0.5, 1.0]]], [True, False])
-    """
-    raws = [r.float() for r in raws]
-    _check_batch(raws, raws[0].shape[0] if batch is None else batch, names)
-    finished = []
-    flats = []
-    for raw in raws:
-        flat = flat_maps(raw)
-        maps, _ = normalize_maps(upsample_maps(raw, size))
-        finished.append(torch.where(flat[..., None, None], torch.zeros_like(maps), maps))
-        flats.append(flat)
-    if len(raws) == 1:
-        return finished[0], flats[0]
-    fused, _ = normalize_maps(torch.stack(finished).mean(dim=0))
-    flat = torch.stack(flats).all(dim=0)
-    return torch.where(flat[..., None, None], torch.zeros_like(fused), fused), flat
-
-
-def make_explanation(
-    key: str,
-    raws: Sequence[Tensor],
-    x: Tensor,
-    classes: Tensor | None,
-    scores: Tensor,
-    layers: tuple[str, ...] = (),
-    **extras: Any,
-) -> Explanation:
-    """Apply the output contract (:func:`finish_maps`) to raw maps and wrap them in an :class:`Explanation`.
-
-    On an accelerator, where camkit does not stop the device to look at values, samples
-    whose input holds NaN or Inf get NaN maps and ``flat=False`` (on the CPU such inputs
-    are refused before anything runs; see :func:`camkit._checks.check_finite`).
-    """
-    maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]), batch=x.shape[0], names=layers)
-    maps, flat = maps.to(x.device), flat.to(x.device)
-    if x.device.type != "cpu":
-        bad = ~torch.isfinite(x).flatten(1).all(dim=1)
-        shape = (-1,) + (1,) * (maps.dim() - 1)
-        maps = torch.where(bad.view(shape), torch.full_like(maps, float("nan")), maps)
-        flat = flat & ~bad.view((-1,) + (1,) * (flat.dim() - 1))
-    return Explanation(
-        maps=maps,
-        raw=raws[0] if len(raws) == 1 else tuple(raws),
-        target=classes,
-        scores=scores,
-        flat=flat,
-        method=key,
-        layers=layers,
-        extras=extras,
-    )
 
 
 def _model_dtype(model: nn.Module) -> torch.dtype | None:
