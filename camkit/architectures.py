@@ -4,9 +4,9 @@
   and ``torch.compile`` (``._orig_mod``) wrappers. Explainers run the eager module inside:
   hooks added after compiling are not traced by the compiled graph, and a ``DataParallel``
   replica per device would split the batch across separate captures.
-* :func:`default_layer` gives the CAM layer for torchvision families (table in
+* :func:`default_layer` gives the CAM layer for known families (table in
   ``docs/layers.md``); it takes precedence over the generic rule of
-  :func:`camkit.layers.auto_layer`, which would pick a ViT's patch embedding.
+  :func:`camkit.layers.auto_layer` when it gives a spatial map for the input.
 * :func:`known_channels_last` reads a module's output layout from its type.
 * :func:`prefix_token_hint` reads the number of class/register tokens from the model.
 """
