@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_image_batch
+from .._placement import Placement
 from .._state import eval_mode
 from ..architectures import known_channels_last, prefix_token_hint, unwrap_model
 from ..errors import InferenceModeError, InvalidInputError
@@ -184,11 +185,15 @@ class Explainer:
             torch.Size([2, 8, 8])
         """
         self._check_input(x)
+        placement = Placement.of(self.wrapped_model, x)  # DataParallel/DDP: run on the module's device
+        if placement is not None:
+            x, inputs, kwargs = placement.inputs(x, inputs, kwargs)
         call = self._bind_inputs(x, inputs, kwargs)
         previous, self._call = self._call, call
         try:
             with eval_mode(self.model, enabled=not self.keep_mode):
-                return self._explain(x, target)
+                explanation = self._explain(x, target)
+            return explanation if placement is None else placement.back(explanation)
         finally:
             self._call = previous
 
