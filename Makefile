@@ -35,5 +35,11 @@ bench: $(STAMP)
 bench-smoke: $(STAMP)
 	$(PY) -m benchmarks --smoke --out $(VENV)/bench-smoke
 
+# The CUDA tests (marker `cuda`: the cuda params of the device fixture and every test named *cuda*)
+# with an interpreter that already has torch: `make test-gpu PY=python3` creates no venv.
+.PHONY: test-gpu
+test-gpu:
+	$(PY) -m pytest -q -m cuda -rs
+
 clean:
 	rm -rf $(VENV) camkit-demo

@@ -99,6 +99,7 @@ def _models(ctx: Context) -> list[tuple[str, nn.Module, str, Tensor]]:
 
 
 def _spearman(a: Tensor, b: Tensor) -> float:
+    a, b = a.detach().cpu(), b.detach().cpu()
     ra = a.flatten().double().argsort().argsort().double()
     rb = b.flatten().double().argsort().argsort().double()
     ra, rb = ra - ra.mean(), rb - rb.mean()

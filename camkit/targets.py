@@ -11,6 +11,13 @@ A target is one of:
 Class indices given on the CPU (ints, lists, CPU tensors) are checked before anything
 runs; a length mismatch or out-of-range class raises :class:`InvalidTargetError`, never a
 silent zero map.
+
+Class indices given as a tensor on a device (a GPU) are range-checked *on the device*:
+reading them back to raise would stall the device on every call. An out-of-range class
+there is clamped into range for the lookup and its score is NaN, so
+``explanation.scores.isnan()`` marks the samples whose target was invalid (gradient
+methods give them a zero, ``flat`` map, as no gradient flows from a NaN score). To have
+the error raised up front, pass the classes as a list or a CPU tensor (checked for free).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import _syncs
 from .errors import InvalidTargetError, OutputSelectionError
 
 __all__ = ["OutputSelector", "Target", "resolve_target", "select_output"]
@@ -113,13 +121,21 @@ def _class_count(logits: Tensor) -> int:
     return logits.shape[1]
 
 
-def _check_cpu_classes(index: Tensor, classes: int) -> None:
-    if index.device.type != "cpu" or index.numel() == 0:
-        return  # device tensors are not synced for a check; gather raises on bad indices
-    low, high = int(index.min()), int(index.max())
-    if low < 0 or high >= classes:
-        bad = low if low < 0 else high
-        raise InvalidTargetError(f"target class {bad} is out of range for an output with {classes} classes")
+def _check_classes(index: Tensor, classes: int) -> Tensor | None:
+    """Range-check class indices: eagerly where reading them is free, else on the device.
+
+    Returns ``None`` when the indices were checked on the host (an out-of-range class
+    raises), or a bool validity [B] / [B, K] computed on the device without a sync.
+    """
+    if index.numel() == 0:
+        return None
+    if _syncs.reads_are_free(index):
+        low, high = int(index.min()), int(index.max())
+        if low < 0 or high >= classes:
+            bad = low if low < 0 else high
+            raise InvalidTargetError(f"target class {bad} is out of range for an output with {classes} classes")
+        return None
+    return (index >= 0) & (index < classes)
 
 
 def _plain_target(target: Any) -> Any:
@@ -201,7 +217,14 @@ def resolve_target(target: Target, output: Any, batch: int | None = None) -> tup
                 f"target has shape {list(index.shape)} but the batch has {batch} samples; give one class "
                 "per sample ([B]), K classes per sample ([B, K]), or a single int for all."
             )
-        _check_cpu_classes(index, classes)
+        valid = _check_classes(index, classes)
         index = index.to(device=output.device, dtype=torch.long, non_blocking=True)
+        if valid is not None:
+            # A device tensor is not read back for a check (that would stall the device):
+            # out-of-range classes are clamped for the gather and their scores set to NaN.
+            index = index.clamp(0, classes - 1)
+            scores = output.gather(1, index if index.dim() == 2 else index[:, None])
+            scores = torch.where(valid.to(output.device).view(scores.shape), scores, torch.nan)
+            return index, scores if index.dim() == 2 else scores[:, 0]
     scores = output.gather(1, index if index.dim() == 2 else index[:, None])
     return index, scores if index.dim() == 2 else scores[:, 0]

@@ -8,7 +8,16 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, NO_CUDA])]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every CUDA case carries the ``cuda`` marker, so ``pytest -m cuda`` (``make test-gpu``) selects them all:
+    the ``device`` fixture's cuda param, ``[cuda...]`` parametrisations and tests named ``*cuda*``."""
+    for item in items:
+        if "cuda" in item.name.lower() and item.get_closest_marker("cuda") is None:
+            item.add_marker(pytest.mark.cuda)
 
 
 @pytest.fixture(params=DEVICES)

@@ -28,11 +28,11 @@ def test_centre_and_corner_are_weighted_neighbour_means(device):
     centre = noisy_linear_imputation(x, mask_of((1, 3, 3), (0, 1, 1)).to(device), noise=0.0)
     # edge neighbours weigh 1/6, diagonal ones 1/12: (2 + 4 + 6 + 0) / 6 + (1 + 0 + 0 + 12) / 12
     assert centre[0, 0, 1, 1].item() == pytest.approx(2.0 + 13 / 12)
-    corner = noisy_linear_imputation(x, mask_of((1, 3, 3), (0, 0, 0)), noise=0.0)
+    corner = noisy_linear_imputation(x, mask_of((1, 3, 3), (0, 0, 0)).to(device), noise=0.0)
     # neighbours (0,1) and (1,0) at 1/6, (1,1) at 1/12; total weight 5/12: (2*2 + 2*4 + 9) / 5
     assert corner[0, 0, 0, 0].item() == pytest.approx(21 / 5)
     keep = ~mask_of((1, 3, 3), (0, 0, 0))
-    assert torch.equal(corner[:, 0][keep], x[:, 0].cpu()[keep])  # kept pixels untouched
+    assert torch.equal(corner[:, 0].cpu()[keep], x[:, 0].cpu()[keep])  # kept pixels untouched
     assert centre.device.type == device.type
 
 

@@ -7,6 +7,7 @@ its inputs.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
@@ -116,14 +117,20 @@ def integration_points(
         weights[0] = weights[-1] = 0.5 / (steps - 1)
     else:
         raise InvalidInputError(f"rule must be 'gausslegendre', 'midpoint' or 'trapezoid', got {rule!r}")
-    return alphas.to(dtype=dtype, device=device), weights.to(dtype=dtype, device=device)
+    # non_blocking: a host-to-device copy that does not make the host wait for the device.
+    return (
+        alphas.to(dtype=dtype).to(device=device, non_blocking=True),
+        weights.to(dtype=dtype).to(device=device, non_blocking=True),
+    )
 
 
+@functools.lru_cache(maxsize=16)
 def _gaussian_kernel(sigma: float, size: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    # Cached per device: built on the host, it reaches a device once, not on every call.
     radius = size // 2
     offsets = torch.arange(-radius, radius + 1, dtype=torch.float64)
     kernel = torch.exp(-0.5 * (offsets / sigma) ** 2)
-    return (kernel / kernel.sum()).to(dtype=dtype, device=device)
+    return (kernel / kernel.sum()).to(dtype=dtype).to(device=device, non_blocking=True)
 
 
 def blur(x: Tensor, sigma: float) -> Tensor:

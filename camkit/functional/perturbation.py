@@ -185,7 +185,7 @@ def rise_masks(grids: Tensor, shifts: Tensor, size: tuple[int, int]) -> Tensor:
     height, width = size
     cell_h, cell_w = -(-height // s), -(-width // s)
     big = F.interpolate(grids[:, None], size=((s + 1) * cell_h, (s + 1) * cell_w), mode="bilinear", align_corners=False)
-    shifts = shifts.to(grids.device)
+    shifts = shifts.to(grids.device, non_blocking=True)
     r = shifts[:, 0, None] + torch.arange(height, device=grids.device)[None, :]  # [N, H]
     c = shifts[:, 1, None] + torch.arange(width, device=grids.device)[None, :]  # [N, W]
     return big[:, 0][torch.arange(n, device=grids.device)[:, None, None], r[:, :, None], c[:, None, :]]

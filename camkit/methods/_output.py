@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _syncs
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.maps import flat_maps, normalize_maps, upsample_maps
@@ -87,7 +88,7 @@ def make_explanation(
     """
     maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]), batch=x.shape[0], names=layers)
     maps, flat = maps.to(x.device), flat.to(x.device)
-    if x.device.type != "cpu":
+    if not _syncs.reads_are_free(x):
         bad = ~torch.isfinite(x).flatten(1).all(dim=1)
         shape = (-1,) + (1,) * (maps.dim() - 1)
         maps = torch.where(bad.view(shape), torch.full_like(maps, float("nan")), maps)

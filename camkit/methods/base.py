@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_finite, check_image_batch
+from .._placement import Placement
 from .._state import eval_mode, preserve_running_stats
 from ..architectures import prefix_token_hint, unwrap_model
 from ..errors import InferenceModeError, InvalidInputError
@@ -152,13 +153,18 @@ class Explainer:
             torch.Size([2, 8, 8])
         """
         self._check_input(x)
+        placement = Placement.of(self.wrapped_model, x)  # DataParallel/DDP: run on the module's device
+        if placement is not None:
+            x, inputs, kwargs = placement.inputs(x, inputs, kwargs)
         call = self._bind_inputs(x, inputs, kwargs)
         x = self._match_dtype(x)
         with bound([self], call), eval_mode(self.model, enabled=not self.keep_mode):
             if self.keep_mode:
                 with preserve_running_stats(self.model):
-                    return self._explain(x, target)
-            return self._explain(x, target)
+                    explanation = self._explain(x, target)
+            else:
+                explanation = self._explain(x, target)
+        return explanation if placement is None else placement.back(explanation)
 
     @property
     def _call(self) -> Call | None:

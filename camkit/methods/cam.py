@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+import torch
 from torch import Tensor, nn
 
+from .. import _syncs
 from ..errors import InvalidInputError, InvalidTargetError, LayerNotFoundError
 from ..functional.cam import weighted_maps
 from ..layers import LayerSpec, resolve_layers
@@ -23,7 +25,9 @@ class CAM(ForwardCAM):
     Exact for models whose output is ``fc(global_average_pool(A))`` with ``A`` the target
     layer's output: then it equals Grad-CAM up to a positive factor (``1 / (h * w)``), which
     normalisation removes. No backward pass; the bias is left out (it is constant over
-    positions). Class targets only: a callable target has no weight row.
+    positions). Class targets only: a callable target has no weight row. A class beyond the
+    head's outputs raises, except for class tensors on a GPU, where it gets a zero (flat)
+    map: checking it there would make the host wait for the device.
 
     Args:
         model: the model to explain.
@@ -55,6 +59,7 @@ class CAM(ForwardCAM):
     ) -> None:
         super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, eigen_smooth=eigen_smooth)
         self.fc: nn.Linear | None = None
+        self._heads: dict[int, nn.Linear] = {}  # found heads by channel count (one model walk each)
         if fc is not None:
             name, module = resolve_layers(model, fc)[0]
             if not isinstance(module, nn.Linear):
@@ -69,6 +74,8 @@ class CAM(ForwardCAM):
                     "the linear layer that reads the pooled output of this layer."
                 )
             return self.fc
+        if channels in self._heads:
+            return self._heads[channels]
         found = [
             (n, m) for n, m in self.model.named_modules() if isinstance(m, nn.Linear) and m.in_features == channels
         ]
@@ -78,6 +85,7 @@ class CAM(ForwardCAM):
                 f"CAM needs the linear head reading the layer's {channels} pooled channels; candidates: "
                 f"{names}. Pass fc= the nn.Linear (or its dotted name)."
             )
+        self._heads[channels] = found[0][1]
         return found[0][1]
 
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
@@ -87,10 +95,17 @@ class CAM(ForwardCAM):
                 "indices, or use GradCAM for a callable target."
             )
         weight = self._head(act.shape[1]).weight.detach()
-        if cap.classes.max() >= weight.shape[0]:
-            raise InvalidTargetError(
-                f"target class {int(cap.classes.max())} is out of range for the head's {weight.shape[0]} outputs"
-            )
-        rows = weight[expand_targets(cap.classes)].float()  # [B, K, C]
+        outputs = weight.shape[0]
+        classes = cast(Tensor, expand_targets(cap.classes))  # [B, K]; None was refused above
+        if _syncs.reads_are_free(classes):
+            if classes.max() >= outputs:
+                raise InvalidTargetError(
+                    f"target class {int(classes.max())} is out of range for the head's {outputs} outputs"
+                )
+            rows = weight[classes].float()  # [B, K, C]
+        else:
+            # On a device the check would stall it: a class beyond the head gets a zero row (a flat map).
+            inside = (classes < outputs)[..., None]
+            rows = torch.where(inside, weight[classes.clamp(max=outputs - 1)].float(), 0.0)
         raw = weighted_maps(rows.transpose(1, 2), act.float(), eigen_smooth=self.eigen_smooth)
         return raw if cap.multi else raw[:, 0]

@@ -79,6 +79,9 @@ _RELU_CALLS: dict[Callable[..., Any], bool | None] = {
 }
 
 
+_OTHER = object()  # marks a function that is not a ReLU entry point
+
+
 class _ReLUInterceptor(TorchFunctionMode):
     def __init__(self, function: type[torch.autograd.Function]) -> None:
         super().__init__()
@@ -88,24 +91,21 @@ class _ReLUInterceptor(TorchFunctionMode):
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
+        # Called for every torch function of the forward: the non-ReLU path is kept to one lookup.
+        try:
+            inplace = _RELU_CALLS.get(func, _OTHER)
+        except TypeError:  # unhashable callables are never ReLUs
+            inplace = _OTHER
+        if inplace is _OTHER:
+            return func(*args, **(kwargs or {}))
         kwargs = kwargs or {}
-        if not _is_relu(func):
-            return func(*args, **kwargs)
         x = args[0] if args else kwargs.get("input")
         if not isinstance(x, Tensor) or not x.is_floating_point():
             return func(*args, **kwargs)
-        inplace = _RELU_CALLS[func]
         if inplace is None:  # F.relu(input, inplace=False)
             inplace = bool(args[1]) if len(args) > 1 else bool(kwargs.get("inplace", False))
         self.calls += 1
         return self.function.apply(x, inplace)
-
-
-def _is_relu(func: Callable[..., Any]) -> bool:
-    try:
-        return func in _RELU_CALLS
-    except TypeError:  # unhashable callables are never ReLUs
-        return False
 
 
 class _Seen:

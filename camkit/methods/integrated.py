@@ -89,6 +89,7 @@ class IntegratedGradients(GradientAttribution):
         self.rule: IntegrationRule = rule
         self.max_batch = max_batch
         self.blur_sigma = blur_sigma
+        self._on_device: dict[tuple[str, int, str], tuple[Tensor, Tensor]] = {}
 
     def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Any:
         if inputs is not None:
@@ -108,6 +109,13 @@ class IntegratedGradients(GradientAttribution):
             sigma = self.blur_sigma if self.blur_sigma is not None else max(x.shape[-2:]) / 10.0
             return blur(x, sigma)
         return torch.full_like(x, float(self.baseline))
+
+    def _points(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        """The quadrature's nodes and weights on ``device``, copied there once per device."""
+        key = (str(device), self.steps, self.rule)
+        if key not in self._on_device:
+            self._on_device[key] = integration_points(self.steps, self.rule, dtype=torch.float32, device=device)
+        return self._on_device[key]
 
     def _scores(self, output: Tensor, classes: Tensor | None, target: Target, rows: Tensor | None) -> Tensor:
         """Target scores of ``output``; ``rows`` maps each output row to its sample."""
@@ -131,7 +139,7 @@ class IntegratedGradients(GradientAttribution):
         with torch.no_grad():
             classes, scores = self._target_scores(x, target)
             base_scores = self._scores(self._forward(base), classes, target, None)
-        alphas, weights = integration_points(self.steps, self.rule, dtype=torch.float32, device=x.device)
+        alphas, weights = self._points(x.device)
         batch = x.shape[0]
         per_row = (batch, *scores.shape[1:], *x.shape[1:])
         total = torch.zeros(per_row, dtype=torch.float32, device=x.device)

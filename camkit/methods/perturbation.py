@@ -81,13 +81,24 @@ class Occlusion(Explainer):
         self.baseline = float(baseline)
         self.batch_size = check_positive("batch_size", batch_size)
         self.progress = progress
+        self._on_device: dict[tuple[object, ...], tuple[Tensor, Tensor]] = {}
+
+    def _indicators(self, height: int, width: int, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Row and column window indicators on ``x``'s device, built on the host and copied once."""
+        key = (height, width, str(x.device), x.dtype, self.window, self.stride)
+        if key not in self._on_device:
+            self._on_device.clear()
+            self._on_device[key] = tuple(  # type: ignore[assignment]
+                window_indicators(n, w, s).to(x.dtype).to(x.device, non_blocking=True)
+                for n, w, s in ((height, self.window[0], self.stride[0]), (width, self.window[1], self.stride[1]))
+            )
+        return self._on_device[key]
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         refuse_extra_inputs(self)
         classes, scores = forward_scores(self, x, target)
         height, width = x.shape[-2:]
-        rows = window_indicators(height, self.window[0], self.stride[0]).to(x)
-        cols = window_indicators(width, self.window[1], self.stride[1]).to(x)
+        rows, cols = self._indicators(height, width, x)
         b, pr, pc = x.shape[0], rows.shape[0], cols.shape[0]
         total = b * pr * pc
         flat = torch.arange(total, device=x.device)
@@ -165,6 +176,7 @@ class RISE(Explainer):
         self.p = float(p)
         self.batch_size = check_positive("batch_size", batch_size)
         self.progress = progress
+        self._on_device: dict[tuple[object, ...], tuple[Tensor, Tensor]] = {}
 
     def _plan(self, size: tuple[int, int]) -> tuple[Tensor, Tensor]:
         """The masks' grids [N, s, s] and shifts [N, 2], on the CPU, from the seed."""
@@ -180,8 +192,12 @@ class RISE(Explainer):
         refuse_extra_inputs(self)
         classes, scores = forward_scores(self, x, target)
         size = (x.shape[-2], x.shape[-1])
-        grids, shifts = self._plan(size)
-        grids, shifts = grids.to(x.device), shifts.to(x.device)
+        key = (size, str(x.device), self.masks, self.seed, self.grid, self.p)
+        if key not in self._on_device:  # the seeded plan is drawn on the host and copied once per device
+            self._on_device.clear()
+            grids, shifts = self._plan(size)
+            self._on_device[key] = (grids.to(x.device, non_blocking=True), shifts.to(x.device, non_blocking=True))
+        grids, shifts = self._on_device[key]
         b, k = x.shape[0], (scores.shape[1] if scores.dim() == 2 else 1)
         scorer = RowScorer(target, expand_targets(classes), softmax=True, output=self.output)
         raw = torch.zeros(b, k, *size, device=x.device)

@@ -9,6 +9,7 @@ from typing import Any, Literal, Union
 import torch
 from torch import Tensor, nn
 
+from .. import _syncs
 from ..errors import CamkitWarning, InvalidInputError
 from ..functional.cam import weighted_maps
 from ..functional.maps import normalize_maps
@@ -41,10 +42,12 @@ class ScoreCAM(ForwardCAM):
     channels, so its maps differ.) A callable target is applied to the masked inputs'
     outputs and its value used as the weight.
 
-    Cost and memory: one forward pass per distinct mask, run without autograd in chunks of
+    Cost and memory: one forward pass per mask, run without autograd in chunks of
     ``batch_size`` masked inputs that reuse one input buffer, so peak memory grows with
-    ``batch_size`` and not with the channel count. Channels whose normalised activations are
-    identical (all-zero channels, for one) share one mask and are scored once.
+    ``batch_size`` and not with the channel count. On the CPU, channels whose normalised
+    activations are identical (all-zero channels, for one) share one mask and are scored
+    once; on a GPU every channel is scored, as counting the distinct masks would make the
+    host wait for the device (the maps are the same either way).
 
     Args:
         model: the model to explain.
@@ -115,9 +118,13 @@ class ScoreCAM(ForwardCAM):
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
         size = (x.shape[-2], x.shape[-1])
         b_idx, c_idx = self._rows(act)
-        # One row per distinct (sample, normalised activation): identical masks are scored once.
-        low = normalize_maps(act[b_idx, c_idx].float())[0].flatten(1)
-        first, inverse = unique_rows(torch.cat([b_idx[:, None].to(low.dtype), low], dim=1))
+        if _syncs.reads_are_free(act):
+            # One row per distinct (sample, normalised activation): identical masks are scored
+            # once. Only where counting them is free: on a device the count would be a host sync.
+            low = normalize_maps(act[b_idx, c_idx].float())[0].flatten(1)
+            first, inverse = unique_rows(torch.cat([b_idx[:, None].to(low.dtype), low], dim=1))
+        else:
+            first = inverse = torch.arange(len(b_idx), device=act.device)
         ub, uc = b_idx[first], c_idx[first]
         scorer = RowScorer(target, expand_targets(cap.classes), softmax=True, output=self.output)
         k = cap.scores.shape[1] if cap.multi else 1
@@ -166,7 +173,8 @@ class AblationCAM(ForwardCAM):
     ``y_k`` the score with channel ``k`` of the target layer set to zero; the map is
     ``relu(sum_k w_k A_k)``. The paper divides by ``y``; that only rescales each map when
     ``y > 0`` (normalisation removes it) and flips or blows it up when ``y <= 0``, so it is
-    left out. Channels that are already all zero are not rerun (their weight is 0).
+    left out. Channels that are already all zero get weight 0 (on the CPU they are not
+    rerun; on a GPU they are, as counting them would make the host wait for the device).
 
     Only the network *after* the layer changes, so where it can be run on its own camkit
     reruns just that part on the cached activation: automatically when the layer sits in a
@@ -219,6 +227,7 @@ class AblationCAM(ForwardCAM):
         self.tail = tail
         self.progress = progress
         self._warned = False
+        self._tails_checked: set[tuple[Any, ...]] = set()
 
     def _find_tail(self, name: str, calls: int) -> tuple[Callable[[Tensor], Any] | None, bool]:
         """``(tail, user_given)``."""
@@ -233,7 +242,7 @@ class AblationCAM(ForwardCAM):
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
         name, module = self.layers()[index]
         tail, user_given = self._find_tail(name, cap.calls[index])
-        if tail is not None and user_given:
+        if tail is not None and user_given and self._tail_unchecked(act, x):
             with torch.no_grad():
                 rerun = select_output(tail(act.clone()), self.output)
             expected = cap.output
@@ -253,9 +262,15 @@ class AblationCAM(ForwardCAM):
                 stacklevel=4,
             )
         extras["tail"] = tail is not None
-        # Channels that are all zero already: ablating them changes nothing (weight 0).
-        live = act.flatten(2).ne(0).any(dim=2).nonzero()
-        b_idx, c_idx = live[:, 0], live[:, 1]
+        # Channels that are all zero already: ablating them changes nothing (weight 0). They
+        # are skipped where counting them is free; on a device they run and get weight 0.
+        alive = act.flatten(2).ne(0).any(dim=2)  # [B, C]
+        if _syncs.reads_are_free(alive):
+            live = alive.nonzero()
+            b_idx, c_idx = live[:, 0], live[:, 1]
+        else:
+            every = torch.arange(alive.numel(), device=act.device)
+            b_idx, c_idx = every // act.shape[1], every % act.shape[1]
         scorer = RowScorer(target, expand_targets(cap.classes), softmax=False, output=self.output)
         base = cap.scores if cap.multi else cap.scores[:, None]
         ablated = base.float()[b_idx].clone()
@@ -287,4 +302,20 @@ class AblationCAM(ForwardCAM):
                     ablated[part] = scorer(self.model(rows), b_idx[part]).float()
         weights = torch.zeros(act.shape[0], act.shape[1], base.shape[1], device=act.device)
         weights[b_idx, c_idx] = base.float()[b_idx] - ablated
+        weights = torch.where(alive[:, :, None], weights, 0.0)
         return _combine(weights, act.float(), cap.multi, self.eigen_smooth)
+
+    def _tail_unchecked(self, act: Tensor, x: Tensor) -> bool:
+        """Whether the user's tail still needs its check against the model's output.
+
+        The check reads a comparison back to the host: it runs on every call where that is
+        free, and on a device once per input shape (a tail that reproduces the model once
+        does so for every input of that shape).
+        """
+        key = (id(self.tail), tuple(x.shape), str(x.device), x.dtype)
+        if _syncs.reads_are_free(act):
+            return True
+        if key in self._tails_checked:
+            return False
+        self._tails_checked.add(key)
+        return True
