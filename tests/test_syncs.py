@@ -17,14 +17,7 @@ import camkit
 from camkit import _syncs
 from camkit._syncs import record_syncs
 
-SVD_REASON = (
-    "sync at camkit/functional/perturbation.py:101 (eigen_projection): torch.linalg.svd reads its LAPACK "
-    "status back to the host on CUDA; EigenCAM belongs to the lead (issue 14), left as is"
-)
-XFAIL = {
-    "eigencam": SVD_REASON,
-    "eigengradcam": SVD_REASON,
-}
+XFAIL: dict[str, str] = {}
 
 
 def _method_params():
@@ -129,6 +122,30 @@ def test_wrappers_make_no_host_sync(wrap, on_device):
     with record_syncs() as syncs:
         explainer.explain(x, target)
     assert [str(s) for s in syncs] == []
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda m: camkit.GradCAM(m, "conv2", eigen_smooth=True),
+        lambda m: camkit.LayerCAM(m, "conv2", eigen_smooth=True),
+        lambda m: camkit.ScoreCAM(m, "conv2", eigen_smooth=True),
+        lambda m: camkit.EigenCAM(m, "conv2"),
+    ],
+    ids=["gradcam", "layercam", "scorecam", "eigencam"],
+)
+def test_principal_components_make_no_host_sync_and_match_the_svd(make, monkeypatch):
+    model = TinyNet().eval()
+    x = torch.rand(3, 3, 8, 8, generator=torch.Generator().manual_seed(6))
+    target = torch.tensor([0, 3, 1])
+    host = make(model).explain(x, target)  # the exact SVD, where reads are free
+    monkeypatch.setattr(_syncs, "reads_are_free", lambda tensor: False)
+    explainer = make(model)
+    explainer.explain(x, target)
+    with record_syncs() as syncs:
+        device = explainer.explain(x, target)  # the Gram-matrix power method
+    assert [str(s) for s in syncs] == []
+    torch.testing.assert_close(device.maps, host.maps, atol=1e-4, rtol=0)
 
 
 # --- validation that moved onto the device ---------------------------------------------

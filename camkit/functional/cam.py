@@ -138,12 +138,13 @@ def layercam(acts: Tensor, grads: Tensor) -> Tensor:
     return (grads.clamp_min(0) * acts).sum(dim=1).clamp_min(0)
 
 
-def weighted_maps(weights: Tensor, acts: Tensor, *, eigen_smooth: bool = False) -> Tensor:
+def weighted_maps(weights: Tensor, acts: Tensor, *, eigen_smooth: bool = False, exact: bool = True) -> Tensor:
     """K maps per sample from channel weights [B, C, K] and activations [B, C, H, W]: [B, K, H, W].
 
     ``relu(sum_c w[b, c, k] A[b, c])``, or with ``eigen_smooth`` the ReLU of the first
     principal component (:func:`camkit.functional.perturbation.eigen_projection`) of the
-    weighted activations ``w[b, c, k] A[b, c]`` instead of their channel sum.
+    weighted activations ``w[b, c, k] A[b, c]`` instead of their channel sum (``exact``: see
+    :func:`~camkit.functional.perturbation.eigen_projection`).
 
     Example:
         >>> import torch
@@ -161,5 +162,5 @@ def weighted_maps(weights: Tensor, acts: Tensor, *, eigen_smooth: bool = False) 
         return torch.einsum("bck,bchw->bkhw", weights, acts).clamp_min(0)
     from .perturbation import eigen_projection
 
-    maps = [eigen_projection(weights[:, :, k, None, None] * acts) for k in range(weights.shape[2])]
+    maps = [eigen_projection(weights[:, :, k, None, None] * acts, exact=exact) for k in range(weights.shape[2])]
     return torch.stack(maps, dim=1).clamp_min(0)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
+from .. import _syncs
 from .._checks import check_finite, check_image_batch
 from .._placement import Placement
 from .._state import eval_mode, preserve_running_stats
@@ -330,7 +331,7 @@ class CAMExplainer(Explainer):
         """Raw map from per-channel contributions [B, C, h, w]: ReLU of their channel sum, or of
         their first principal component with ``eigen_smooth``."""
         if self.eigen_smooth:
-            return eigen_projection(contributions).clamp_min(0)
+            return eigen_projection(contributions, exact=_syncs.reads_are_free(contributions)).clamp_min(0)
         return contributions.sum(dim=1).clamp_min(0)
 
     def _refuse_eigen_smooth(self) -> None:

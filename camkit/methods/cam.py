@@ -107,5 +107,7 @@ class CAM(ForwardCAM):
             # On a device the check would stall it: a class beyond the head gets a zero row (a flat map).
             inside = (classes < outputs)[..., None]
             rows = torch.where(inside, weight[classes.clamp(max=outputs - 1)].float(), 0.0)
-        raw = weighted_maps(rows.transpose(1, 2), act.float(), eigen_smooth=self.eigen_smooth)
+        raw = weighted_maps(
+            rows.transpose(1, 2), act.float(), eigen_smooth=self.eigen_smooth, exact=_syncs.reads_are_free(act)
+        )
         return raw if cap.multi else raw[:, 0]

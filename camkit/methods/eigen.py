@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from .. import _syncs
 from ..functional.perturbation import eigen_projection
 from ..registry import register_method
 from ..targets import Target
@@ -19,7 +20,8 @@ __all__ = ["EigenCAM", "EigenGradCAM"]
 class EigenCAM(ForwardCAM):
     """Eigen-CAM (Muhammad & Yeasin 2020): activations projected on their first principal component.
 
-    One forward pass without autograd; a batched SVD on the activations' device; the sign of
+    One forward pass without autograd; a batched SVD (on a GPU, the same component from
+    matrix products, which need no sync: see :func:`~camkit.functional.perturbation.eigen_projection`); the sign of
     the component is fixed so that the map correlates positively with the channel-summed
     activations (see :func:`camkit.functional.perturbation.eigen_projection`), then the ReLU,
     as in pytorch-grad-cam and every other camkit CAM (only the positive side of the
@@ -39,7 +41,7 @@ class EigenCAM(ForwardCAM):
 
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
         self._refuse_eigen_smooth()
-        raw = eigen_projection(act.float()).clamp_min(0)
+        raw = eigen_projection(act.float(), exact=_syncs.reads_are_free(act)).clamp_min(0)
         if cap.multi:
             return raw[:, None].expand(-1, cap.scores.shape[1], -1, -1).contiguous()
         return raw
@@ -64,7 +66,7 @@ class EigenGradCAM(GradientCAM):
     """
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
-        return eigen_projection(acts * grads).clamp_min(0)
+        return eigen_projection(acts * grads, exact=_syncs.reads_are_free(acts)).clamp_min(0)
 
     def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
         return acts * grads

@@ -27,7 +27,7 @@ Tail = Union[Callable[[Tensor], Any], bool, None]
 
 def _combine(weights: Tensor, act: Tensor, multi: bool, eigen_smooth: bool = False) -> Tensor:
     """``relu(sum_c w[b, c, k] A[b, c])``: [B, C, K] and [B, C, h, w] to [B, K, h, w] (or [B, h, w])."""
-    raw = weighted_maps(weights, act, eigen_smooth=eigen_smooth)
+    raw = weighted_maps(weights, act, eigen_smooth=eigen_smooth, exact=_syncs.reads_are_free(act))
     return raw if multi else raw[:, 0]
 
 
