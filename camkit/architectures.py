@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 from torch import nn
 
+from .families import family_layer, family_table, prefix_tokens
+
 __all__ = [
     "default_layer",
     "default_layer_table",
@@ -104,7 +106,8 @@ def default_layer_table() -> list[tuple[str, str]]:
         >>> dict(default_layer_table())["ResNet"]
         'layer4'
     """
-    return [(cls.__name__, text) for cls, _, text in _rules()]
+    torchvision = [(cls.__name__, text) for cls, _, text in _rules()]
+    return torchvision + [(classes, layer) for _, _, classes, layer, _ in family_table()]  # timm, transformers
 
 
 def default_layer(model: nn.Module) -> str | None:
@@ -125,7 +128,7 @@ def default_layer(model: nn.Module) -> str | None:
                 return rule(model)
             except (AttributeError, IndexError):  # get_submodule raises AttributeError
                 return None  # a subclass rebuilt differently: fall back to the generic rule
-    return None
+    return family_layer(model)  # timm / transformers families (camkit.families)
 
 
 _CHANNELS_FIRST = {
@@ -204,6 +207,9 @@ def prefix_token_hint(model: nn.Module) -> int | None:
     model = unwrap_model(model)
     count = getattr(model, "num_prefix_tokens", None)
     if isinstance(count, int) and count >= 0:
+        return count
+    count = prefix_tokens(model)  # transformers' ViT, DeiT, CLIP vision, DINOv2 (camkit.families)
+    if count is not None:
         return count
     from torchvision.models import VisionTransformer
 
