@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from torch import nn
 
-__all__ = ["FamilyRule", "family_layer", "family_rule", "family_table", "layer_layout", "prefix_tokens", "rules"]
+__all__ = ["FamilyRule", "family_layer", "family_rule", "family_table", "layer_layout", "markdown_table", "prefix_tokens", "rules"]
 
 NCHW = "[B, C, h, w]"
 NHWC = "channel-last [B, h, w, C]"
@@ -92,10 +92,13 @@ _RULES: tuple[FamilyRule, ...] = (
     FamilyRule(_TIMM, "ViT / DeiT / EVA / BEiT", ("VisionTransformer", "Eva", "Beit"), ("blocks.<last>.norm1",),
                _tokens("prefix + "), "vit_tiny_patch16_224, deit_tiny_distilled_patch16_224, eva02_tiny_patch14_224, "
                "beit_base_patch16_224"),
-    FamilyRule(_TIMM, "Swin", ("SwinTransformer", "SwinTransformerV2"), ("layers.<last>.blocks.<last>.norm1",), NHWC,
-               "swin_tiny_patch4_window7_224, swinv2_tiny_window8_256", True),
-    FamilyRule(_TIMM, "LeViT", ("Levit", "LevitDistilled"), ("stages.<last>",), _tokens(""),
-               "levit_128s, levit_conv_128s", None, 0),
+    FamilyRule(_TIMM, "Swin", ("SwinTransformer",), ("layers.<last>.blocks.<last>.norm1",), NHWC,
+               "swin_tiny_patch4_window7_224", True),
+    # Swin V2 normalises after attention (norm1 is on the residual branch): the block's output
+    FamilyRule(_TIMM, "Swin V2", ("SwinTransformerV2",), ("layers.<last>.blocks.<last>",), NHWC,
+               "swinv2_tiny_window8_256", True),
+    FamilyRule(_TIMM, "LeViT", ("Levit", "LevitDistilled"), ("stages.<last>",),
+               _tokens("") + " (levit_conv_*: [B, C, h, w])", "levit_128s, levit_conv_128s", None, 0),
     FamilyRule(_TIMM, "MLP-Mixer / ResMLP", ("MlpMixer",), ("blocks.<last>",), _tokens(""),
                "mixer_s16_224, resmlp_12_224", None, 0),
     FamilyRule(_TIMM, "CoAtNet / MaxViT", ("MaxxVit",), ("stages.<last>",), NCHW + " (the stage ends with a Linear)",
@@ -285,3 +288,16 @@ def family_table() -> list[tuple[str, str, str, str, str]]:
         )
         for rule in _RULES
     ]
+
+
+def markdown_table() -> str:
+    """The family table of ``docs/layers.md`` as Markdown (the docs hold this text verbatim; a test checks).
+
+    Example:
+        >>> from camkit.families import markdown_table
+        >>> markdown_table().splitlines()[0]
+        '| library | family | model classes | default layer | output the CAM reads |'
+    """
+    lines = ["| library | family | model classes | default layer | output the CAM reads |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in family_table()]
+    return "\n".join(lines) + "\n"
