@@ -4,9 +4,9 @@
   and ``torch.compile`` (``._orig_mod``) wrappers. Explainers run the eager module inside:
   hooks added after compiling are not traced by the compiled graph, and a ``DataParallel``
   replica per device would split the batch across separate captures.
-* :func:`default_layer` gives the CAM layer for torchvision families (table in
-  ``docs/layers.md``); it takes precedence over the generic rule of
-  :func:`camkit.layers.auto_layer`, which would pick a ViT's patch embedding.
+* :func:`default_layer` gives the CAM layer for torchvision families, then for timm and
+  transformers families (:mod:`camkit.families`; tables in ``docs/layers.md``); it takes
+  precedence over the generic rule of :func:`camkit.layers.auto_layer`, which would pick a ViT's patch embedding.
 * :func:`known_channels_last` reads a module's output layout from its type.
 * :func:`prefix_token_hint` reads the number of class/register tokens from the model.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from .families import family_layer, family_table, prefix_tokens
+from .families import family_layer, prefix_tokens, rules
 
 __all__ = [
     "default_layer",
@@ -101,19 +101,24 @@ def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
 def default_layer_table() -> list[tuple[str, str]]:
     """``(architecture class, default layer)`` rows, as documented in ``docs/layers.md``.
 
+    Torchvision's rows come first, then the timm / transformers families' (model classes and
+    layer patterns, from :func:`camkit.families.rules`).
+
     Example:
         >>> from camkit.architectures import default_layer_table
         >>> dict(default_layer_table())["ResNet"]
         'layer4'
     """
     torchvision = [(cls.__name__, text) for cls, _, text in _rules()]
-    return torchvision + [(classes, layer) for _, _, classes, layer, _ in family_table()]  # timm, transformers
+    return torchvision + [(", ".join(r.classes), " or ".join(r.patterns)) for r in rules()]  # timm, transformers
 
 
 def default_layer(model: nn.Module) -> str | None:
     """The default CAM layer name for a known torchvision architecture, or ``None``.
 
-    Subclasses of a known class get the same default. Wrappers are looked through.
+    Subclasses of a known class get the same default. Wrappers are looked through. Models
+    that no torchvision rule knows get the timm / transformers family default of
+    :func:`camkit.families.family_layer`, if one fits.
 
     Example:
         >>> from torchvision.models import resnet18
@@ -195,7 +200,9 @@ def known_channels_last(module: nn.Module) -> bool | None:
 
 def prefix_token_hint(model: nn.Module) -> int | None:
     """Leading non-patch tokens of a ViT, when the model says: timm's ``num_prefix_tokens``,
-    or 1 for torchvision's ``VisionTransformer`` itself (not subclasses, which may add registers).
+    transformers' ViT / DeiT / CLIP vision / DINOv2 from class and config
+    (:func:`camkit.families.prefix_tokens`), or 1 for torchvision's ``VisionTransformer``
+    itself (not subclasses, which may add registers).
 
     Example:
         >>> from torch import nn

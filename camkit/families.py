@@ -51,6 +51,12 @@ class FamilyRule(NamedTuple):
             channel-last/-first, ``None`` for tokens.
         prefix: leading non-patch tokens of the layer's token output, or a callable
             reading them from the model (``None``: not a token layer, or not known).
+
+    Example:
+        >>> from camkit.families import rules
+        >>> rule = next(r for r in rules() if r.family == "Swin")
+        >>> rule.patterns, rule.channels_last
+        (('layers.<last>.blocks.<last>.norm1',), True)
     """
 
     library: str

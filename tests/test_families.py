@@ -103,7 +103,8 @@ def test_torchvision_rules_come_first():
     assert default_layer(vit) == "encoder.layers.encoder_layer_0.ln_1"
     rows = dict(default_layer_table())
     assert rows["VisionTransformer"] == "encoder.layers.<last>.ln_1"
-    assert rows["`VisionTransformer`, `Eva`, `Beit`"] == "`blocks.<last>.norm1`"
+    assert rows["VisionTransformer, Eva, Beit"] == "blocks.<last>.norm1"
+    assert rows["Xception"] == "act4"
 
 
 def _dinov2(registers: object) -> nn.Module:

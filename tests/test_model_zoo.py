@@ -53,7 +53,7 @@ def tokens(prefix: int, h: int, w: int) -> Reshape:
 class Case(NamedTuple):
     id: str
     build: Callable[[], nn.Module]
-    size: int
+    size: int | tuple[int, int]  # the input's side (square) or (H, W)
     ref: Callable[[Any], nn.Module]  # the recommended layer, written as a user would
     reshape: Reshape  # that layer's output to [B, C, h, w]
     layer: str  # the dotted name camkit's default must give
@@ -105,6 +105,8 @@ TIMM_CASES = [
     Case("timm-legacy_xception", _timm("legacy_xception"), 64, lambda m: m.act4, nchw, "act4", (2, 2), seed=4),
     Case("timm-vit_tiny", _timm("vit_tiny_patch16_224", img_size=64), 64, lambda m: m.blocks[-1].norm1,
          tokens(1, 4, 4), "blocks.11.norm1", (4, 4)),
+    Case("timm-vit_tiny-dynamic-nonsquare", _timm("vit_tiny_patch16_224", img_size=64, dynamic_img_size=True),
+         (48, 80), lambda m: m.blocks[-1].norm1, tokens(1, 3, 5), "blocks.11.norm1", (3, 5)),
     Case("timm-deit_tiny_distilled", _timm("deit_tiny_distilled_patch16_224", img_size=64), 64,
          lambda m: m.blocks[-1].norm1, tokens(2, 4, 4), "blocks.11.norm1", (4, 4)),
     Case("timm-eva02_tiny", _timm("eva02_tiny_patch14_224", img_size=56), 56, lambda m: m.blocks[-1].norm1,
@@ -198,7 +200,7 @@ def _unzero(model: nn.Module) -> nn.Module:
     return model
 
 
-def _calibrate(model: nn.Module, size: int) -> None:
+def _calibrate(model: nn.Module, size: tuple[int, int]) -> None:
     # LeViT at random init: its activations are ~1e-2 and shrink stage by stage, so attention
     # is uniform and every token of the last stage is the same (a position-independent map).
     # BatchNorm statistics taken from one random batch, as after training, keep them O(1).
@@ -208,7 +210,7 @@ def _calibrate(model: nn.Module, size: int) -> None:
         norm.momentum = None  # cumulative average: one batch sets the statistics
     model.train()
     with torch.no_grad():
-        model(torch.randn(4, 3, size, size, generator=torch.Generator().manual_seed(99)))
+        model(torch.randn(4, 3, *size, generator=torch.Generator().manual_seed(99)))
 
 
 @functools.cache
@@ -217,7 +219,7 @@ def _model(case_id: str) -> nn.Module:
     torch.manual_seed(case.seed)
     model = _unzero(case.build())
     if case.calibrate:
-        _calibrate(model, case.size)
+        _calibrate(model, _hw(case))
     return model.eval()
 
 
@@ -228,8 +230,12 @@ def _free_models() -> Any:
     _model.cache_clear()
 
 
+def _hw(case: Case) -> tuple[int, int]:
+    return (case.size, case.size) if isinstance(case.size, int) else case.size
+
+
 def _input(case: Case, batch: int) -> Tensor:
-    return torch.randn(batch, 3, case.size, case.size, generator=torch.Generator().manual_seed(batch))
+    return torch.randn(batch, 3, *_hw(case), generator=torch.Generator().manual_seed(batch))
 
 
 def _logits(output: Any) -> Tensor:
@@ -274,7 +280,7 @@ def test_default_layer_matches_hand_gradcam(case: Case, batch: int) -> None:
     explanation = camkit.GradCAM(model).explain(x)
     assert explanation.layers == (case.layer,)
     assert explanation.raw.shape == (batch, *case.grid)
-    assert explanation.maps.shape == (batch, case.size, case.size)
+    assert explanation.maps.shape == (batch, *_hw(case))
     diff = (explanation.maps - expected).abs().max().item()
     assert diff <= TOL, f"{case.id}: max |camkit - hand Grad-CAM at the recommended layer| = {diff:.4f}"
 
