@@ -14,10 +14,10 @@ transformers, the first norm of the last block is used, not the final norm: clas
 that read only the class token give zero gradients at every patch token of the final norm.
 
 :func:`prefix_tokens` gives the number of leading non-patch tokens (class, distillation,
-register tokens) of Hugging Face vision transformers from their class and config.
-:func:`layer_layout` says how a family's default layer lays out its output; camkit's
-layout handling infers the same from the shapes, except where a container ends with a
-``Linear`` (noted in the rules).
+register tokens) of the default layer; for Hugging Face vision transformers it is read from
+their class and config. :func:`layer_layout` says whether a family's default layer's 4-D
+output is channel-last; a container that ends with a ``Linear`` (MaxViT's and transformers'
+ConvNeXt stages) cannot be judged by its last leaf module.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def _expand(model: nn.Module, pattern: str) -> str | None:
                 return None
             segment, module = children[-1]
         else:
-            child = module._modules.get(segment)
+            child = dict(module.named_children()).get(segment)
             if child is None:
                 return None
             module = child
@@ -249,11 +249,13 @@ def layer_layout(model: nn.Module, layer: str) -> bool | None:
 
 
 def prefix_tokens(model: nn.Module) -> int | None:
-    """Leading non-patch tokens of a recognised transformers vision model, from its class and config.
+    """Leading non-patch tokens of a recognised model's default layer, from its family rule and config.
 
-    ViT and CLIP vision: 1 (class token); DeiT: 2 (class and distillation tokens); DINOv2:
-    1 plus ``config.num_register_tokens`` when set. ``None`` for models no rule with a
-    token count fits.
+    Transformers' ViT and CLIP vision: 1 (class token); DeiT: 2 (class and distillation
+    tokens); DINOv2: 1 plus ``config.num_register_tokens`` when set; Swin, LeViT, MLP-Mixer,
+    EfficientFormer: 0. ``None`` for models no rule with a token count fits (timm's ViTs
+    say it themselves with ``num_prefix_tokens``, which :func:`camkit.architectures.prefix_token_hint`
+    reads first).
 
     Example:
         >>> from types import SimpleNamespace
@@ -270,7 +272,7 @@ def prefix_tokens(model: nn.Module) -> int | None:
         (1, 5)
     """
     found = family_rule(model)
-    if found is None or found[0].library != _HF:
+    if found is None:
         return None
     prefix = found[0].prefix
     return prefix(model) if callable(prefix) else prefix
