@@ -4,9 +4,10 @@
   and ``torch.compile`` (``._orig_mod``) wrappers. Explainers run the eager module inside:
   hooks added after compiling are not traced by the compiled graph, and a ``DataParallel``
   replica per device would split the batch across separate captures.
-* :func:`default_layer` gives the CAM layer for known families (table in
-  ``docs/layers.md``); it takes precedence over the generic rule of
-  :func:`camkit.layers.auto_layer` when it gives a spatial map for the input.
+* :func:`default_layer` gives the CAM layer for torchvision families, then for timm and
+  transformers families (:mod:`camkit.families`; tables in ``docs/layers.md``); it takes
+  precedence over the generic rule of :func:`camkit.layers.auto_layer` when it gives a
+  spatial map for the input.
 * :func:`known_channels_last` reads a module's output layout from its type.
 * :func:`prefix_token_hint` reads the number of class/register tokens from the model.
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from torch import nn
+
+from .families import family_layer, prefix_tokens, rules
 
 __all__ = [
     "default_layer",
@@ -99,18 +102,24 @@ def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
 def default_layer_table() -> list[tuple[str, str]]:
     """``(architecture class, default layer)`` rows, as documented in ``docs/layers.md``.
 
+    Torchvision's rows come first, then the timm / transformers families' (model classes and
+    layer patterns, from :func:`camkit.families.rules`).
+
     Example:
         >>> from camkit.architectures import default_layer_table
         >>> dict(default_layer_table())["ResNet"]
         'layer4'
     """
-    return [(cls.__name__, text) for cls, _, text in _rules()]
+    torchvision = [(cls.__name__, text) for cls, _, text in _rules()]
+    return torchvision + [(", ".join(r.classes), " or ".join(r.patterns)) for r in rules()]  # timm, transformers
 
 
 def default_layer(model: nn.Module) -> str | None:
     """The default CAM layer name for a known torchvision architecture, or ``None``.
 
-    Subclasses of a known class get the same default. Wrappers are looked through.
+    Subclasses of a known class get the same default. Wrappers are looked through. Models
+    that no torchvision rule knows get the timm / transformers family default of
+    :func:`camkit.families.family_layer`, if one fits.
 
     Example:
         >>> from torchvision.models import resnet18
@@ -125,7 +134,7 @@ def default_layer(model: nn.Module) -> str | None:
                 return rule(model)
             except (AttributeError, IndexError):  # get_submodule raises AttributeError
                 return None  # a subclass rebuilt differently: fall back to the generic rule
-    return None
+    return family_layer(model)  # timm / transformers families (camkit.families)
 
 
 _CHANNELS_FIRST = {
@@ -208,7 +217,9 @@ def _shape_keeping(module: nn.Module) -> bool:
 
 def prefix_token_hint(model: nn.Module) -> int | None:
     """Leading non-patch tokens of a ViT, when the model says: timm's ``num_prefix_tokens``,
-    or 1 for torchvision's ``VisionTransformer`` itself (not subclasses, which may add registers).
+    transformers' ViT / DeiT / CLIP vision / DINOv2 from class and config
+    (:func:`camkit.families.prefix_tokens`), or 1 for torchvision's ``VisionTransformer``
+    itself (not subclasses, which may add registers).
 
     Example:
         >>> from torch import nn
@@ -220,6 +231,9 @@ def prefix_token_hint(model: nn.Module) -> int | None:
     model = unwrap_model(model)
     count = getattr(model, "num_prefix_tokens", None)
     if isinstance(count, int) and count >= 0:
+        return count
+    count = prefix_tokens(model)  # transformers' ViT, DeiT, CLIP vision, DINOv2 (camkit.families)
+    if count is not None:
         return count
     from torchvision.models import VisionTransformer
 

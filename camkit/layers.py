@@ -189,6 +189,7 @@ def _shape(output: object) -> tuple[int, ...] | None:
     return tuple(output.shape) if isinstance(output, Tensor) else None
 
 
+_PASS_THROUGH = {"Identity", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "DropPath", "DropBlock2d"}
 _ATTENTION_NAMES = {"attn", "attention", "self_attn", "self_attention", "attn_block"}
 
 
@@ -295,8 +296,9 @@ def qualifying_layers(
 
     def record(module: nn.Module, args: Any, output: Any, name: str) -> Any:
         counter[0] += 1
-        if any(output is a for a in args):
-            return None  # a pass-through (Identity, Dropout in eval): the layer before it is the real one
+        if type(module).__name__ in _PASS_THROUGH and any(output is a for a in args):
+            return None  # Identity, dropout in eval: the layer before it is the real one (an in-place
+            # ReLU also returns its input object, but with new values: it is kept)
         if isinstance(output, Tensor) and output.is_floating_point() and output.dim() in (3, 4):
             last[name] = _Candidate(counter[0], name, module, output)
             return output.clone()  # later in-place ops change the copy, not the recorded output

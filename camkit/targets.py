@@ -23,7 +23,7 @@ the error raised up front, pass the classes as a list or a CPU tensor (checked f
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
 import numpy as np
@@ -43,7 +43,7 @@ def _describe(output: Any) -> str:
     if isinstance(output, Tensor):
         return f"Tensor{list(output.shape)}"
     if isinstance(output, dict):
-        return "dict with keys " + ", ".join(f"{k!r}: {_describe(v)}" for k, v in output.items())
+        return f"{type(output).__name__} with keys " + ", ".join(f"{k!r}: {_describe(v)}" for k, v in output.items())
     if isinstance(output, (tuple, list)):
         return f"{type(output).__name__} of " + ", ".join(_describe(v) for v in output)
     fields = [k for k in dir(output) if not k.startswith("_") and isinstance(getattr(output, k, None), Tensor)]
@@ -66,12 +66,21 @@ def _suggest(output: Any) -> str:
     return ""
 
 
+def _default_logits(output: Any) -> Any:
+    # A dict, or a transformers ModelOutput (an OrderedDict subclass), with a logits tensor:
+    # classifiers' scores. Anything else is returned as it is (and refused if not a tensor).
+    if isinstance(output, Mapping) and isinstance(output.get("logits"), Tensor):
+        return output["logits"]
+    return output
+
+
 def select_output(output: Any, selector: OutputSelector = None) -> Tensor:
     """Pick the tensor to score from what the model returned.
 
     Args:
         output: the model's return value.
-        selector: ``None`` (the output must be a tensor), a tuple/list index (also on
+        selector: ``None`` (the output must be a tensor, or a dict / Hugging Face
+            ``ModelOutput`` with a ``logits`` tensor, which is then used), a tuple/list index (also on
             outputs with ``to_tuple()``, like HuggingFace's), a dict key or attribute name
             (``"out"``, ``"logits"``), or a callable ``f(output) -> Tensor``.
 
@@ -80,10 +89,12 @@ def select_output(output: Any, selector: OutputSelector = None) -> Tensor:
         >>> from camkit.targets import select_output
         >>> select_output({"logits": torch.ones(2, 3)}, "logits").shape
         torch.Size([2, 3])
+        >>> select_output({"logits": torch.ones(2, 3), "hidden_states": None}).shape  # logits by default
+        torch.Size([2, 3])
     """
     try:
         if selector is None:
-            chosen = output
+            chosen = _default_logits(output)
         elif callable(selector):
             chosen = selector(output)
         elif isinstance(selector, bool):

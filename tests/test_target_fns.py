@@ -57,16 +57,24 @@ class DictNet(nn.Module):
         return {"logits": logits, "probs": logits.softmax(dim=1)}
 
 
+class ScoresNet(DictNet):
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        logits = self.net(x)
+        return {"scores": logits, "probs": logits.softmax(dim=1)}
+
+
 @pytest.mark.filterwarnings("ignore:AblationCAM:UserWarning")
 def test_every_explainer_takes_output_and_explains_the_missing_one():
     x = tiny_input()
     bare = camkit.GradCAM(TinyNet().eval(), "conv2").explain(x, 2)
     model = DictNet().eval()
-    with pytest.raises(camkit.OutputSelectionError) as info:
-        camkit.GradCAM(model, "net.conv2").explain(x, 2)
+    # a dict with a "logits" tensor is scored by its logits when no output= is given
+    torch.testing.assert_close(camkit.GradCAM(model, "net.conv2").explain(x, 2).maps, bare.maps)
+    with pytest.raises(camkit.OutputSelectionError) as info:  # without a "logits" key nothing is guessed
+        camkit.GradCAM(ScoresNet().eval(), "net.conv2").explain(x, 2)
     message = str(info.value)
-    assert "'logits': Tensor[3, 5]" in message and "'probs': Tensor[3, 5]" in message
-    assert "output='logits'" in message
+    assert "'scores': Tensor[3, 5]" in message and "'probs': Tensor[3, 5]" in message
+    assert "output='scores'" in message
     for key in camkit.list_methods():
         cls = camkit.get_method(key)
         if not issubclass(cls, camkit.CAMExplainer) or key == "cam":

@@ -63,12 +63,12 @@ def test_non_tensor_outputs_need_a_selector():
             self.net = TinyNet()
 
         def forward(self, x):
-            return {"logits": self.net(x), "aux": x.mean()}
+            return {"scores": self.net(x), "aux": x.mean()}  # no "logits" key: nothing is chosen by default
 
     model = DictOut().eval()
-    with pytest.raises(camkit.OutputSelectionError, match="'logits': Tensor\\[3, 5\\]"):
+    with pytest.raises(camkit.OutputSelectionError, match="'scores': Tensor\\[3, 5\\]"):
         camkit.GradCAM(model, "net.conv2")(tiny_input())
-    got = camkit.GradCAM(model, "net.conv2", output="logits")(tiny_input(), 1)
+    got = camkit.GradCAM(model, "net.conv2", output="scores")(tiny_input(), 1)
     torch.testing.assert_close(got, camkit.GradCAM(model.net, "conv2")(tiny_input(), 1))
     with pytest.raises(camkit.OutputSelectionError, match="does not select"):
         camkit.GradCAM(model, "net.conv2", output="nope")(tiny_input())
