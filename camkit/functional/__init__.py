@@ -1,4 +1,4 @@
-"""Pure tensor functions behind the explainers: CAM math, map post-processing, overlays."""
+"""Pure tensor functions behind the explainers: CAM math, map post-processing, overlays, views."""
 
 from .attribution import (
     aggregate_samples,
@@ -21,8 +21,24 @@ from .cam import (
 from .maps import normalize_maps, upsample_maps
 from .overlay import colorize, colormap_lut, overlay_batch
 from .tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
+from .views import (
+    alpha_scaling,
+    attribution_view,
+    blended_heat_map,
+    heat_map,
+    masked_image,
+    outlier_threshold,
+    scale_attribution,
+)
 
 __all__ = [
+    "alpha_scaling",
+    "attribution_view",
+    "blended_heat_map",
+    "heat_map",
+    "masked_image",
+    "outlier_threshold",
+    "scale_attribution",
     "aggregate_samples",
     "blur",
     "channels_last_to_grid",
