@@ -57,6 +57,11 @@ from .registry import get_method, list_methods, register_method
 from .target_fns import BinaryTarget, DetectionTarget, RegressionTarget, SegmentationTarget, SimilarityTarget
 from .targets import resolve_target, select_output
 
+# Pictures (issue 17): undoing normalisation, attribution views, figures.
+from .figures import ExplanationFigure, figure
+from .functional.views import attribution_view
+from .io import denormalize
+
 __all__ = [
     "CAM",
     "RISE",
@@ -121,4 +126,9 @@ __all__ = [
     "to_tensor",
     "to_uint8_rgb",
     "unwrap_model",
+    # Pictures (issue 17)
+    "ExplanationFigure",
+    "attribution_view",
+    "denormalize",
+    "figure",
 ]
