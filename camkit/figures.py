@@ -100,11 +100,10 @@ def _matplotlib() -> tuple[Any, Any, Any, Any, Any]:
 
 
 def _is_pixel_space(e: Explanation) -> bool:
-    """Signed attributions at the input's size (Saliency, IG, Occlusion...), not a layer's CAM."""
+    """Raw values at the input's size (Saliency, IG, Guided Grad-CAM, Occlusion...), not a layer's CAM."""
     raw = e.raw
     return (
-        not e.layers
-        and isinstance(raw, Tensor)
+        isinstance(raw, Tensor)
         and raw.dim() in (3, 4)
         and raw.shape[0] == e.maps.shape[0]
         and tuple(raw.shape[-2:]) == tuple(e.maps.shape[-2:])
@@ -144,8 +143,8 @@ def figure(
 
     Each map panel is titled with the method, the target's class name and its score; every
     map column has a colorbar under it. CAM maps are drawn as they are (``maps`` in [0, 1],
-    ``jet``); pixel-space attributions (no layer, ``raw`` at the input's size: Saliency,
-    Integrated Gradients, Occlusion...) as their signed view (``sign="all"``, outliers clipped,
+    ``jet``); pixel-space attributions (``raw`` at the input's size: Saliency, Integrated
+    Gradients, Guided Grad-CAM, Occlusion...) as their signed view (``sign="all"``, outliers clipped,
     diverging ``bwr``: red for evidence for the class, blue against) with a blended heat map as
     the overlay. Give ``sign`` to use one sign mode for every explanation.
 

@@ -206,3 +206,15 @@ def test_anchor_colormaps_need_no_plotting_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_scaling_agrees_with_captum_visualisation():
+    """captum's visualize_image_attr normalisation (channels summed, sign mode, mass-percentile clip)."""
+    visualization = pytest.importorskip("captum.attr._utils.visualization")
+    gen = torch.Generator().manual_seed(5)
+    attr = torch.randn(2, 3, 9, 11, generator=gen) * torch.rand(2, 1, 9, 11, generator=gen) ** 4
+    for sign in ("all", "positive", "negative", "absolute_value"):
+        ours = scale_attribution(attr, sign, outlier_perc=2)
+        for b in range(2):
+            theirs = visualization._normalize_attr(attr[b].permute(1, 2, 0).numpy().sum(axis=2), sign, 2)
+            np.testing.assert_allclose(ours[b].numpy(), theirs, atol=1e-5, err_msg=sign)
