@@ -19,17 +19,16 @@ import numpy as np
 
 __all__ = ["ANCHORS", "anchor_lut", "colormap_names"]
 
+# ColorBrewer's 11-class RdBu, from red (low values) to blue (high values).
+_RDBU_HEX = ("67001f", "b2182b", "d6604d", "f4a582", "fddbc7", "f7f7f7", "d1e5f0", "92c5de", "4393c3", "2166ac", "053061")
+
 # name -> anchor colours (RGB in [0, 1]), spaced evenly over [0, 1].
 ANCHORS: dict[str, tuple[tuple[float, float, float], ...]] = {
     # diverging: negative -> zero -> positive
     "bwr": ((0.0, 0.0, 1.0), (1.0, 1.0, 1.0), (1.0, 0.0, 0.0)),
     "seismic": ((0.0, 0.0, 0.3), (0.0, 0.0, 1.0), (1.0, 1.0, 1.0), (1.0, 0.0, 0.0), (0.5, 0.0, 0.0)),
-    # ColorBrewer's 11-class RdBu (red for low values, blue for high) and its reverse.
-    "rdbu": tuple(
-        (int(h[0:2], 16) / 255, int(h[2:4], 16) / 255, int(h[4:6], 16) / 255)
-        for h in ("67001f", "b2182b", "d6604d", "f4a582", "fddbc7", "f7f7f7",
-                  "d1e5f0", "92c5de", "4393c3", "2166ac", "053061")
-    ),  # fmt: skip
+    # ColorBrewer's RdBu (red for low values, blue for high) and, below, its reverse.
+    "rdbu": tuple((int(h[0:2], 16) / 255, int(h[2:4], 16) / 255, int(h[4:6], 16) / 255) for h in _RDBU_HEX),
     "rdwhgn": ((1.0, 0.0, 0.0), (1.0, 1.0, 1.0), (0.0, 0.5, 0.0)),  # negative red, positive green
     # sequential, white -> colour: for one sign at a time
     "reds": ((1.0, 1.0, 1.0), (0.8, 0.0, 0.0)),

@@ -255,11 +255,11 @@ def figure(
             ax.set_title(title, fontsize=fontsize)
             titles[(b, column)] = title
     for label in named:
-        column = columns.index(f"map: {label}")
+        index = columns.index(f"map: {label}")
         _, _, cmap, (low, high) = drawn[label]
         table = ListedColormap(colormap_lut(cmap).numpy() / 255.0)
         bar = fig.colorbar(
-            ScalarMappable(norm=Normalize(low, high), cmap=table), ax=axes[:, column], location="bottom", shrink=0.9
+            ScalarMappable(norm=Normalize(low, high), cmap=table), ax=axes[:, index], location="bottom", shrink=0.9
         )
         bar.ax.tick_params(labelsize=fontsize)
     canvas = Canvas(fig)  # Agg: no display, whatever pyplot's backend is

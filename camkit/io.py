@@ -164,8 +164,8 @@ def _fit(rgb: np.ndarray, size: int | Sequence[int], fit: str, resize: int | Non
     if (new_h, new_w) != (h0, w0):
         shrink = new_h * new_w < h0 * w0
         rgb = cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
-    top = int(round((new_h - height) / 2.0))  # torchvision's CenterCrop offsets
-    left = int(round((new_w - width) / 2.0))
+    top = round((new_h - height) / 2.0)  # torchvision's CenterCrop offsets
+    left = round((new_w - width) / 2.0)
     return np.ascontiguousarray(rgb[top : top + height, left : left + width])
 
 

@@ -192,7 +192,7 @@ def test_anchor_colormaps_are_256_entry_tables_through_their_anchors():
     bwr = anchor_lut("bwr")
     assert np.array_equal(bwr[::-1], bwr[:, ::-1])
     assert np.array_equal(anchor_lut("rdbu_r"), anchor_lut("rdbu")[::-1])
-    with pytest.raises(camkit.InvalidInputError, match="camkit has: .*bwr.*OpenCV has: .*jet"):
+    with pytest.raises(camkit.InvalidInputError, match=r"camkit has: .*bwr.*OpenCV has: .*jet"):
         colormap_lut("nope")
 
 
