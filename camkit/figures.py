@@ -235,7 +235,13 @@ def figure(
     width = len(columns) * panel
     height = batch * (panel + TITLE_INCHES) + COLORBAR_INCHES
     fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
-    axes = fig.subplots(batch, len(columns), squeeze=False)
+    # One row per image, then a thin row holding the colorbars (so every panel row stays aligned).
+    grid = fig.subplots(
+        batch + 1, len(columns), squeeze=False, gridspec_kw={"height_ratios": [1.0] * batch + [0.08]}
+    )
+    axes, bars = grid[:batch], grid[batch]
+    for cax in bars:
+        cax.set_axis_off()
     titles: dict[tuple[int, str], str] = {}
     fontsize = max(5.0, 4.0 * panel)
     for b in range(batch):
@@ -258,8 +264,9 @@ def figure(
         index = columns.index(f"map: {label}")
         _, _, cmap, (low, high) = drawn[label]
         table = ListedColormap(colormap_lut(cmap).numpy() / 255.0)
+        bars[index].set_axis_on()
         bar = fig.colorbar(
-            ScalarMappable(norm=Normalize(low, high), cmap=table), ax=axes[:, index], location="bottom", shrink=0.9
+            ScalarMappable(norm=Normalize(low, high), cmap=table), cax=bars[index], orientation="horizontal"
         )
         bar.ax.tick_params(labelsize=fontsize)
     canvas = Canvas(fig)  # Agg: no display, whatever pyplot's backend is

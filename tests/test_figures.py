@@ -148,10 +148,18 @@ def test_figure_layout_and_what_each_panel_holds():
     # Titles: method, class name and score on the maps.
     assert fig.titles[(0, "map: Grad-CAM")] == "Grad-CAM\ncircle: 0.9"
     assert fig.titles[(1, "map: Saliency")] == "Saliency\nsquare: 0.1"
-    # The colorbars sit under the panels: the bottom band holds the diverging bar's blue and red.
-    band = fig.image[fig.panels[(1, "image")][3] :]
-    assert (np.abs(band.astype(int) - bwr_blue).max(axis=2) == 0).any()
-    assert (np.abs(band.astype(int) - jet[1]).max(axis=2) == 0).any()
+    # Each map column has its colorbar under the last row: jet's ends under Grad-CAM, bwr's under
+    # Saliency, no colorbar under the image column.
+    below = fig.image[max(fig.panels[(1, c)][3] for c in fig.columns) :].astype(int)
+
+    def has(column, colour):
+        x0, _, x1, _ = fig.panels[(1, column)]
+        return bool((np.abs(below[:, x0:x1] - np.array(colour)).max(axis=2) <= 12).any())
+
+    assert has("map: Grad-CAM", jet[0]) and has("map: Grad-CAM", jet[1])
+    assert has("map: Saliency", bwr_blue) and has("map: Saliency", bwr_red)
+    assert not has("map: Saliency", jet[0]) and not has("map: Saliency", jet[1])  # not in bwr
+    assert not has("image", jet[0]) and not has("image", bwr_red)
 
 
 def test_show_and_the_jupyter_repr_return_a_png(tmp_path):
