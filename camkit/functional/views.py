@@ -271,6 +271,9 @@ def attribution_view(
 ) -> Tensor:
     """One entry point for the four views (like captum's ``visualize_image_attr``, on tensors).
 
+    The defaults differ from captum's (``heat_map`` of the ``absolute_value``): a signed heat map
+    blended over the image shows both where the evidence is and which way it points.
+
     Args:
         attr: attributions [B, C, H, W] (e.g. ``explanation.raw`` of a pixel method) or maps
             [B, H, W] (e.g. a CAM's ``explanation.maps``).
