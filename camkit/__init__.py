@@ -22,8 +22,10 @@ from .errors import (
     UnknownMethodError,
 )
 from .explanation import Explanation
+from .figures import ExplanationFigure, figure
+from .functional.views import attribution_view
 from .hooks import HookScope, LayerCapture
-from .io import load_image, read_rgb, save_png, to_tensor
+from .io import denormalize, load_image, read_rgb, save_png, to_tensor
 from .layers import auto_layer, list_layers, resolve_layers
 from .methods import (
     CAM,
@@ -72,6 +74,7 @@ __all__ = [
     "EigenGradCAM",
     "Explainer",
     "Explanation",
+    "ExplanationFigure",
     "GradCAM",
     "GradCAMPlusPlus",
     "GradientAttribution",
@@ -102,10 +105,13 @@ __all__ = [
     "UnknownMethodError",
     "XGradCAM",
     "__version__",
+    "attribution_view",
     "audit",
     "auto_layer",
     "default_layer",
+    "denormalize",
     "extract_features",
+    "figure",
     "get_method",
     "list_layers",
     "list_methods",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from .figures import ExplanationFigure
 
 __all__ = ["Explanation"]
 
@@ -53,3 +56,48 @@ class Explanation:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extras", MappingProxyType(dict(self.extras)))
+
+    def __repr__(self) -> str:
+        """A one-line summary (shapes, not values): what a notebook prints for an explanation."""
+        raw = [list(r.shape) for r in self.raw] if isinstance(self.raw, tuple) else list(self.raw.shape)
+        target = None if self.target is None else self.target.tolist() if self.target.numel() <= 8 else list(self.target.shape)
+        flat = f"{int(self.flat.sum())} of {self.flat.numel()}"
+        layers = f", layers={self.layers}" if self.layers else ""
+        extras = f", extras={sorted(self.extras)}" if self.extras else ""
+        return (
+            f"Explanation(method={self.method!r}, maps={list(self.maps.shape)}, raw={raw}, target={target}, "
+            f"flat={flat}{layers}{extras})"
+        )
+
+    def show(
+        self,
+        images: Tensor,
+        classes: Sequence[str] | None = None,
+        **options: Any,
+    ) -> ExplanationFigure:
+        """Draw the explanation over its images: rows of image | map | overlay (needs matplotlib).
+
+        In Jupyter the returned figure displays itself (it has ``_repr_png_``); ``.save(path)``
+        writes a PNG and ``.image`` holds the RGB pixels.
+
+        Args:
+            images: the explained images [B, 3, H, W] (float in [0, 1] or uint8; normalised
+                ones with ``mean=``/``std=``).
+            classes: class names, indexed by ``target``.
+            **options: passed on to :func:`camkit.figure` (``sign``, ``outlier_perc``,
+                ``colormap``, ``alpha``, ``mean``, ``std``, ``panel``, ``dpi``).
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> import camkit
+            >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+            ...                     nn.Flatten(), nn.Linear(4, 2))
+            >>> x = torch.rand(1, 3, 8, 8)
+            >>> fig = camkit.GradCAM(net, "1").explain(x, target=[1]).show(x, classes=["cat", "dog"])
+            >>> fig.titles[(0, "map: gradcam")].splitlines()[1].split(":")[0]
+            'dog'
+        """
+        from .figures import figure
+
+        return figure(images, self, classes=classes, **options)

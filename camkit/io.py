@@ -15,10 +15,50 @@ from torch import Tensor
 from .errors import InvalidInputError
 from .overlay import to_uint8_rgb
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "load_image", "read_rgb", "save_png", "to_tensor"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "denormalize", "load_image", "read_rgb", "save_png", "to_tensor"]
 
+# torchvision's ImageNet normalisation (the ``transforms()`` of its pretrained classifiers).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def denormalize(
+    x: Tensor, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD
+) -> Tensor:
+    """Undo ``(image - mean) / std``: a new tensor ``x * std + mean``, for display.
+
+    Args:
+        x: a normalised image [C, H, W] or batch [B, C, H, W]; ``C`` equals ``len(mean)``.
+        mean: per-channel means used to normalise (default: torchvision's ImageNet values,
+            :data:`IMAGENET_MEAN`).
+        std: per-channel standard deviations (default: :data:`IMAGENET_STD`).
+
+    Returns:
+        A new float tensor of ``x``'s shape, on ``x``'s device, not clipped (a value outside
+        [0, 1] means ``mean``/``std`` were not the ones used).
+
+    Example:
+        >>> import torch
+        >>> import camkit
+        >>> image = torch.rand(2, 3, 4, 4)
+        >>> x = (image - torch.tensor(camkit.io.IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(camkit.io.IMAGENET_STD).view(3, 1, 1)
+        >>> torch.allclose(camkit.denormalize(x), image, atol=1e-6)
+        True
+    """
+    if not isinstance(x, Tensor) or x.dim() not in (3, 4):
+        got = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise InvalidInputError(f"denormalize expects a tensor [C, H, W] or [B, C, H, W], got {got}")
+    if len(mean) != len(std):
+        raise InvalidInputError(f"mean and std must have one value per channel, got {len(mean)} and {len(std)}")
+    if x.shape[-3] != len(mean):
+        raise InvalidInputError(
+            f"the image has {x.shape[-3]} channels (dimension -3 of shape {list(x.shape)}) but mean/std have "
+            f"{len(mean)}; pass images channels first"
+        )
+    shape = (len(mean), 1, 1)
+    m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(shape)
+    s = torch.tensor(std, dtype=torch.float32, device=x.device).view(shape)
+    return x.float() * s + m
 
 
 def read_rgb(path: str | os.PathLike[str]) -> np.ndarray:
@@ -98,32 +138,83 @@ def to_tensor(
     return x
 
 
+def _fit(rgb: np.ndarray, size: int | Sequence[int], fit: str, resize: int | None) -> np.ndarray:
+    """Resize (and centre-crop) a uint8 RGB image [H, W, 3] to ``size``."""
+    import cv2
+
+    height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    if fit == "squash":
+        return to_uint8_rgb(to_tensor(rgb, size=(height, width)).mul(255).round().to(torch.uint8))
+    if fit != "crop":
+        raise InvalidInputError(f"fit must be 'crop' (keep the aspect ratio) or 'squash', got {fit!r}")
+    h0, w0 = rgb.shape[:2]
+    if resize is None:  # the smallest scale at which the image covers the crop
+        scale = max(height / h0, width / w0)
+        new_h, new_w = max(height, int(h0 * scale)), max(width, int(w0 * scale))
+    else:  # torchvision's Resize(int): the shorter side to `resize`, the longer one truncated
+        if h0 <= w0:
+            new_h, new_w = resize, int(resize * w0 / h0)
+        else:
+            new_h, new_w = int(resize * h0 / w0), resize
+        if new_h < height or new_w < width:
+            raise InvalidInputError(
+                f"resize={resize} gives a {new_h}x{new_w} image, smaller than the {height}x{width} crop; "
+                "make resize at least the crop size"
+            )
+    if (new_h, new_w) != (h0, w0):
+        shrink = new_h * new_w < h0 * w0
+        rgb = cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+    top = round((new_h - height) / 2.0)  # torchvision's CenterCrop offsets
+    left = round((new_w - width) / 2.0)
+    return np.ascontiguousarray(rgb[top : top + height, left : left + width])
+
+
 def load_image(
     path: str | os.PathLike[str],
     size: int | Sequence[int] | None = None,
     mean: Sequence[float] | None = IMAGENET_MEAN,
     std: Sequence[float] | None = IMAGENET_STD,
+    fit: str = "crop",
+    resize: int | None = None,
 ) -> tuple[Tensor, np.ndarray]:
-    """Load an image file for a model.
+    """Load an image file for a model, keeping its aspect ratio by default.
+
+    With ``fit="crop"`` (the default) the image is scaled, aspect ratio kept, until it covers
+    ``size``, then the centre ``size`` is cut out, like torchvision's classification presets
+    (``Resize`` of the shorter side, then ``CenterCrop``). Give ``resize`` to scale the shorter
+    side to a set length first: ``size=224, resize=256`` is torchvision's ImageNet preset.
+    ``fit="squash"`` resizes to ``size`` exactly, distorting non-square images (what ``load_image`` did before).
+
+    Args:
+        path: an image file (see :func:`read_rgb`).
+        size: ``(height, width)`` or an int for a square; ``None`` keeps the file's size.
+        mean: per-channel mean for the model input (ImageNet's by default; ``None`` for none).
+        std: per-channel standard deviation (with ``mean``).
+        fit: ``"crop"`` (keep the aspect ratio, centre-crop) or ``"squash"``.
+        resize: with ``fit="crop"``, the shorter side's length before cropping.
 
     Returns:
-        ``(x, rgb)``: the model input [1, 3, H, W] (normalised with ``mean``/``std``;
-        ImageNet's by default, ``None`` for none), and the resized uint8 RGB image
+        ``(x, rgb)``: the model input [1, 3, H, W] and the same pixels as a uint8 RGB image
         [H, W, 3] to overlay maps on.
 
     Example:
         >>> import numpy as np, tempfile, os
         >>> from camkit import load_image, save_png
         >>> path = os.path.join(tempfile.mkdtemp(), "a.png")
-        >>> save_png(path, np.zeros((8, 8, 3), np.uint8))
-        >>> x, rgb = load_image(path, size=4)
+        >>> save_png(path, np.zeros((8, 16, 3), np.uint8))  # 8 high, 16 wide
+        >>> x, rgb = load_image(path, size=4)  # scaled to 4 x 8, then the centre 4 x 4
         >>> tuple(x.shape), rgb.shape
         ((1, 3, 4, 4), (4, 4, 3))
     """
     rgb = read_rgb(path)
-    x = to_tensor(rgb, size=size, mean=mean, std=std)
-    shown = (to_tensor(rgb, size=size) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
-    return x[None], shown
+    if resize is not None and fit != "crop":
+        raise InvalidInputError("resize= applies to fit='crop' only; with fit='squash' give size= alone")
+    if size is not None:
+        rgb = _fit(rgb, size, fit, resize)
+    elif resize is not None:
+        raise InvalidInputError("resize= needs size= (the crop); e.g. size=224, resize=256")
+    x = to_tensor(rgb, mean=mean, std=std)
+    return x[None], rgb
 
 
 def save_png(path: str | os.PathLike[str], image: Any) -> None:

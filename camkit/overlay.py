@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,27 @@ def to_uint8_rgb(image: Any) -> np.ndarray:
     raise InvalidInputError(f"a numpy image must be [H, W, 3] or [H, W], got shape {list(arr.shape)}")
 
 
-def overlay(image: Any, heatmap: Any, alpha: float = 0.5, colormap: str = "jet") -> np.ndarray:
+def _check_unit_range(image: Tensor) -> None:
+    """Refuse a float image outside [0, 1] (a normalised input, most likely)."""
+    if image.dtype == torch.uint8 or image.numel() == 0:
+        return
+    low, high = float(image.min()), float(image.max())
+    if low < -1e-3 or high > 1 + 1e-3:
+        raise InvalidInputError(
+            f"the image's values span [{low:.3g}, {high:.3g}], outside [0, 1]: it looks normalised, and would be "
+            "clipped and oversaturated; pass camkit.denormalize(x) (ImageNet mean/std by default), or "
+            "overlay(image, heatmap, mean=..., std=...) with the values used to normalise it"
+        )
+
+
+def overlay(
+    image: Any,
+    heatmap: Any,
+    alpha: float = 0.5,
+    colormap: str = "jet",
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> np.ndarray:
     """Colour a heatmap and blend it over an image.
 
     ``out = round((1 - alpha) * image + alpha * colour(heatmap))`` per channel (halves round to
@@ -63,10 +84,16 @@ def overlay(image: Any, heatmap: Any, alpha: float = 0.5, colormap: str = "jet")
     colormap from ``round(v * 255)``. Channel order is RGB throughout.
 
     Args:
-        image: uint8 [H, W, 3] array, PIL image, or float tensor [3, H, W] in [0, 1].
+        image: uint8 [H, W, 3] array, PIL image, or float tensor [3, H, W] in [0, 1]. A float
+            tensor outside [0, 1] (a normalised model input) is refused: undo the
+            normalisation with :func:`camkit.denormalize`, or give ``mean`` and ``std``.
         heatmap: tensor or array [h, w] with values in [0, 1].
         alpha: the heatmap's weight in [0, 1].
-        colormap: an OpenCV colormap name, e.g. ``"jet"``, ``"turbo"``, ``"viridis"``.
+        colormap: an OpenCV colormap name (``"jet"``, ``"turbo"``, ``"viridis"``...) or one of
+            :mod:`camkit.colormaps` (``"bwr"``...).
+        mean: with ``std``, the per-channel values ``image`` (a float tensor) was normalised
+            with; the image is passed through :func:`camkit.denormalize` first.
+        std: see ``mean``.
 
     Returns:
         A new uint8 RGB array [H, W, 3].
@@ -81,6 +108,19 @@ def overlay(image: Any, heatmap: Any, alpha: float = 0.5, colormap: str = "jet")
 
     if not 0.0 <= alpha <= 1.0:
         raise InvalidInputError(f"alpha must be in [0, 1], got {alpha}")
+    if (mean is None) != (std is None):
+        raise InvalidInputError("give both mean and std (the values the image was normalised with), or neither")
+    if mean is not None and std is not None:
+        if not isinstance(image, Tensor) or image.dtype == torch.uint8:
+            raise InvalidInputError(
+                f"mean/std undo a normalisation of a float tensor image [3, H, W]; got {type(image).__name__}"
+                + (" of dtype uint8" if isinstance(image, Tensor) else "")
+            )
+        from .io import denormalize
+
+        image = denormalize(image, mean, std)
+    if isinstance(image, Tensor):
+        _check_unit_range(image)
     base = to_uint8_rgb(image)
     heat = heatmap.detach().float().cpu().numpy() if isinstance(heatmap, Tensor) else np.asarray(heatmap, dtype=np.float32)
     if heat.ndim == 3 and heat.shape[0] == 1:

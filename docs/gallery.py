@@ -1,4 +1,4 @@
-"""Draw every camkit method on the same images: writes docs/img/gallery.png.
+"""Draw every camkit method on the same images: writes docs/img/gallery.png and gallery_signed.png.
 
 Run from the repository root: ``.venv/bin/python docs/gallery.py`` (about a minute on a CPU).
 
@@ -10,6 +10,11 @@ figure says so in its title.
 
 Every map is the explainer's ``maps`` output (upsampled, then min-max normalised per map)
 for the image's predicted class, overlaid with ``camkit.overlay`` (RGB, jet, alpha 0.5).
+
+``gallery_signed.png`` shows each pixel-space method twice per image: that view ("|max|": the
+min-max normalised absolute value) and the signed view of ``camkit.attribution_view`` (channels
+summed, the top 2% of the mass clipped, a blended heat map (alpha 0.7) with the diverging ``bwr``
+colormap: red for evidence for the predicted class, blue against, white for none).
 """
 
 from __future__ import annotations
@@ -94,6 +99,56 @@ def explainers(model: nn.Module, layer: str) -> dict[str, camkit.Explainer]:
     return built
 
 
+PIXEL_METHODS = (
+    "Saliency",
+    "Input x Gradient",
+    "Guided Backprop",
+    "Deconvolution",
+    "Guided Grad-CAM",
+    "Integrated Gradients",
+    "SmoothGrad (Saliency)",
+    "Occlusion",
+)
+
+
+def signed_gallery(
+    columns: dict[str, camkit.Explainer], x: Tensor, target: Tensor, labels: list[str], title: str, out: Path
+) -> Path:
+    """Each pixel-space method as a row: per image, the old |max| overlay beside the signed view."""
+    images = (x.permute(0, 2, 3, 1) * 255).round().to(torch.uint8).numpy()
+    shown = range(min(3, len(x)))
+    rows, per_row = len(PIXEL_METHODS) + 1, 2 * len(shown)
+    fig, axes = plt.subplots(rows, per_row, figsize=(1.25 * per_row + 0.9, 1.3 * rows + 0.5), squeeze=False)
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_frame_on(False)
+    for c, r in enumerate(shown):
+        axes[0, 2 * c].imshow(images[r])
+        axes[0, 2 * c].set_title(labels[r].replace("\n", ", "), fontsize=6, loc="left")
+    axes[0, 0].set_ylabel("input", fontsize=7)
+    for m, name in enumerate(PIXEL_METHODS, start=1):
+        e = columns[name].explain(x, target)
+        signed = camkit.attribution_view(e.raw, x, view="blended_heat_map", sign="all", outlier_perc=2, alpha=0.7)
+        axes[m, 0].set_ylabel(name, fontsize=7)
+        for c, r in enumerate(shown):
+            axes[m, 2 * c].imshow(camkit.overlay(images[r], e.maps[r], alpha=0.5, colormap="jet"), interpolation="nearest")
+            axes[m, 2 * c + 1].imshow(signed[r].permute(1, 2, 0).numpy(), interpolation="nearest")
+            if m == 1:
+                axes[m, 2 * c].set_title("|max|, jet (old)", fontsize=6)
+                axes[m, 2 * c + 1].set_title("signed, bwr (new)", fontsize=6)
+    fig.suptitle(
+        "Pixel-space methods: the old view (min-max |attribution|) and the signed view\n"
+        f"(red: for the predicted class, blue: against; 2% of the mass clipped). {title}",
+        fontsize=8,
+    )
+    fig.tight_layout()
+    path = out / "gallery_signed.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT, help="directory for gallery.png (default: docs/img)")
@@ -135,6 +190,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out / "gallery.png", dpi=80)
     print(f"wrote {args.out / 'gallery.png'}")
+    print(f"wrote {signed_gallery(columns, x, target, labels, title, args.out)}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ headline: the class whose attention sits on the watermark. No network is used.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -70,27 +71,17 @@ def headline(summary: Mapping[str, Any], region: str = "watermark") -> tuple[str
     return top, shares[top], others, message
 
 
-def _accuracy_lines(model: Any, n: int) -> list[str]:
-    """Live accuracy of the model on images like the training data, clean, and watermark-swapped."""
-    import torch
+def _accuracy_lines(figures: Mapping[str, Any]) -> list[str]:
+    """The accuracy figures of :func:`~camkit.demo.figures.model_figures`, as printed lines."""
+    from .shapes import MARKER_CLASS
 
-    from .shapes import CLASSES, MARKER_CLASS, make_split, to_batch
-
-    marker = CLASSES.index(MARKER_CLASS)
-    result = {}
-    for split in ("marked", "clean", "swapped"):
-        x, y = to_batch(make_split(split, n, DEMO_SEED + 100))
-        with torch.no_grad():
-            pred = model(x).argmax(dim=1)
-        result[split] = (pred == y).float().mean().item()
-        result[f"{split}_marker"] = (pred[y == marker] == marker).float().mean().item()
-        result[f"{split}_as_marker"] = (pred[y != marker] == marker).float().mean().item()
+    m = MARKER_CLASS
     return [
-        f"accuracy on held-out images like the training data: {result['marked']:.0%} "
-        f"({MARKER_CLASS}: {result['marked_marker']:.0%})",
-        f"without any watermark: {result['clean']:.0%} ({MARKER_CLASS}: {result['clean_marker']:.0%})",
-        f"with the watermark moved onto the other shapes: {result['swapped']:.0%}; "
-        f"{result['swapped_as_marker']:.0%} of the other shapes are called {MARKER_CLASS!r}",
+        f"accuracy on held-out images like the training data: {figures['marked']:.1%} "
+        f"({m}: {figures[f'marked.{m}']:.1%})",
+        f"without any watermark: {figures['clean']:.1%} ({m}: {figures[f'clean.{m}']:.1%})",
+        f"with the watermark moved onto the other shapes: {figures['swapped']:.1%}; "
+        f"{figures['swapped_as_marker']:.1%} of the other shapes are called {m!r}",
     ]
 
 
@@ -175,16 +166,22 @@ def run_demo(
     """Run the demo (the Python side of ``camkit demo``); returns the Grad-CAM audit summary.
 
     Writes ``out/data/`` (images and ``manifest.csv``), ``out/gradcam/`` and ``out/<method>/``
-    (each an audit: ``report.html``, ``results.csv``, ``summary.json``, ``overlays/``).
+    (each an audit: ``report.html``, ``results.csv``, ``summary.json``, ``overlays/``) and
+    ``out/figures.json``: every figure the README and docs/demo.md quote (see
+    :mod:`camkit.demo.figures`), plus ``<method>.share`` / ``<method>.others`` from the audits
+    and the printed ``finding`` line.
     """
     from ..audit import audit
+    from .figures import DEMO_TEST_IMAGES, model_figures
     from .model import CAM_LAYER, load_shapes_cnn
     from .shapes import CLASSES, IMAGE_SIZE, write_split
 
     start = time.perf_counter()
     root = Path(out)
     model = load_shapes_cnn()
-    for line in _accuracy_lines(model, 200):
+    figures = model_figures(model)
+    print(f"{DEMO_TEST_IMAGES} fresh test images per set:")
+    for line in _accuracy_lines(figures):
         print(line)
     data = root / "data"
     manifest = write_split(data, "marked", images, DEMO_SEED)
@@ -199,8 +196,15 @@ def run_demo(
         )  # fmt: skip
         reports[key] = folder
         print(f"{key}: {headline(summaries[key])[3]}; report: {(folder / 'report.html').resolve()}")
+    for key, summary in summaries.items():
+        _, figures[f"{key}.share"], figures[f"{key}.others"], _ = headline(summary)
+    figures["images"] = images
     _, share, others, message = headline(summaries["gradcam"])
-    print(f"finding: {message}")
+    figures["finding"] = f"finding: {message}"
+    print(figures["finding"])
+    root.mkdir(parents=True, exist_ok=True)
+    rounded = {k: round(v, 6) if isinstance(v, float) else v for k, v in figures.items()}
+    (root / "figures.json").write_text(json.dumps(rounded, indent=1, sort_keys=True) + "\n")
     if share > 2 * others:
         print(
             "the model looks at the watermark corner to call this class: a shortcut (compare the accuracy without it)."

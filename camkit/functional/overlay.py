@@ -15,12 +15,19 @@ __all__ = ["colorize", "colormap_lut", "overlay_batch"]
 
 @functools.lru_cache(maxsize=32)
 def _lut_numpy(name: str) -> np.ndarray:
+    from ..colormaps import anchor_lut, colormap_names
+
+    own = anchor_lut(name)
+    if own is not None:
+        return own
     import cv2
 
     code = getattr(cv2, f"COLORMAP_{name.upper()}", None)
     if code is None:
         known = sorted(k[len("COLORMAP_") :].lower() for k in dir(cv2) if k.startswith("COLORMAP_"))
-        raise InvalidInputError(f"unknown colormap '{name}'; OpenCV has: {', '.join(known)}")
+        raise InvalidInputError(
+            f"unknown colormap '{name}'; camkit has: {', '.join(colormap_names())}; OpenCV has: {', '.join(known)}"
+        )
     ramp = np.arange(256, dtype=np.uint8).reshape(256, 1)
     bgr = cv2.applyColorMap(ramp, code).reshape(256, 3)
     rgb = bgr[:, ::-1].copy()
@@ -29,7 +36,11 @@ def _lut_numpy(name: str) -> np.ndarray:
 
 
 def colormap_lut(name: str = "jet", device: torch.device | str | None = None) -> Tensor:
-    """The 256-entry RGB table of an OpenCV colormap as uint8 [256, 3].
+    """The 256-entry RGB table of a colormap as uint8 [256, 3].
+
+    ``name`` is one of camkit's anchor-defined tables (diverging ``bwr``, ``seismic``,
+    ``rdbu``, ``rdbu_r``, ``rdwhgn``; sequential ``reds``, ``blues``, ``greens``: see
+    :mod:`camkit.colormaps`) or any OpenCV colormap (``jet``, ``viridis``, ``turbo``...).
 
     Example:
         >>> from camkit.functional import colormap_lut
@@ -64,7 +75,7 @@ def overlay_batch(images: Tensor, maps: Tensor, alpha: float = 0.5, colormap: st
         images: float [B, 3, H, W] in [0, 1], or uint8 [B, 3, H, W].
         maps: [B, h, w] in [0, 1]; resized bilinearly to the images' size when needed.
         alpha: weight of the heatmap, in [0, 1].
-        colormap: any OpenCV colormap name (``"jet"``, ``"viridis"``, ``"turbo"``...).
+        colormap: a name :func:`colormap_lut` knows (``"jet"``, ``"viridis"``, ``"bwr"``...).
 
     Returns:
         uint8 RGB [B, 3, H, W] on the images' device.
