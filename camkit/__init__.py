@@ -25,17 +25,24 @@ from .explanation import Explanation
 from .hooks import HookScope, LayerCapture
 from .io import load_image, read_rgb, save_png, to_tensor
 from .layers import auto_layer, list_layers, resolve_layers
-from .methods import (
+from .methods import (  # issue 18: pytorch-grad-cam methods
     CAM,
+    FEM,
+    KPCACAM,
     RISE,
+    SESS,
     AblationCAM,
     AugSmooth,
     CAMExplainer,
     Deconvolution,
+    DeepFeatureFactorization,
     EigenCAM,
     EigenGradCAM,
     Explainer,
+    FinerCAM,
+    FullGrad,
     GradCAM,
+    GradCAMElementWise,
     GradCAMPlusPlus,
     GradientAttribution,
     GradientCAM,
@@ -46,10 +53,13 @@ from .methods import (
     IntegratedGradients,
     LayerCAM,
     Occlusion,
+    RandomCAM,
     Saliency,
     ScoreCAM,
+    ShapleyCAM,
     SmoothGrad,
     XGradCAM,
+    factorization_image,
 )
 from .modelload import ModelLoadError, load_model
 from .overlay import overlay, to_uint8_rgb
@@ -121,4 +131,16 @@ __all__ = [
     "to_tensor",
     "to_uint8_rgb",
     "unwrap_model",
+]
+__all__ += [  # issue 18: pytorch-grad-cam methods
+    "FEM",
+    "KPCACAM",
+    "SESS",
+    "DeepFeatureFactorization",
+    "FinerCAM",
+    "FullGrad",
+    "GradCAMElementWise",
+    "RandomCAM",
+    "ShapleyCAM",
+    "factorization_image",
 ]
