@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_gradcam_formulas import CONV_B, CONV_W, HEAD_W, X, LinearHeadNet, hand_inputs
+from test_gradcam_formulas import CONV_B, CONV_W, HEAD_W, LinearHeadNet, X, hand_inputs
 from torch import nn
 
 import camkit
