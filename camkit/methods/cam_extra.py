@@ -120,7 +120,7 @@ class ShapleyCAM(GradientCAM):
                 raise LayerNotReachedError(
                     f"the score does not depend on layer '{name}'; choose a layer whose output feeds the model's output."
                 )
-        return grads  # type: ignore[return-value]
+        return grads
 
     @staticmethod
     def _hvps(grads: tuple[Tensor, ...], recorded: list[Tensor]) -> list[Tensor]:

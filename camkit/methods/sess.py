@@ -205,23 +205,28 @@ class SESS(_Wrapper):
         total = x.new_zeros((batch, height, width), dtype=torch.float32)
         counts = torch.zeros_like(total)
         layers: tuple[str, ...] = ()
+        scale_of = torch.tensor([w[0] for w in where], device=x.device)
         for part in chunks(len(kept), self.max_batch):
-            rows = kept[part]
-            explanation = self._inner(crop(rows), classes[image_of[rows]])
+            picked = kept[part]
+            explanation = self._inner(crop(picked), classes[image_of[picked]])
             layers = explanation.layers
-            maps = explanation.maps.float() * weights[rows, None, None]
-            for i, row in enumerate(rows.tolist()):
-                _, y1, x1, sh, sw = where[row % count]
-                canvas = maps.new_zeros((1, 1, sh, sw))
-                canvas[0, 0, y1 : y1 + window, x1 : x1 + window] = maps[i]
-                back = F.interpolate(canvas, size=(height, width), mode="bilinear", align_corners=False)[0, 0]
-                b = row // count
+            maps = explanation.maps.float() * weights[picked, None, None]
+            scales = scale_of[patch_of[picked]]
+            for s in scales.unique().tolist():  # one resize per scale: the canvases share its size
+                members = (scales == s).nonzero()[:, 0]
+                first = where[int(patch_of[picked[members[0]]])]
+                canvas = maps.new_zeros((len(members), 1, first[3], first[4]))
+                for i, m in enumerate(members.tolist()):
+                    _, y1, x1, _, _ = where[int(patch_of[picked[m]])]
+                    canvas[i, 0, y1 : y1 + window, x1 : x1 + window] = maps[m]
+                back = F.interpolate(canvas, size=(height, width), mode="bilinear", align_corners=False)[:, 0]
+                owners = image_of[picked[members]]
                 if self.pool == "max":
-                    total[b] = torch.maximum(total[b], back)
+                    total.index_reduce_(0, owners, back, "amax")
                 else:
                     above = back > self.theta
-                    total[b] += torch.where(above, back, torch.zeros_like(back))
-                    counts[b] += above.float()
+                    total.index_add_(0, owners, torch.where(above, back, torch.zeros_like(back)))
+                    counts.index_add_(0, owners, above.float())
         fused = total if self.pool == "max" else torch.where(counts > 0, total / counts.clamp_min(1), total.new_zeros(()))
         if self.smooth:
             fused = gaussian_blur(fused)
