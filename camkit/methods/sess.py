@@ -180,7 +180,7 @@ class SESS(_Wrapper):
         image_of = torch.arange(batch, device=x.device).repeat_interleave(count)
         patch_of = torch.arange(count, device=x.device).repeat(batch)
 
-        def crop(rows: slice) -> Tensor:
+        def crop(rows: slice | Tensor) -> Tensor:
             parts = []
             for b, p in zip(image_of[rows].tolist(), patch_of[rows].tolist()):
                 s, y1, x1 = where[p][:3]
