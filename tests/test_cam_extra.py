@@ -433,3 +433,27 @@ def test_sess_batch_equals_one_by_one():
     batched = sess(x, [0, 1, 2])
     for i in range(3):
         torch.testing.assert_close(batched[i], sess(x[i : i + 1], [i])[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda m: camkit.GradCAMElementWise(m, "conv2"),
+        lambda m: camkit.ShapleyCAM(m, "conv2"),
+        lambda m: camkit.FinerCAM(m, "conv2"),
+        lambda m: camkit.FEM(m, "conv2"),
+        lambda m: camkit.KPCACAM(m, "conv2"),
+        lambda m: camkit.RandomCAM(m, "conv2", seed=3),
+        lambda m: camkit.FullGrad(m),
+        lambda m: camkit.DeepFeatureFactorization(m, "conv2", concepts=3, iterations=30),
+        lambda m: camkit.SESS(camkit.GradCAM(m, "conv2"), num_scales=2, window=6),
+    ],
+)
+def test_new_methods_run_on_the_device_and_match_the_cpu(make, device):
+    from models import TinyNet, tiny_input
+
+    model, x = TinyNet().eval(), tiny_input()
+    expected = make(model)(x, [0, 3, 1])
+    got = make(model.to(device))(x.to(device), torch.tensor([0, 3, 1], device=device))
+    assert got.device.type == device.type
+    torch.testing.assert_close(got.cpu(), expected, atol=1e-4, rtol=0)

@@ -80,6 +80,11 @@ def shapley_weights(grads: Tensor, hvp: Tensor) -> Tensor:
     return (grads - 0.5 * hvp).mean(dim=(2, 3))
 
 
+def _wide(x: Tensor) -> torch.dtype:
+    """float64 for the eigen and factorisation solvers, float32 where the device has no float64 (MPS)."""
+    return torch.float32 if x.device.type == "mps" else torch.float64
+
+
 def _kernel_matrix(points: Tensor, kernel: Kernel, gamma: float | None, degree: int, coef0: float) -> Tensor:
     """Kernel matrices [B, N, N] of points [B, N, D]."""
     g = 1.0 / points.shape[2] if gamma is None else gamma
@@ -125,7 +130,7 @@ def kpca_projection(
     if kernel not in KERNELS:
         raise InvalidInputError(f"kernel must be one of {', '.join(map(repr, KERNELS))}, got {kernel!r}")
     b, c, h, w = acts.shape
-    points = acts.reshape(b, c, h * w).transpose(1, 2).double()
+    points = acts.reshape(b, c, h * w).transpose(1, 2).to(_wide(acts))
     centred = points - points.mean(dim=1, keepdim=True)
     k = _kernel_matrix(centred, kernel, gamma, degree, coef0)
     k = k - k.mean(dim=1, keepdim=True) - k.mean(dim=2, keepdim=True) + k.mean(dim=(1, 2), keepdim=True)
@@ -256,8 +261,8 @@ def nmf(x: Tensor, rank: int, iterations: int = 200) -> tuple[Tensor, Tensor]:
         iterations: HALS rounds.
 
     Returns:
-        ``(W, H)``: [B, C, r] and [B, r, N], both non-negative, computed in float64 and
-        returned in ``x``'s dtype.
+        ``(W, H)``: [B, C, r] and [B, r, N], both non-negative, computed in float64 (float32 on
+        MPS) and returned in ``x``'s dtype.
 
     Example:
         >>> import torch
@@ -275,9 +280,9 @@ def nmf(x: Tensor, rank: int, iterations: int = 200) -> tuple[Tensor, Tensor]:
         )
     if bool((x < 0).any()):
         raise InvalidInputError("nmf needs a non-negative input; subtract each row's minimum first")
-    data = x.double()
+    data = x.to(_wide(x))
     w, h = _nndsvda(data, rank)
-    tiny = torch.finfo(torch.float64).tiny
+    tiny = torch.finfo(data.dtype).tiny
     for _ in range(iterations):
         wtx, wtw = w.transpose(1, 2) @ data, w.transpose(1, 2) @ w  # [B, r, N], [B, r, r]
         for j in range(rank):
