@@ -95,6 +95,10 @@ def list_methods(details: Literal[False] = False) -> list[str]: ...
 def list_methods(details: Literal[True]) -> list[MethodInfo]: ...
 
 
+@overload
+def list_methods(details: bool) -> list[str] | list[MethodInfo]: ...
+
+
 def list_methods(details: bool = False) -> list[str] | list[MethodInfo]:
     """The registry keys of every method, sorted; with ``details=True`` one :class:`MethodInfo` row per key.
 
