@@ -247,18 +247,21 @@ def _nndsvda(x: Tensor, rank: int) -> tuple[Tensor, Tensor]:
     return torch.where(w == 0, mean, w), torch.where(h == 0, mean, h)
 
 
-def nmf(x: Tensor, rank: int, iterations: int = 200) -> tuple[Tensor, Tensor]:
+def nmf(x: Tensor, rank: int, iterations: int = 200, tol: float = 1e-4) -> tuple[Tensor, Tensor]:
     """Batched non-negative matrix factorisation ``x ≈ W @ H`` (Frobenius loss).
 
-    Deterministic: an NNDSVDa start (from a batched SVD, no random numbers) and
+    Deterministic: an NNDSVDa start (from a batched SVD, no random numbers), then at most
     ``iterations`` rounds of hierarchical alternating least squares (HALS: each row of ``H``,
-    then each column of ``W``, solved exactly in turn and clipped at zero). Each sample is
-    factorised on its own, so a batch gives what its samples give one by one.
+    then each column of ``W``, solved exactly in turn and clipped at zero). Every 10 rounds
+    each sample's error ``|x - W H|`` is checked; a sample whose error fell by less than
+    ``tol`` times its initial error since the last check stops there. Samples are
+    factorised and stopped each on its own, so a batch gives what its samples give one by one.
 
     Args:
         x: non-negative [B, C, N].
         rank: number of components ``r``.
-        iterations: HALS rounds.
+        iterations: the most HALS rounds.
+        tol: the stopping threshold (``0``: always run ``iterations`` rounds).
 
     Returns:
         ``(W, H)``: [B, C, r] and [B, r, N], both non-negative, computed in float64 (float32 on
@@ -268,7 +271,7 @@ def nmf(x: Tensor, rank: int, iterations: int = 200) -> tuple[Tensor, Tensor]:
         >>> import torch
         >>> from camkit.functional.cam_extra import nmf
         >>> w0, h0 = torch.rand(1, 5, 2), torch.rand(1, 2, 9)
-        >>> w, h = nmf(w0 @ h0, 2)
+        >>> w, h = nmf(w0 @ h0, 2, tol=0)
         >>> bool(torch.allclose(w @ h, w0 @ h0, atol=1e-4))
         True
     """
@@ -283,13 +286,27 @@ def nmf(x: Tensor, rank: int, iterations: int = 200) -> tuple[Tensor, Tensor]:
     data = x.to(_wide(x))
     w, h = _nndsvda(data, rank)
     tiny = torch.finfo(data.dtype).tiny
-    for _ in range(iterations):
-        wtx, wtw = w.transpose(1, 2) @ data, w.transpose(1, 2) @ w  # [B, r, N], [B, r, r]
+    first = previous = torch.linalg.matrix_norm(data - w @ h)  # [B]
+    active = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
+    for step in range(1, iterations + 1):
+        keep_w, keep_h = w, h
+        w, h = w.clone(), h.clone()
+        wt = w.transpose(1, 2)
+        wtx, wtw = wt @ data, wt @ w  # [B, r, N], [B, r, r]
         for j in range(rank):
-            step = (wtx[:, j] - (wtw[:, j, :, None] * h).sum(dim=1)) / wtw[:, j, j, None].clamp_min(tiny)
-            h[:, j] = (h[:, j] + step).clamp_min(0)
-        xht, hht = data @ h.transpose(1, 2), h @ h.transpose(1, 2)  # [B, C, r], [B, r, r]
+            change = (wtx[:, j : j + 1] - wtw[:, j : j + 1] @ h) / wtw[:, j, j, None, None].clamp_min(tiny)
+            h[:, j : j + 1] = (h[:, j : j + 1] + change).clamp_min(0)
+        ht = h.transpose(1, 2)
+        xht, hht = data @ ht, h @ ht  # [B, C, r], [B, r, r]
         for j in range(rank):
-            step = (xht[:, :, j] - (w * hht[:, None, :, j]).sum(dim=2)) / hht[:, j, j, None].clamp_min(tiny)
-            w[:, :, j] = (w[:, :, j] + step).clamp_min(0)
+            change = (xht[:, :, j : j + 1] - w @ hht[:, :, j : j + 1]) / hht[:, j, j, None, None].clamp_min(tiny)
+            w[:, :, j : j + 1] = (w[:, :, j : j + 1] + change).clamp_min(0)
+        frozen = ~active[:, None, None]
+        w, h = torch.where(frozen, keep_w, w), torch.where(frozen, keep_h, h)
+        if tol > 0 and step % 10 == 0:
+            error = torch.linalg.matrix_norm(data - w @ h)
+            active = active & ((previous - error) >= tol * first)
+            previous = error
+            if not bool(active.any()):
+                break
     return w.to(x.dtype), h.to(x.dtype)
