@@ -27,17 +27,24 @@ from .functional.views import attribution_view
 from .hooks import HookScope, LayerCapture
 from .io import denormalize, load_image, read_rgb, save_png, to_tensor
 from .layers import auto_layer, list_layers, resolve_layers
-from .methods import (
+from .methods import (  # issue 18: pytorch-grad-cam methods
     CAM,
+    FEM,
+    KPCACAM,
     RISE,
+    SESS,
     AblationCAM,
     AugSmooth,
     CAMExplainer,
     Deconvolution,
+    DeepFeatureFactorization,
     EigenCAM,
     EigenGradCAM,
     Explainer,
+    FinerCAM,
+    FullGrad,
     GradCAM,
+    GradCAMElementWise,
     GradCAMPlusPlus,
     GradientAttribution,
     GradientCAM,
@@ -48,10 +55,13 @@ from .methods import (
     IntegratedGradients,
     LayerCAM,
     Occlusion,
+    RandomCAM,
     Saliency,
     ScoreCAM,
+    ShapleyCAM,
     SmoothGrad,
     XGradCAM,
+    factorization_image,
 )
 from .modelload import ModelLoadError, load_model
 from .overlay import overlay, to_uint8_rgb
@@ -127,4 +137,16 @@ __all__ = [
     "to_tensor",
     "to_uint8_rgb",
     "unwrap_model",
+]
+__all__ += [  # issue 18: pytorch-grad-cam methods
+    "FEM",
+    "KPCACAM",
+    "SESS",
+    "DeepFeatureFactorization",
+    "FinerCAM",
+    "FullGrad",
+    "GradCAMElementWise",
+    "RandomCAM",
+    "ShapleyCAM",
+    "factorization_image",
 ]

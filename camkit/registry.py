@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar, overload
 
 from .errors import UnknownMethodError
 
 if TYPE_CHECKING:
     from .methods.base import Explainer
 
-__all__ = ["get_method", "list_methods", "register_method"]
+__all__ = ["MethodInfo", "get_method", "list_methods", "register_method"]
 
 _METHODS: dict[str, type[Explainer]] = {}
 T = TypeVar("T", bound="type[Explainer]")
@@ -48,15 +48,75 @@ def register_method(key: str) -> Callable[[T], T]:
     return decorate
 
 
-def list_methods() -> list[str]:
-    """The registry keys of every method, sorted.
+class MethodInfo(NamedTuple):
+    """One row of ``camkit.list_methods(details=True)``.
+
+    Attributes:
+        key: the registry key.
+        name: the class name.
+        family: ``"CAM (gradient)"``, ``"CAM (forward only)"``, ``"CAM"``, ``"gradient attribution"``,
+            ``"perturbation"`` or ``"attribution"``, read from the class (its ``family``
+            attribute when it sets one).
+        cost: the passes one call costs (the class's ``cost``).
+        use_when: when to use it, one sentence (the class's ``use_when``).
+    """
+
+    key: str
+    name: str
+    family: str
+    cost: str
+    use_when: str
+
+
+def _family(cls: type[Explainer]) -> str:
+    own = getattr(cls, "family", None)
+    if isinstance(own, str) and own:
+        return own
+    from .methods._forward import ForwardCAM
+    from .methods.base import CAMExplainer, GradientCAM
+    from .methods.pixel import GradientAttribution
+
+    if issubclass(cls, GradientCAM):
+        return "CAM (gradient)"
+    if issubclass(cls, ForwardCAM):
+        return "CAM (forward only)"
+    if issubclass(cls, CAMExplainer):
+        return "CAM"
+    if issubclass(cls, GradientAttribution):
+        return "gradient attribution"
+    return "attribution" if cls.needs_grad else "perturbation"
+
+
+@overload
+def list_methods(details: Literal[False] = False) -> list[str]: ...
+
+
+@overload
+def list_methods(details: Literal[True]) -> list[MethodInfo]: ...
+
+
+@overload
+def list_methods(details: bool) -> list[str] | list[MethodInfo]: ...
+
+
+def list_methods(details: bool = False) -> list[str] | list[MethodInfo]:
+    """The registry keys of every method, sorted; with ``details=True`` one :class:`MethodInfo` row per key.
 
     Example:
         >>> import camkit
         >>> "gradcam" in camkit.list_methods()
         True
+        >>> row = {r.key: r for r in camkit.list_methods(details=True)}["gradcam"]
+        >>> row.name, row.family, row.cost
+        ('GradCAM', 'CAM (gradient)', '1 forward + 1 backward through the layers after the target layer')
     """
-    return sorted(_METHODS)
+    keys = sorted(_METHODS)
+    if not details:
+        return keys
+    return [
+        MethodInfo(key, _METHODS[key].__name__, _family(_METHODS[key]), _METHODS[key].cost, _METHODS[key].use_when)
+        for key in keys
+    ]
 
 
 def get_method(key: str) -> type[Explainer]:

@@ -34,4 +34,13 @@ FACTORIES: dict[str, Callable[[nn.Module], camkit.Explainer]] = {
     "deconvolution": lambda m: camkit.Deconvolution(m),
     "guidedgradcam": lambda m: camkit.GuidedGradCAM(m, "conv2"),
     "integratedgradients": lambda m: camkit.IntegratedGradients(m, steps=8, max_batch=5),
+    # issue 18: pytorch-grad-cam methods
+    "gradcamelementwise": lambda m: camkit.GradCAMElementWise(m, "conv2"),
+    "shapleycam": lambda m: camkit.ShapleyCAM(m, "conv2"),
+    "finercam": lambda m: camkit.FinerCAM(m, "conv2", comparisons=2),
+    "fem": lambda m: camkit.FEM(m, "conv2", k=1.0),
+    "kpcacam": lambda m: camkit.KPCACAM(m, "conv2"),
+    "randomcam": lambda m: camkit.RandomCAM(m, "conv2", seed=0),
+    "fullgrad": lambda m: camkit.FullGrad(m),
+    "dff": lambda m: camkit.DeepFeatureFactorization(m, "conv2", concepts=3, iterations=50),
 }

@@ -2,12 +2,15 @@
 
 from .base import CAMExplainer, Explainer, GradientCAM
 from .cam import CAM
+from .cam_extra import FEM, KPCACAM, FinerCAM, FullGrad, GradCAMElementWise, RandomCAM, ShapleyCAM
+from .dff import DeepFeatureFactorization, factorization_image
 from .eigen import EigenCAM, EigenGradCAM
 from .gradcam import GradCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
 from .integrated import IntegratedGradients
 from .perturbation import RISE, Occlusion
 from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGradCAM, InputXGradient, Saliency
 from .scorecam import AblationCAM, ScoreCAM
+from .sess import SESS
 from .smooth import AugSmooth, SmoothGrad
 
 __all__ = [
@@ -35,4 +38,16 @@ __all__ = [
     "ScoreCAM",
     "SmoothGrad",
     "XGradCAM",
+]
+__all__ += [  # issue 18: pytorch-grad-cam methods
+    "FEM",
+    "KPCACAM",
+    "SESS",
+    "DeepFeatureFactorization",
+    "FinerCAM",
+    "FullGrad",
+    "GradCAMElementWise",
+    "RandomCAM",
+    "ShapleyCAM",
+    "factorization_image",
 ]

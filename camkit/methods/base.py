@@ -79,6 +79,9 @@ class Explainer:
 
     key: ClassVar[str] = ""
     needs_grad: ClassVar[bool] = True
+    #: Method metadata for ``camkit.list_methods(details=True)``: passes per call, and when to use the method.
+    cost: ClassVar[str] = ""
+    use_when: ClassVar[str] = ""
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -45,6 +45,11 @@ class CAM(ForwardCAM):
         >>> tuple(camkit.CAM(net, "1")(torch.rand(2, 3, 8, 8), target=1).shape)
         (2, 8, 8)
     """
+
+    cost: ClassVar[str] = "1 forward (no autograd)"
+    use_when: ClassVar[str] = (
+        "The model ends in global average pooling and one linear layer: exact and cheapest."
+    )
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import Tensor
 
@@ -39,6 +39,11 @@ class EigenCAM(ForwardCAM):
         (2, 8, 8)
     """
 
+    cost: ClassVar[str] = "1 forward (no autograd) + a batched SVD"
+    use_when: ClassVar[str] = (
+        "You want the layer's dominant pattern without gradients or a target (the same map for every class)."
+    )
+
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
         self._refuse_eigen_smooth()
         raw = eigen_projection(act.float(), exact=_syncs.reads_are_free(act)).clamp_min(0)
@@ -64,6 +69,11 @@ class EigenGradCAM(GradientCAM):
         >>> tuple(camkit.EigenGradCAM(net, "1")(torch.rand(2, 3, 8, 8)).shape)
         (2, 8, 8)
     """
+
+    cost: ClassVar[str] = "1 forward + 1 backward after the target layer + a batched SVD"
+    use_when: ClassVar[str] = (
+        "You want a class-specific, less noisy principal-component view of activations times gradients."
+    )
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         return eigen_projection(acts * grads, exact=_syncs.reads_are_free(acts)).clamp_min(0)

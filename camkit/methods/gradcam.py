@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from torch import Tensor
 
 from .. import functional as CF
@@ -27,6 +29,11 @@ class GradCAM(GradientCAM):
         >>> tuple(maps.shape), bool(maps.min() >= 0), bool(maps.max() <= 1)
         ((2, 8, 8), True, True)
     """
+
+    cost: ClassVar[str] = "1 forward + 1 backward through the layers after the target layer"
+    use_when: ClassVar[str] = (
+        "Start here: the standard class-specific map, at the target layer's resolution."
+    )
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         if self.eigen_smooth:
@@ -56,6 +63,11 @@ class GradCAMPlusPlus(GradientCAM):
         ((2, 8, 8), True, True)
     """
 
+    cost: ClassVar[str] = "1 forward + 1 backward through the layers after the target layer"
+    use_when: ClassVar[str] = (
+        "Several instances of the class are in the image and Grad-CAM highlights only one."
+    )
+
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         if self.eigen_smooth:
             return super().raw_map(acts, grads)
@@ -78,6 +90,11 @@ class XGradCAM(GradientCAM):
         >>> camkit.XGradCAM(net, "1")(torch.rand(2, 3, 8, 8)).shape
         torch.Size([2, 8, 8])
     """
+
+    cost: ClassVar[str] = "1 forward + 1 backward through the layers after the target layer"
+    use_when: ClassVar[str] = (
+        "You want Grad-CAM with channel weights that satisfy XGrad-CAM's sensitivity and conservation axioms."
+    )
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         if self.eigen_smooth:
@@ -103,6 +120,11 @@ class HiResCAM(GradientCAM):
         ((2, 8, 8), (2, 8, 8))
     """
 
+    cost: ClassVar[str] = "1 forward + 1 backward through the layers after the target layer"
+    use_when: ClassVar[str] = (
+        "You want each position's own evidence (exact for pooled linear heads) rather than averaged gradients."
+    )
+
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         if self.eigen_smooth:
             return super().raw_map(acts, grads)
@@ -126,6 +148,11 @@ class LayerCAM(GradientCAM):
         >>> maps.shape
         torch.Size([2, 8, 8])
     """
+
+    cost: ClassVar[str] = "1 forward + 1 backward through the layers after the target layer"
+    use_when: ClassVar[str] = (
+        "You want finer maps from earlier layers, or several layers fused."
+    )
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         if self.eigen_smooth:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import torch
 from torch import Tensor, nn
@@ -62,6 +62,11 @@ class IntegratedGradients(GradientAttribution):
         >>> explanation.raw.tolist(), explanation.extras["completeness_gap"].abs().item() < 1e-6
         ([[[[2.0, -3.0]]]], True)
     """
+
+    cost: ClassVar[str] = "steps x (1 forward + 1 backward) per image, in chunks of max_batch"
+    use_when: ClassVar[str] = (
+        "You need attributions that add up to the score difference from a baseline (completeness)."
+    )
 
     def __init__(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor, nn
 
@@ -60,6 +62,11 @@ class Occlusion(Explainer):
         >>> tuple(camkit.Occlusion(net, window=4, stride=2)(torch.rand(2, 3, 8, 8)).shape)
         (2, 8, 8)
     """
+
+    cost: ClassVar[str] = "1 forward per window position (729 at 224 px, window 16, stride 8)"
+    use_when: ClassVar[str] = (
+        "You want a model-agnostic, easily explained map and can afford hundreds of forwards."
+    )
 
     needs_grad = False
 
@@ -151,6 +158,11 @@ class RISE(Explainer):
         >>> tuple(camkit.RISE(net, masks=16, seed=0, grid=4)(torch.rand(2, 3, 8, 8)).shape)
         (2, 8, 8)
     """
+
+    cost: ClassVar[str] = "1 forward per random mask (masks, default 4000)"
+    use_when: ClassVar[str] = (
+        "You need a black-box map (no gradients, no layer access) and can afford thousands of forwards."
+    )
 
     needs_grad = False
 

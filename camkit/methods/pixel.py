@@ -169,6 +169,11 @@ class Saliency(GradientAttribution):
         ([[[[1.0, -3.0]]]], [[[0.0, 1.0]]])
     """
 
+    cost: ClassVar[str] = "1 forward + 1 backward to the input"
+    use_when: ClassVar[str] = (
+        "You want the cheapest pixel-level sensitivity; expect noise (smooth it with SmoothGrad)."
+    )
+
 
 @register_method("inputxgradient")
 class InputXGradient(GradientAttribution):
@@ -184,6 +189,11 @@ class InputXGradient(GradientAttribution):
         >>> camkit.InputXGradient(net).explain(torch.tensor([[[[2.0, 1.0]]]]), target=0).raw.tolist()
         [[[[2.0, -3.0]]]]
     """
+
+    cost: ClassVar[str] = "1 forward + 1 backward to the input"
+    use_when: ClassVar[str] = (
+        "You want pixel attributions that weigh sensitivity by the input's value (first-order contribution)."
+    )
 
     def combine(self, x: Tensor, grads: Tensor) -> Tensor:
         return _like_grads(x, grads) * grads
@@ -210,6 +220,11 @@ class GuidedBackprop(GradientAttribution):
         [[[[1.0, 0.0]]]]
     """
 
+    cost: ClassVar[str] = "1 forward + 1 backward to the input"
+    use_when: ClassVar[str] = (
+        "You want crisp edge-level detail; check it with the randomization sanity check first."
+    )
+
     relu = "guided"
 
 
@@ -230,6 +245,11 @@ class Deconvolution(GradientAttribution):
         >>> camkit.Deconvolution(net).explain(torch.tensor([[[[1.0, -1.0]]]]), target=0).raw.tolist()
         [[[[1.0, 2.0]]]]
     """
+
+    cost: ClassVar[str] = "1 forward + 1 backward to the input"
+    use_when: ClassVar[str] = (
+        "You want Zeiler & Fergus's deconvnet view of what patterns drive the score; not class-faithful."
+    )
 
     relu = "deconv"
 
@@ -257,6 +277,11 @@ class GuidedGradCAM(CAMExplainer):
         >>> tuple(explanation.raw.shape), tuple(explanation.maps.shape), explanation.layers
         ((2, 3, 8, 8), (2, 8, 8), ('0',))
     """
+
+    cost: ClassVar[str] = "1 forward + 2 backwards (guided to the input, and Grad-CAM's partial one)"
+    use_when: ClassVar[str] = (
+        "You want Guided Backprop's detail made class-specific by a Grad-CAM mask."
+    )
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 import torch
 from torch import Tensor, nn
@@ -77,6 +77,11 @@ class ScoreCAM(ForwardCAM):
         >>> tuple(explanation.maps.shape), explanation.extras["scored"] <= 8
         ((2, 8, 8), True)
     """
+
+    cost: ClassVar[str] = "1 forward + 1 forward per distinct channel mask (C per image; top_k= fewer)"
+    use_when: ClassVar[str] = (
+        "You distrust gradients (saturated or noisy) and can afford one forward per channel."
+    )
 
     perturbs = True
 
@@ -203,6 +208,11 @@ class AblationCAM(ForwardCAM):
         >>> tuple(explanation.maps.shape), explanation.extras["tail"]
         ((2, 8, 8), True)
     """
+
+    cost: ClassVar[str] = "1 forward + C reruns of the network after the layer (full forwards without a tail)"
+    use_when: ClassVar[str] = (
+        "You want gradient-free channel weights from what each channel adds to the score."
+    )
 
     perturbs = True
     reads_grids = False

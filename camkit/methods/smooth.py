@@ -12,7 +12,7 @@ noisy copy), and ``scores`` are the clean input's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +117,11 @@ class SmoothGrad(_Wrapper):
         >>> tuple(explanation.maps.shape), explanation.method
         ((2, 8, 8), 'smoothgrad(gradcam)')
     """
+
+    cost: ClassVar[str] = "samples x the wrapped method"
+    use_when: ClassVar[str] = (
+        "The wrapped method's map is noisy; average it over noisy copies of the input."
+    )
 
     def __init__(
         self,
@@ -224,6 +229,11 @@ class AugSmooth(_Wrapper):
         >>> torch.allclose(maps, maps.flip(-1), atol=1e-6)
         True
     """
+
+    cost: ClassVar[str] = "(2 with flip) x len(scales) x the wrapped method"
+    use_when: ClassVar[str] = (
+        "You want a map that is stable under flips and small rescales of the input."
+    )
 
     def __init__(self, explainer: Explainer, *, flip: bool = True, scales: Sequence[float] = (1.0, 0.9, 1.1)) -> None:
         super().__init__(explainer)
