@@ -17,7 +17,13 @@ import camkit
 from camkit import _syncs
 from camkit._syncs import record_syncs
 
-XFAIL: dict[str, str] = {}
+# Methods that sync on a device by the nature of their solver, documented in docs/guide/gpu.md:
+XFAIL: dict[str, str] = {
+    "dff": "NMF starts from an SVD (NNDSVDa), whose status torch reads back on CUDA, and stops early by "
+    "reading each sample's error every 10 rounds",
+    "kpcacam": "the kernel matrix's eigh: torch reads its status back on CUDA (the sigmoid kernel is not PSD, "
+    "so the power method Eigen-CAM uses does not apply)",
+}
 
 
 def _method_params():
