@@ -140,14 +140,14 @@ class OutputSelectionError(CamkitError, TypeError):
         ...         super().__init__()
         ...         self.conv = nn.Conv2d(3, 2, 3)
         ...     def forward(self, x):
-        ...         return {"logits": self.conv(x).mean(dim=(2, 3))}
+        ...         return {"scores": self.conv(x).mean(dim=(2, 3))}  # a "logits" key would be scored
         >>> x = torch.rand(1, 3, 8, 8)
         >>> try:
         ...     camkit.GradCAM(DictOut(), "conv")(x)
         ... except camkit.OutputSelectionError:
         ...     print("raised")
         raised
-        >>> camkit.GradCAM(DictOut(), "conv", output="logits")(x).shape  # say what to score
+        >>> camkit.GradCAM(DictOut(), "conv", output="scores")(x).shape  # say what to score
         torch.Size([1, 8, 8])
     """
 

@@ -149,8 +149,8 @@ def rules() -> tuple[FamilyRule, ...]:
 
     Example:
         >>> from camkit.families import rules
-        >>> {r.library for r in rules()}
-        {'timm', 'transformers'}
+        >>> sorted({r.library for r in rules()})
+        ['timm', 'transformers']
     """
     return _RULES
 
