@@ -74,10 +74,10 @@ def superpixel_regions(x: Tensor, method: Superpixels = "slic", **options: Any) 
     Example:
         >>> import torch
         >>> from camkit.functional.regions import superpixel_regions
-        >>> x = torch.zeros(1, 3, 8, 8)
-        >>> x[..., 4:] = 1.0
-        >>> superpixel_regions(x, "felzenszwalb", scale=1.0, min_size=2)[0].unique().tolist()
-        [0, 1]
+        >>> x = torch.zeros(1, 3, 32, 32)
+        >>> x[..., 16:] = 1.0  # a dark left half, a bright right half
+        >>> superpixel_regions(x, "slic", n_segments=4)[0, 0, ::4].tolist()
+        [0, 0, 0, 0, 1, 1, 1, 1]
     """
     from skimage import segmentation
 
@@ -288,7 +288,8 @@ def solve_kernel_shap(z: Tensor, y: Tensor, weights: Tensor, full: Tensor, empty
         >>> from camkit.functional.regions import exact_kernel_coalitions, solve_kernel_shap
         >>> z, w = exact_kernel_coalitions(2)  # v(S) = 3 [0 in S] + 1 [1 in S]: Shapley (3, 1)
         >>> y = (z.double() @ torch.tensor([3.0, 1.0], dtype=torch.float64))[:, None]
-        >>> solve_kernel_shap(z, y, w, torch.tensor([4.0]), torch.tensor([0.0]))[:, 0].tolist()
+        >>> phi = solve_kernel_shap(z, y, w, torch.tensor([4.0]), torch.tensor([0.0]))
+        >>> [round(v, 6) for v in phi[:, 0].tolist()]
         [3.0, 1.0]
     """
     z, y = z.double(), y.double()
@@ -313,7 +314,7 @@ def lime_kernel(z: Tensor, width: float) -> Tensor:
         >>> import torch
         >>> from camkit.functional.regions import lime_kernel
         >>> [round(v, 4) for v in lime_kernel(torch.tensor([[1, 1], [1, 0], [0, 0]]), 0.5).tolist()]
-        [1.0, 0.8422, 0.1353]
+        [1.0, 0.8423, 0.1353]
     """
     m = z.shape[1]
     distance = 1.0 - (z.double().sum(dim=1) / m).sqrt()

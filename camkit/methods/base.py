@@ -20,6 +20,7 @@ from ..functional.maps import normalize_maps, upsample_maps
 from ..functional.tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
 from ..hooks import LayerCapture
 from ..layers import LayerSpec, resolve_layers
+from ..neuron import bind_target
 from ..targets import OutputSelector, Target, resolve_target, select_output
 
 __all__ = ["CAMExplainer", "Explainer", "GradientCAM", "Reshape", "finish_maps", "make_explanation"]
@@ -187,7 +188,7 @@ class Explainer:
         call = self._bind_inputs(x, inputs, kwargs)
         previous, self._call = self._call, call
         try:
-            with eval_mode(self.model, enabled=not self.keep_mode):
+            with eval_mode(self.model, enabled=not self.keep_mode), bind_target(target, self.model):
                 return self._explain(x, target)
         finally:
             self._call = previous
