@@ -285,7 +285,7 @@ class LayerIntegratedGradients(_PathMethod):
             leaf = (act0[sample] + alphas[step].view(shape).to(act.dtype) * diff[sample]).requires_grad_(True)
             with _substitute(module, call, leaf):
                 values = scorer(self.model(x[sample]), sample)
-            grads = score_gradients(values, leaf).float()  # [n, K, ...]
+                grads = score_gradients(values, leaf).float()  # [n, K, ...]
             total.index_add_(0, sample, grads * weights[step].view(-1, 1, *([1] * (act.dim() - 1))))
         attr = diff.float()[:, None] * total
         attr = attr if cap.multi else attr[:, 0]

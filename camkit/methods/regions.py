@@ -289,8 +289,8 @@ class KernelShap(RegionAttribution):
     fitted by weighted least squares under the efficiency constraint
     ``sum(values) = f(x) - f(baseline)``, which holds exactly. When ``samples >= 2^M - 2``
     every coalition is used once with its exact kernel weight instead, and the values are
-    the exact Shapley values. (captum's ``KernelShap`` fits an unconstrained regression
-    whose sum only approximates the difference.)
+    the exact Shapley values. (captum's ``KernelShap`` approximates the constraint by a
+    large weight on the empty and full coalitions in an unconstrained regression.)
 
     Args:
         samples: sampled coalitions per image (default 25) besides the empty and full ones.
