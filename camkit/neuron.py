@@ -10,8 +10,8 @@ the layer's output at each forward, and the target's score is read from it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from typing import Any, ClassVar, ContextManager, Literal
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, ClassVar, Literal
 
 from torch import Tensor, nn
 
@@ -122,7 +122,8 @@ class NeuronTarget:
                 raise InvalidTargetError(
                     f"position {self.position} does not fit layer '{self._name}''s channel shape {list(unit.shape[1:])}"
                 )
-            unit = unit[(slice(None), *self.position)]
+            index: tuple[slice | int, ...] = (slice(None), *self.position)
+            unit = unit[index]
         if unit.dim() == 1:
             return unit
         flat = unit.reshape(unit.shape[0], -1)
@@ -133,7 +134,7 @@ class NeuronTarget:
         return flat.mean(dim=1)
 
 
-def bind_target(target: object, model: nn.Module) -> ContextManager[Any]:
+def bind_target(target: object, model: nn.Module) -> AbstractContextManager[Any]:
     """The context in which ``target`` sees ``model``'s layers (a no-op for other targets).
 
     Example:
@@ -150,5 +151,5 @@ def bind_target(target: object, model: nn.Module) -> ContextManager[Any]:
     bind = getattr(target, "bind_model", None)
     if bind is None or not callable(bind):
         return nullcontext()
-    context: ContextManager[Any] = bind(model)
+    context: AbstractContextManager[Any] = bind(model)
     return context

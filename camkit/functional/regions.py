@@ -86,9 +86,9 @@ def superpixel_regions(x: Tensor, method: Superpixels = "slic", **options: Any) 
     images = x.detach().float().cpu()
     low = images.amin(dim=(1, 2, 3), keepdim=True)
     high = images.amax(dim=(1, 2, 3), keepdim=True)
-    images = ((images - low) / (high - low).clamp_min(1e-12)).permute(0, 2, 3, 1).numpy().astype(np.float64)
+    scaled = ((images - low) / (high - low).clamp_min(1e-12)).permute(0, 2, 3, 1).numpy().astype(np.float64)
     out = []
-    for image in images:
+    for image in scaled:
         if method == "slic":
             kwargs = {"n_segments": 50, "compactness": 10.0, "start_label": 0, **options}
             labels = segmentation.slic(image, channel_axis=-1, **kwargs)
