@@ -208,3 +208,21 @@ def test_shapley_methods_agree_with_exact_values_and_captum():
     ks = captum_attr.KernelShap(model).attribute(x, target=2, feature_mask=ids[None, None], n_samples=100)
     ks_values = torch.stack([ks[0, 0][ids == r][0] for r in range(4)])
     torch.testing.assert_close(ks_values, exact, atol=0.1 * scale, rtol=0)  # captum's expectation is the same
+
+
+def test_lime_agrees_with_captum_given_the_same_kernel():
+    # captum's Lime with camkit's kernel (distance between the coalition and the full one in
+    # region space) and a plain linear regression tends to the same weighted fit.
+    pytest.importorskip("sklearn")
+    from captum._utils.models.linear_model import SkLearnLinearRegression
+
+    def similarity(original, perturbed, interpretable, **kwargs):
+        d = 1 - math.sqrt(float(interpretable.sum()) / interpretable.numel())
+        return math.exp(-(d**2) / (2 * 0.25**2))
+
+    lime = captum_attr.Lime(Game(), interpretable_model=SkLearnLinearRegression(), similarity_func=similarity)
+    torch.manual_seed(0)
+    theirs = lime.attribute(X, target=0, feature_mask=REGIONS[None, None], n_samples=600, perturbations_per_eval=600)
+    theirs_values = torch.stack([theirs[0, 0][REGIONS == r][0] for r in range(3)])
+    ours = camkit.Lime(Game(), regions=REGIONS, samples=600, seed=0).explain(X, target=0).extras["values"][0]
+    torch.testing.assert_close(ours, theirs_values, atol=0.2, rtol=0)
