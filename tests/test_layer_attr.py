@@ -124,3 +124,18 @@ def test_captum_default_conductance_leaves_out_the_path_ends():
     ours = camkit.LayerConductance(net, "relu2", steps=steps).explain(x, 2)
     assert ours.raw.sum().item() == pytest.approx(whole, abs=1e-5)
     assert abs(ours.extras["completeness_gap"].item()) < 1e-5
+
+
+def test_on_every_device(device):
+    net = TinyNet().eval()
+    x = tiny_input(batch=2)
+    for make in (
+        lambda m: camkit.FeatureAblation(m, cells=2),
+        lambda m: camkit.KernelShap(m, cells=2, samples=4),
+        lambda m: camkit.LayerIntegratedGradients(m, "conv2", steps=4),
+        lambda m: camkit.LayerConductance(m, "conv2", steps=4),
+    ):
+        here = make(net.to(device)).explain(x.to(device), [0, 1])
+        assert here.maps.device.type == device.type
+        cpu = make(net.cpu()).explain(x, [0, 1])
+        torch.testing.assert_close(here.raw.cpu(), cpu.raw, atol=1e-4, rtol=1e-4)
