@@ -178,7 +178,7 @@ class RegionAttribution(Explainer):
         k = scores.shape[1] if scores.dim() == 2 else 1
         distinct = torch.empty(first.numel(), k, device=x.device)
         for part, _, vals in masked_forwards(
-            self, x, ub, lambda part: coalition_masks(ids[ub[part]], ukeep[part]), scorer,
+            self, x, ub, lambda part: coalition_masks(torch.index_select(ids, 0, ub[part]), ukeep[part]), scorer,
             batch_size=self.batch_size, baseline=self._baseline(x), progress=self.progress, desc=type(self).__name__,
         ):
             distinct[part] = vals
