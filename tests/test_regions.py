@@ -226,3 +226,18 @@ def test_lime_agrees_with_captum_given_the_same_kernel():
     theirs_values = torch.stack([theirs[0, 0][REGIONS == r][0] for r in range(3)])
     ours = camkit.Lime(Game(), regions=REGIONS, samples=600, seed=0).explain(X, target=0).extras["values"][0]
     torch.testing.assert_close(ours, theirs_values, atol=0.2, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["slic", "quickshift", "felzenszwalb"])
+def test_each_superpixel_algorithm(method):
+    from camkit.functional.regions import superpixel_regions
+
+    x = torch.zeros(2, 3, 16, 16)
+    x[:, :, :, 8:] = 1.0  # two flat halves: no superpixel crosses the edge
+    ids = superpixel_regions(x, method)
+    assert ids.shape == (2, 16, 16) and ids.dtype == torch.long
+    left, right = set(ids[0, :, :8].unique().tolist()), set(ids[0, :, 8:].unique().tolist())
+    assert not left & right
+    if method == "quickshift":
+        with pytest.raises(camkit.InvalidInputError, match="RGB"):
+            superpixel_regions(x[:, :1], method)
