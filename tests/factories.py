@@ -43,4 +43,14 @@ FACTORIES: dict[str, Callable[[nn.Module], camkit.Explainer]] = {
     "randomcam": lambda m: camkit.RandomCAM(m, "conv2", seed=0),
     "fullgrad": lambda m: camkit.FullGrad(m),
     "dff": lambda m: camkit.DeepFeatureFactorization(m, "conv2", concepts=3, iterations=50),
+
+    # issue 18: region and layer attributions
+    "featureablation": lambda m: camkit.FeatureAblation(m, cells=4, batch_size=7),
+    "shapleyvaluesampling": lambda m: camkit.ShapleyValueSampling(m, samples=3, cells=2, batch_size=7),
+    "kernelshap": lambda m: camkit.KernelShap(m, samples=20, cells=3, batch_size=7),
+    "lime": lambda m: camkit.Lime(m, samples=20, cells=3, batch_size=7),
+    "layeractivation": lambda m: camkit.LayerActivation(m, "conv2"),
+    "layergradientxactivation": lambda m: camkit.LayerGradientXActivation(m, "conv2"),
+    "layerintegratedgradients": lambda m: camkit.LayerIntegratedGradients(m, "conv2", steps=6, max_batch=5),
+    "layerconductance": lambda m: camkit.LayerConductance(m, "conv2", steps=6, max_batch=5),
 }

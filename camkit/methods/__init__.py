@@ -7,8 +7,16 @@ from .dff import DeepFeatureFactorization, factorization_image
 from .eigen import EigenCAM, EigenGradCAM
 from .gradcam import GradCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
 from .integrated import IntegratedGradients
+from .layer import (
+    LayerActivation,
+    LayerAttribution,
+    LayerConductance,
+    LayerGradientXActivation,
+    LayerIntegratedGradients,
+)
 from .perturbation import RISE, Occlusion
 from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGradCAM, InputXGradient, Saliency
+from .regions import FeatureAblation, KernelShap, Lime, RegionAttribution, ShapleyValueSampling
 from .scorecam import AblationCAM, ScoreCAM
 from .sess import SESS
 from .smooth import AugSmooth, SmoothGrad
@@ -23,6 +31,7 @@ __all__ = [
     "EigenCAM",
     "EigenGradCAM",
     "Explainer",
+    "FeatureAblation",
     "GradCAM",
     "GradCAMPlusPlus",
     "GradientAttribution",
@@ -32,10 +41,19 @@ __all__ = [
     "HiResCAM",
     "InputXGradient",
     "IntegratedGradients",
+    "KernelShap",
+    "LayerActivation",
+    "LayerAttribution",
     "LayerCAM",
+    "LayerConductance",
+    "LayerGradientXActivation",
+    "LayerIntegratedGradients",
+    "Lime",
     "Occlusion",
+    "RegionAttribution",
     "Saliency",
     "ScoreCAM",
+    "ShapleyValueSampling",
     "SmoothGrad",
     "XGradCAM",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "expand_targets",
     "forward_scores",
     "make_explanation",
+    "masked_forwards",
     "refuse_extra_inputs",
 ]
 
@@ -117,6 +118,50 @@ def expand_targets(classes: Tensor | None) -> Tensor | None:
     if classes is None:
         return None
     return classes if classes.dim() == 2 else classes[:, None]
+
+
+def masked_forwards(
+    explainer: Explainer,
+    x: Tensor,
+    b_idx: Tensor,
+    make_masks: Callable[[slice], Tensor],
+    scorer: RowScorer,
+    *,
+    batch_size: int,
+    baseline: float | Tensor = 0.0,
+    progress: bool = False,
+    desc: str = "",
+) -> Iterator[tuple[slice, Tensor, Tensor]]:
+    """Score masked copies of the samples, ``batch_size`` at a time, without autograd.
+
+    Row ``i`` is ``x[b_idx[i]] * m_i + baseline * (1 - m_i)`` with ``m_i`` its mask [H, W]
+    (broadcast over channels); the rows of one chunk share one reused input buffer, so
+    memory follows ``batch_size``, not the number of rows. ``baseline`` is a number or a
+    tensor [B, C, H, W] (row ``i`` uses ``baseline[b_idx[i]]``).
+
+    Args:
+        make_masks: ``make_masks(part)`` returns the masks [n, H, W] of rows ``part``.
+
+    Yields:
+        ``(part, masks, scores)`` per chunk: the rows' slice, their masks and their scores [n, K].
+    """
+    total = int(b_idx.numel())
+    if total == 0:
+        return
+    buffer = torch.empty((min(batch_size, total), *x.shape[1:]), dtype=x.dtype, device=x.device)
+    with torch.inference_mode():
+        for part in chunks(total, batch_size, progress=progress, desc=desc):
+            rows = b_idx[part]
+            masks = make_masks(part)
+            keep = masks.to(x.dtype)[:, None]
+            batch = buffer[: part.stop - part.start]
+            torch.index_select(x, 0, rows, out=batch)
+            batch.mul_(keep)
+            if isinstance(baseline, Tensor):
+                batch.add_(baseline[rows] * (1 - keep))
+            elif baseline != 0.0:
+                batch.add_(baseline * (1 - keep))
+            yield part, masks, scorer(explainer.model(batch), rows).float()
 
 
 class RowScorer:

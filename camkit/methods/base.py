@@ -23,6 +23,7 @@ from ..functional.perturbation import eigen_projection
 from ..hooks import LayerCapture
 from ..layers import LayerSpec, auto_layer, default_score, resolve_layers
 from ..layout import layer_grid
+from ..neuron import bind_target
 from ..targets import OutputSelector, Target, resolve_target, select_output
 from ._binding import Call, InputIndex, bind_inputs, bound, current_call, run_model
 from ._output import finish_maps, make_explanation
@@ -162,7 +163,11 @@ class Explainer:
             x, inputs, kwargs = placement.inputs(x, inputs, kwargs)
         call = self._bind_inputs(x, inputs, kwargs)
         x = self._match_dtype(x)
-        with bound([self], call), eval_mode(self.model, enabled=not self.keep_mode):
+        with (
+            bound([self], call),
+            eval_mode(self.model, enabled=not self.keep_mode),
+            bind_target(target, self.model),
+        ):
             if self.keep_mode:
                 with preserve_running_stats(self.model):
                     explanation = self._explain(x, target)

@@ -15,10 +15,10 @@ from ..targets import OutputSelector, Target
 from ._forward import (
     RowScorer,
     check_positive,
-    chunks,
     expand_targets,
     forward_scores,
     make_explanation,
+    masked_forwards,
     refuse_extra_inputs,
 )
 from .base import Explainer
@@ -113,14 +113,15 @@ class Occlusion(Explainer):
         scorer = RowScorer(target, expand_targets(classes), softmax=False, output=self.output)
         base = (scores if scores.dim() == 2 else scores[:, None]).float()
         occluded = torch.empty(total, base.shape[1], device=x.device)
-        buffer = torch.empty((min(self.batch_size, total), *x.shape[1:]), dtype=x.dtype, device=x.device)
-        with torch.inference_mode():
-            for part in chunks(total, self.batch_size, progress=self.progress, desc="Occlusion"):
-                batch = buffer[: part.stop - part.start]
-                covered = rows[r_idx[part]][:, :, None] * cols[c_idx[part]][:, None, :]  # [n, H, W]
-                torch.index_select(x, 0, b_idx[part], out=batch)
-                batch.mul_((1 - covered)[:, None]).add_((self.baseline * covered)[:, None])
-                occluded[part] = scorer(self.model(batch), b_idx[part]).float()
+
+        def uncovered(part: slice) -> Tensor:
+            return 1 - rows[r_idx[part]][:, :, None] * cols[c_idx[part]][:, None, :]  # [n, H, W]
+
+        for part, _, values in masked_forwards(
+            self, x, b_idx, uncovered, scorer, batch_size=self.batch_size, baseline=self.baseline,
+            progress=self.progress, desc="Occlusion",
+        ):
+            occluded[part] = values
         drops = (base[b_idx] - occluded).reshape(b, pr, pc, -1).movedim(-1, 1)  # [B, K, Pr, Pc]
         raw = occlusion_map(drops, rows, cols)
         raw = raw if scores.dim() == 2 else raw[:, 0]
@@ -214,16 +215,15 @@ class RISE(Explainer):
         scorer = RowScorer(target, expand_targets(classes), softmax=True, output=self.output)
         raw = torch.zeros(b, k, *size, device=x.device)
         total = b * self.masks
-        buffer = torch.empty((min(self.batch_size, total), *x.shape[1:]), dtype=x.dtype, device=x.device)
-        with torch.inference_mode():
-            for part in chunks(total, self.batch_size, progress=self.progress, desc="RISE"):
-                flat = torch.arange(part.start, part.stop, device=x.device)
-                b_idx, m_idx = flat // self.masks, flat % self.masks
-                masks = rise_masks(grids[m_idx], shifts[m_idx], size)  # [n, H, W]
-                batch = buffer[: part.stop - part.start]
-                torch.index_select(x, 0, b_idx, out=batch)
-                batch.mul_(masks.to(x.dtype)[:, None])
-                values = scorer(self.model(batch), b_idx).float()  # [n, K]
-                raw.index_add_(0, b_idx, values[:, :, None, None] * masks[:, None].float())
+        flat = torch.arange(total, device=x.device)
+        b_idx, m_idx = flat // self.masks, flat % self.masks
+
+        def masks_of(part: slice) -> Tensor:
+            return rise_masks(grids[m_idx[part]], shifts[m_idx[part]], size)  # [n, H, W]
+
+        for part, masks, values in masked_forwards(
+            self, x, b_idx, masks_of, scorer, batch_size=self.batch_size, progress=self.progress, desc="RISE"
+        ):
+            raw.index_add_(0, b_idx[part], values[:, :, None, None] * masks[:, None].float())
         raw = raw / (self.masks * self.p)
         return make_explanation(self.key, [raw if scores.dim() == 2 else raw[:, 0]], x, classes, scores)
