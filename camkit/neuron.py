@@ -10,7 +10,6 @@ the layer's output at each forward, and the target's score is read from it.
 from __future__ import annotations
 
 import threading
-
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, ClassVar, Literal
