@@ -21,6 +21,11 @@ from camkit._syncs import record_syncs
 XFAIL: dict[str, str] = {
     "dff": "NMF starts from an SVD (NNDSVDa), whose status torch reads back on CUDA, and stops early by "
     "reading each sample's error every 10 rounds",
+    **{
+        key: "region methods count each image's regions (torch.unique) and evaluate each distinct coalition "
+        "once (unique rows): both need sizes on the host"
+        for key in ("featureablation", "kernelshap", "lime", "shapleyvaluesampling")
+    },
     "kpcacam": "the kernel matrix's eigh: torch reads its status back on CUDA (the sigmoid kernel is not PSD, "
     "so the power method Eigen-CAM uses does not apply)",
 }

@@ -360,12 +360,15 @@ class LayerConductance(_PathMethod):
                 prev_act, prev_grad = torch.zeros_like(act[:1]), torch.zeros_like(grads[:1])
             assert prev_act is not None and prev_grad is not None
             acts, gs = torch.cat([prev_act, act]), torch.cat([prev_grad, grads])
-            inner = step > 0  # row r pairs with the row before it (the same sample's previous point)
-            flow = gs[:-1][inner] * (acts[1:] - acts[:-1])[inner][:, None]
-            total.index_add_(0, sample[inner], flow)
+            # Row r pairs with the row before it (the same sample's previous point) unless it is a
+            # path's first point. Rows are weighted by 0/1 instead of selected with a boolean mask,
+            # whose size a device would have to report back to the host.
+            inner = (step > 0).to(act.dtype)
+            flow = gs[:-1] * (acts[1:] - acts[:-1])[:, None]
+            total.index_add_(0, sample, flow * inner.view(-1, *([1] * (flow.dim() - 1))))
             for end, at in ((0, 0), (1, points - 1)):
-                hit = step == at
-                ends[sample[hit], end] = values.detach().float()[hit]
+                hit = (step == at).to(act.dtype)  # one row per sample and end, over all chunks
+                ends[:, end].index_add_(0, sample, values.detach().float() * hit[:, None])
             prev_act, prev_grad = act[-1:], grads[-1:]
         assert total is not None
         attr = total if scores.dim() == 2 else total[:, 0]
