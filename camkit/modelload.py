@@ -167,6 +167,36 @@ class Preprocess:
         m = torch.from_numpy(np.ascontiguousarray(mask != 0)).float()[None]
         return self._geometry(m, "nearest")[0] > 0.5
 
+    def invert_map(self, heat: Tensor, height: int, width: int) -> tuple[Tensor, Tensor]:
+        """A map [h, w] at the model input's size taken back to the original image [height, width].
+
+        The map is placed where the crop took its pixels in the resized image, then that frame is
+        resized (bilinear) to the original size. Returns ``(map, inside)``: ``inside`` (bool
+        [height, width]) marks the pixels the model saw; outside the crop the map is 0.
+
+        Example:
+            >>> import torch
+            >>> from camkit.modelload import Preprocess
+            >>> p = Preprocess(resize=2, crop=(2, 2), mean=(0.0,) * 3, std=(1.0,) * 3)
+            >>> full, inside = p.invert_map(torch.ones(2, 2), 2, 4)  # a 2x4 image: the middle 2x2 was seen
+            >>> full.tolist(), inside[0].tolist()
+            ([[0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]], [False, True, True, False])
+        """
+        rh, rw = self.resized_shape(height, width)
+        top, left, oh, ow = self.crop_offsets(height, width)
+        if tuple(heat.shape) != (oh, ow):
+            raise InvalidInputError(f"the map is {list(heat.shape)}; this preprocessing gives inputs of {[oh, ow]}")
+        frame = torch.zeros(2, rh, rw, dtype=torch.float32, device=heat.device)
+        y0, x0, y1, x1 = max(0, top), max(0, left), min(rh, top + oh), min(rw, left + ow)
+        frame[0, y0:y1, x0:x1] = heat.float()[y0 - top : y1 - top, x0 - left : x1 - left]
+        frame[1, y0:y1, x0:x1] = 1.0
+        if (rh, rw) != (height, width):
+            values = F.interpolate(frame[None, :1], size=(height, width), mode="bilinear", align_corners=False)[0, 0]
+            inside = F.interpolate(frame[None, 1:], size=(height, width), mode="nearest-exact")[0, 0] > 0.5
+        else:
+            values, inside = frame[0], frame[1] > 0.5
+        return torch.where(inside, values, torch.zeros_like(values)), inside
+
     def describe(self) -> dict[str, Any]:
         """A JSON-friendly description (for manifests)."""
         return {"size": self.size, "resize": self.resize, "crop": self.crop, "mean": self.mean, "std": self.std}
@@ -530,6 +560,31 @@ def load_model(
         )  # fmt: skip
     dev = resolve_device(device)
     return LoadedModel(model.to(dev), base, dev, name, weights, categories, notes)
+
+
+def warn_random_weights(loaded: LoadedModel) -> None:
+    """Warn (:class:`~camkit.errors.CamkitWarning`) when the model has random weights: its maps mean nothing.
+
+    Example:
+        >>> import warnings
+        >>> from camkit.modelload import load_model, warn_random_weights
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_random_weights(load_model("torchvision:resnet18", size=8, device="cpu"))
+        >>> str(caught[0].message)[:46]
+        'torchvision:resnet18 has random weights (no --'
+    """
+    import warnings
+
+    from .errors import CamkitWarning
+
+    for note in loaded.notes:
+        if note.startswith("random weights"):
+            warnings.warn(
+                f"{loaded.spec} has {note}: its maps say nothing about a trained model; pass --weights "
+                "(e.g. DEFAULT for torchvision's pretrained weights)",
+                CamkitWarning, stacklevel=3,
+            )  # fmt: skip
 
 
 def _size_arg(text: str) -> tuple[int, int]:
