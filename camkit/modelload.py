@@ -277,7 +277,9 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
         if count == 0:
             raise ModelLoadError(f"--device {device}: no CUDA GPU is available here; use --device cpu")
         if dev.index is not None and dev.index >= count:
-            raise ModelLoadError(f"--device {device}: this machine has {count} CUDA device(s) (cuda:0 to cuda:{count - 1})")
+            raise ModelLoadError(
+                f"--device {device}: this machine has {count} CUDA device(s) (cuda:0 to cuda:{count - 1})"
+            )
     elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
         raise ModelLoadError(f"--device {device}: MPS is not available here; use --device cpu")
     return dev
@@ -452,7 +454,9 @@ def _load_demo(weights: str | None) -> tuple[nn.Module, Preprocess, list[str], l
     try:
         model = load_shapes_cnn(weights)
     except RuntimeError as err:
-        raise ModelLoadError(f"--model demo: the weights in {weights} do not fit the demo model: {_first_line(err)}") from None
+        raise ModelLoadError(
+            f"--model demo: the weights in {weights} do not fit the demo model: {_first_line(err)}"
+        ) from None
     pre = Preprocess(size=(IMAGE_SIZE, IMAGE_SIZE), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
     return model, pre, list(CLASSES), ["the bundled demo model (camkit.demo.model.load_shapes_cnn)"]
 

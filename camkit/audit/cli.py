@@ -63,7 +63,9 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         help="overlay files: jpg (default, quality --overlay-quality) or png; at the model input's size",
     )  # fmt: skip
     parser.add_argument("--overlay-quality", type=int, default=90, help="JPEG quality of the overlays (default 90)")
-    parser.add_argument("--writers", type=int, help="threads that draw, encode and write overlays (default: cores, 2-8)")
+    parser.add_argument(
+        "--writers", type=int, help="threads that draw, encode and write overlays (default: cores, 2-8)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

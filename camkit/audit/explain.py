@@ -27,7 +27,7 @@ from ..modelload import load_model, warn_random_weights
 from ..overlay import overlay
 from .data import _reason, read_checked
 from .explaining import build_explainer, chooser, explain_batch, parse_target
-from .files import atomic_write, encode_image, npy_bytes, safe_name
+from .files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
 
 __all__ = ["explain_files"]
 
@@ -69,6 +69,7 @@ def explain_files(
     """
     loaded = load_model(model, weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, device=device)
     warn_random_weights(loaded)
+    refresh_umask()
     spec = parse_target(target, allow=("pred", "class", "topk"))
     explainer = build_explainer(method, loaded.model, layer)
     out_dir = Path(out)

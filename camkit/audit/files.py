@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 
-__all__ = ["OVERLAY_FORMATS", "atomic_write", "encode_image", "file_mode", "npy_bytes", "safe_name"]
+__all__ = ["OVERLAY_FORMATS", "atomic_write", "encode_image", "file_mode", "npy_bytes", "refresh_umask", "safe_name"]
 
 OVERLAY_FORMATS = ("jpg", "png")
 """Overlay file formats: ``jpg`` (quality 90, the default: about 25x cheaper to encode than PNG) or ``png``."""
@@ -44,6 +44,14 @@ def file_mode() -> int:
             _UMASK = os.umask(0o022)
             os.umask(_UMASK)
         return 0o666 & ~_UMASK
+
+
+def refresh_umask() -> None:
+    """Read the process umask again (an audit or explain run calls this once as it starts)."""
+    global _UMASK
+    with _UMASK_LOCK:
+        _UMASK = None
+    file_mode()
 
 
 def atomic_write(path: Path, data: bytes | str, *, sync: bool = False) -> None:

@@ -92,7 +92,9 @@ def map_labels(
                 f"label(s) {unknown[:10]} are not in {where} ({_show(names)}); rename the folders or labels, "
                 "or pass --classes FILE with the model's class names in output order"
             )
-        return LabelMapping([(lookup[lab] if lab in lookup else int(lab)) if lab else -1 for lab in labels], names, source)
+        return LabelMapping(
+            [(lookup[lab] if lab in lookup else int(lab)) if lab else -1 for lab in labels], names, source
+        )
     if all(lab.isdigit() for lab in given):
         return LabelMapping([int(lab) if lab else -1 for lab in labels], None, "index")
     if not alphabetical:

@@ -45,7 +45,9 @@ def _check_writable(out: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        raise AuditError(f"--out {out} cannot be written ({err.strerror or err}); choose a folder you can write") from None
+        raise AuditError(
+            f"--out {out} cannot be written ({err.strerror or err}); choose a folder you can write"
+        ) from None
 
 
 def _differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -342,7 +342,9 @@ def _gallery(out: Path, title: str, rows: Sequence[dict[str, Any]], caption: str
 
 
 def _galleries(out: Path, acc: Summary) -> str:
-    parts = [_gallery(out, title, acc.gallery(column, high, wrong), column) for title, column, high, wrong in acc.wanted]
+    parts = [
+        _gallery(out, title, acc.gallery(column, high, wrong), column) for title, column, high, wrong in acc.wanted
+    ]
     return "".join(p for p in parts if p) or "<p>No images to show.</p>"
 
 

@@ -29,7 +29,7 @@ from ..modelload import LoadedModel, load_model, resolve_device, warn_random_wei
 from .data import AuditDataset, Dataset, discover
 from .distributed import DistContext
 from .explaining import TargetSpec, build_explainer, parse_target
-from .files import OVERLAY_FORMATS, atomic_write, safe_name
+from .files import OVERLAY_FORMATS, atomic_write, refresh_umask, safe_name
 from .labels import LabelMapping, map_labels
 from .outdir import PARTS, AuditError, finished_keys, prepare_out
 from .stages import ExplainStage, Writer, default_threads, make_loader, spread_and_border
@@ -186,9 +186,12 @@ def audit(
         workers, writers, limit, resume, overwrite, faithfulness, steps, tuple(classes) if classes else None,
         alphabetical_classes, max_pixels, save_maps, overlay_format, overlay_quality, progress,
     )  # fmt: skip
+    refresh_umask()
     ctx, dev = DistContext.start(resolve_device(device))
     try:
-        return _audit(cfg, model, dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std), ctx, dev)
+        return _audit(
+            cfg, model, dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std), ctx, dev
+        )
     finally:
         ctx.finish()
 
@@ -239,9 +242,7 @@ def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: Loade
 
     pre = loaded.preprocess
     shape = pre.size or pre.crop or (0, 0)
-    items = AuditDataset(
-        dataset.records, shard, pre, shape, dataset.box_regions, dataset.mask_regions, cfg.max_pixels
-    )
+    items = AuditDataset(dataset.records, shard, pre, shape, dataset.box_regions, dataset.mask_regions, cfg.max_pixels)
     loader = make_loader(items, cfg.batch_size, cfg.loader_workers(), loaded.device)
     explain = ExplainStage(
         build_explainer(cfg.method, loaded.model, cfg.layer), cfg.target, dataset, mapping.indices, mapping.names,
