@@ -46,12 +46,43 @@ def runs(tmp_path_factory):
         "factory_debug": ["audit", "data", *AUDIT, "--model", "tinyfactory:broken", "--out", "o_debug", "--debug"],
         "import_fails": ["audit", "data", *AUDIT, "--model", "badmod:build", "--out", "o_import"],
         "cuda": ["audit", "data", *AUDIT, "--device", "cuda", "--out", "o_cuda"],
-        "demo": ["audit", "shapes", "--model", "demo", "--device", "cpu", "--workers", "0", "--no-progress",
-                 "--out", "o_demo"],  # fmt: skip
-        "explain_random": ["explain", "data/img0.png", "--model", "torchvision:resnet18", "--size", "64",
-                           "--device", "cpu", "--out", "o_explain"],  # fmt: skip
-        "layers_inspect": ["layers", "--model", "torchvision:resnet18", "--inspect", "--depth", "0",
-                           "--input-shape", "1,3,32,32", "--device", "cpu"],  # fmt: skip
+        "demo": [
+            "audit",
+            "shapes",
+            "--model",
+            "demo",
+            "--device",
+            "cpu",
+            "--workers",
+            "0",
+            "--no-progress",
+            "--out",
+            "o_demo",
+        ],
+        "explain_random": [
+            "explain",
+            "data/img0.png",
+            "--model",
+            "torchvision:resnet18",
+            "--size",
+            "64",
+            "--device",
+            "cpu",
+            "--out",
+            "o_explain",
+        ],
+        "layers_inspect": [
+            "layers",
+            "--model",
+            "torchvision:resnet18",
+            "--inspect",
+            "--depth",
+            "0",
+            "--input-shape",
+            "1,3,32,32",
+            "--device",
+            "cpu",
+        ],
     }
     results, pending = {}, list(commands.items())
     while pending:
@@ -84,7 +115,9 @@ def test_could_not_start_is_exit_2_with_one_line(runs, name, message):
     assert len(stderr.strip().splitlines()) == 1 and "(--debug shows the traceback)" in stderr
     assert stdout == ""
     if name == "out_foreign":
-        assert (root / "mine" / "results.csv").read_text() == "mine\n" and sorted(p.name for p in (root / "mine").iterdir()) == ["results.csv"]
+        assert (root / "mine" / "results.csv").read_text() == "mine\n" and sorted(
+            p.name for p in (root / "mine").iterdir()
+        ) == ["results.csv"]
 
 
 def test_debug_shows_the_traceback(runs):

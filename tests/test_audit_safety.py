@@ -184,7 +184,7 @@ def test_resume_needs_run_json_and_the_same_weights(tmp_path):
         camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "out", resume=True, max_pixels=10, **kw)
     assert camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "out", resume=True, **kw)["images"] == 3
     (tmp_path / "out" / "run.json").unlink()
-    with pytest.raises(AuditError, match="holds parts/ but no run.json"):
+    with pytest.raises(AuditError, match=r"holds parts/ but no run\.json"):
         camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "out", resume=True, **kw)
 
 
