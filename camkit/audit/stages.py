@@ -44,7 +44,7 @@ def make_loader(items: AuditDataset, batch_size: int, workers: int, device: torc
 
     return DataLoader(
         items, batch_size=batch_size, shuffle=False, num_workers=workers, pin_memory=device.type == "cuda",
-        persistent_workers=False, prefetch_factor=4 if workers > 0 else None,
+        persistent_workers=False, prefetch_factor=2 if workers > 0 else None,
     )  # fmt: skip
 
 
@@ -158,7 +158,8 @@ class ExplainStage:
         host: dict[str, list[Any]] = {}
         result = BatchResult([], [])
         if ok:
-            sel = torch.tensor(ok)
+            every = len(ok) == len(index)  # the usual case: no copy of the batch
+            sel = slice(None) if every else torch.tensor(ok)
             x = batch["x"][sel].to(self.device, non_blocking=True)
             labels = self.labels[torch.tensor([index[i] for i in ok])]
             out = explain_batch(self.explainer, x, chooser(self.spec, labels))
@@ -187,7 +188,7 @@ class ExplainStage:
             result.shown = result.shown[keep] if result.shown is not None else None
         return result
 
-    def _measure(self, batch: dict[str, Any], sel: Tensor, x: Tensor, logits: Tensor, classes: Tensor,
+    def _measure(self, batch: dict[str, Any], sel: Tensor | slice, x: Tensor, logits: Tensor, classes: Tensor,
                  maps: Tensor) -> dict[str, Tensor]:  # fmt: skip
         finite_scores = logits.isfinite().all(dim=1)
         finite_maps = maps.flatten(1).isfinite().all(dim=1)
