@@ -99,7 +99,7 @@ def safe_name(key: str, suffix: str = ".png") -> str:
 
 
 def encode_image(rgb: np.ndarray, fmt: str = "jpg", quality: int = 90) -> bytes:
-    """Encode a uint8 RGB image [H, W, 3] as JPEG (``quality``) or PNG (fast compression level 1).
+    """Encode a uint8 RGB image [H, W, 3] as JPEG (``quality``, 4:4:4) or PNG (fast compression level 1).
 
     OpenCV's encoders release the GIL, so several threads encode in parallel.
 
@@ -115,7 +115,9 @@ def encode_image(rgb: np.ndarray, fmt: str = "jpg", quality: int = 90) -> bytes:
         raise InvalidInputError(f"overlay format must be one of {OVERLAY_FORMATS}, got {fmt!r}")
     bgr = np.ascontiguousarray(rgb[:, :, ::-1])
     if fmt == "jpg":
-        ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+        # full-resolution colour (4:4:4): a heatmap's hue edges survive, at the same encoding cost
+        params = [cv2.IMWRITE_JPEG_QUALITY, int(quality), cv2.IMWRITE_JPEG_SAMPLING_FACTOR, 0x111111]
+        ok, buf = cv2.imencode(".jpg", bgr, params)
     else:
         ok, buf = cv2.imencode(".png", bgr, [cv2.IMWRITE_PNG_COMPRESSION, 1])
     if not ok:

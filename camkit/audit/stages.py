@@ -291,7 +291,7 @@ class Writer:
                 row["overlay"] = f"overlays/{name}"
             if self.save_maps and result.maps is not None:
                 stem = name[: -len(suffix)]
-                atomic_write(self.out / "maps" / f"{stem}.npy", npy_bytes(result.maps[j], np.float16))
+                atomic_write(self.out / "maps" / f"{stem}.npy", npy_bytes(result.maps[j], np.float32))
                 row["map"] = f"maps/{stem}.npy"
         payload = "".join(json.dumps(row, allow_nan=True) + "\n" for row in result.rows)
         atomic_write(part, payload, sync=True)
