@@ -88,7 +88,7 @@ def _compare(ctx: Context, title: str, model: torch.nn.Module, name: str, layer:
         items = AuditDataset(found.records, range(len(found.records)), pre, (size, size))
         loader = torch.utils.data.DataLoader(
             items, batch_size=batch, num_workers=workers, pin_memory=ctx.device.type == "cuda",
-            prefetch_factor=4 if workers else None,
+            prefetch_factor=2 if workers else None,  # as camkit.audit's own loader
         )  # fmt: skip
         runs = iter(range(10_000))
 

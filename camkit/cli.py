@@ -12,6 +12,7 @@ import argparse
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from typing import TextIO
 
 __all__ = ["main"]
 
@@ -87,7 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     shown = warnings.showwarning
 
-    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+    def show(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int,
+        file: TextIO | None = None, line: str | None = None,
+    ) -> None:  # fmt: skip
         if issubclass(category, CamkitWarning):  # camkit's own warnings: one plain line
             print(f"camkit {args.command}: warning: {message}", file=sys.stderr)
         else:

@@ -241,9 +241,9 @@ def write_outputs(out: Path, keys: Sequence[str], columns: Sequence[str], meta: 
             writer = csv.writer(handle, lineterminator="\n")
             writer.writerow(columns)
             for key in keys:
-                line = lines.pop(key, None)
-                if line is None:
+                if key not in lines:
                     continue
+                line = lines.pop(key)
                 row = json.loads(line)
                 acc.add(row)
                 writer.writerow([_cell(row.get(c)) for c in columns])
