@@ -64,7 +64,7 @@ def error_line(err: BaseException) -> str:
 
     Example:
         >>> from camkit.cli import error_line
-        >>> error_line(ValueError("bad\nthing")), error_line(KeyError("k"))
+        >>> error_line(ValueError("bad" + chr(10) + "thing")), error_line(KeyError("k"))
         ('ValueError: bad', "KeyError: 'k'")
     """
     from .errors import CamkitError

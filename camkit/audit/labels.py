@@ -71,7 +71,7 @@ def map_labels(
         ...     map_labels(["dog", "cat"])
         ... except Exception as err:
         ...     print(str(err)[:60])
-        the labels ['cat', 'dog'] need a mapping to the model's outpu
+        the labels ['cat', 'dog'] need a mapping to the model's outp
     """
     given = sorted({lab for lab in labels if lab})
     if not given:

@@ -85,7 +85,7 @@ def draw_overlays(shown: Tensor, maps: Tensor, alpha: float = 0.5, colormap: str
         >>> import torch
         >>> from camkit.audit.stages import draw_overlays
         >>> draw_overlays(torch.full((1, 1, 1, 3), 255, dtype=torch.uint8), torch.ones(1, 1, 1)).tolist()
-        [[[[192, 64, 64]]]]
+        [[[[192, 128, 128]]]]
     """
     lut = colormap_lut(colormap, maps.device)
     index = maps.float().nan_to_num(0.0).clamp(0, 1).mul(255).round().to(torch.long)
