@@ -6,7 +6,7 @@ the audit process and of its largest worker, and the sizes of ``report.html`` an
 ``summary.json``. Goals: peak RSS under 1 GiB at 100,000 images; peak RSS and report size at
 100,000 images at most 1.2x those at 10,000 (flat in the number of images).
 
-``--smoke``: 300 and 600 images (keeps the case working; the goals are then not meaningful).
+``--smoke``: 100 and 200 images (keeps the case working; the goals are then not meaningful).
 Without ``--full`` or ``--smoke`` the case is skipped (it takes minutes).
 """
 
@@ -43,7 +43,7 @@ def _one(count: int) -> dict[str, float]:
 def run(ctx: Context) -> list[Row | Goal]:
     if ctx.device.type != "cpu" or not (ctx.full or ctx.smoke):
         return []
-    small, large = (300, 600) if ctx.smoke else (10_000, 100_000)
+    small, large = (100, 200) if ctx.smoke else (10_000, 100_000)
     results = {n: _one(n) for n in (small, large)}
     rows: list[Row | Goal] = []
     for n, r in results.items():
