@@ -77,3 +77,38 @@ def test_report_is_bounded_and_galleries_are_the_extremes(tmp_path):
         assert summary["confidence"] == pytest.approx(np.mean([r["confidence"] for r in ok]))
         sizes[n] = len(render_html(tmp_path, acc, summary))
     assert sizes[6000] < 1.05 * sizes[1000]
+
+
+def test_drawing_on_the_device_path_gives_the_host_path_pixels(tmp_path, monkeypatch):
+    # the GPU path (draw_overlays on the model's device, then one copy) run on the CPU
+    import functools
+    import importlib
+
+    from camkit.audit.stages import ExplainStage
+
+    run_module = importlib.import_module("camkit.audit.run")  # camkit.audit is also the function
+    data = make_images(tmp_path / "data", classes=(), per_class=3)
+    camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "host", overlay_format="png", **COMMON)
+    monkeypatch.setattr(run_module, "ExplainStage", functools.partial(ExplainStage, draw_on_device=True))
+    camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "dev", overlay_format="png", **COMMON)
+    for a, b in zip(read_rows(tmp_path / "host" / "results.csv"), read_rows(tmp_path / "dev" / "results.csv")):
+        assert a["overlay"] == b["overlay"]
+        assert np.array_equal(
+            camkit.read_rgb(tmp_path / "host" / a["overlay"]), camkit.read_rgb(tmp_path / "dev" / b["overlay"])
+        )
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_audit_matches_the_cpu_audit(tmp_path):
+    data = make_images(tmp_path / "data", classes=(), per_class=3)
+    cpu = {**COMMON, "overlay_format": "png"}
+    camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "cpu", **cpu)
+    camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "gpu", **{**cpu, "device": "cuda"})
+    for a, b in zip(read_rows(tmp_path / "cpu" / "results.csv"), read_rows(tmp_path / "gpu" / "results.csv")):
+        assert a["prediction"] == b["prediction"]
+        assert float(a["spread"]) == pytest.approx(float(b["spread"]), abs=1e-4)
+        diff = camkit.read_rgb(tmp_path / "cpu" / a["overlay"]).astype(int) - camkit.read_rgb(
+            tmp_path / "gpu" / b["overlay"]
+        )
+        assert np.abs(diff).max() <= 1  # float rounding of the maps on another device

@@ -246,7 +246,7 @@ def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: Loade
     loader = make_loader(items, cfg.batch_size, cfg.loader_workers(), loaded.device)
     explain = ExplainStage(
         build_explainer(cfg.method, loaded.model, cfg.layer), cfg.target, dataset, mapping.indices, mapping.names,
-        loaded.device, faithfulness=cfg.faithfulness, steps=cfg.steps,
+        loaded.device, faithfulness=cfg.faithfulness, steps=cfg.steps, keep_maps=cfg.save_maps,
     )  # fmt: skip
     writer = Writer(
         cfg.out, threads=cfg.writers or default_threads(), overlay_format=cfg.overlay_format,

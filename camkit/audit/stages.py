@@ -139,6 +139,7 @@ class ExplainStage:
     def __init__(
         self, explainer: Any, spec: TargetSpec, dataset: Dataset, label_idx: list[int], class_names: list[str] | None,
         device: torch.device, *, faithfulness: bool = False, steps: int = 20, draw_on_device: bool | None = None,
+        keep_maps: bool = False,
     ) -> None:  # fmt: skip
         self.explainer = explainer
         self.spec = spec
@@ -149,6 +150,7 @@ class ExplainStage:
         self.faithfulness = faithfulness
         self.steps = steps
         self.draw_on_device = device.type != "cpu" if draw_on_device is None else draw_on_device
+        self.keep_maps = keep_maps  # host maps are needed for --save-maps, or to draw on the host
 
     def __call__(self, batch: dict[str, Any]) -> BatchResult:
         index: list[int] = batch["index"].tolist()
@@ -168,7 +170,8 @@ class ExplainStage:
             shown = batch["shown"][sel]
             drawn = draw_overlays(shown.to(self.device, non_blocking=True), maps) if self.draw_on_device else None
             host = {k: v.detach().cpu().tolist() for k, v in metrics.items()}  # one transfer per batch
-            result.maps = maps.detach().cpu().numpy()
+            if self.keep_maps or drawn is None:
+                result.maps = maps.detach().cpu().numpy()
             if drawn is not None:
                 result.drawn = drawn.cpu().numpy()
             else:
@@ -181,9 +184,9 @@ class ExplainStage:
                 self._fill(row, {k: v[position[i]] for k, v in host.items()}, int(self.labels[item]))
             result.rows.append(row)
         result.ok = [i for i in ok if not result.rows[i]["error"]]
-        if result.maps is not None and len(result.ok) != len(ok):  # non-finite rows lose their map and overlay
+        if len(result.ok) != len(ok):  # non-finite rows lose their map and overlay
             keep = [position[i] for i in result.ok]
-            result.maps = result.maps[keep]
+            result.maps = result.maps[keep] if result.maps is not None else None
             result.drawn = result.drawn[keep] if result.drawn is not None else None
             result.shown = result.shown[keep] if result.shown is not None else None
         return result
