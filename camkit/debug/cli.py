@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         findings = inspect(model, x, warn=False)
         print(f"\n{len(findings)} finding(s)")
         for finding in findings:
-            print(f"- {finding.message}")
+            print(f"- {finding}")
             if finding.kind in _CLI_ADVICE:
                 print(f"  on the command line: {_CLI_ADVICE[finding.kind].format(layer=finding.layer)}")
         if built_training:
