@@ -1,10 +1,18 @@
-"""The ``camkit`` command line: ``camkit demo`` and the other subcommands."""
+"""The ``camkit`` command line: ``camkit demo`` and the other subcommands.
+
+Exit codes shared by the subcommands: 0 done; 1 done, but some items failed (the command
+says which); 2 could not start or could not go on (bad arguments, an output folder in use,
+a model that cannot be built, a missing device, an unreadable manifest), with a one-line
+message on stderr and no traceback (``--debug`` shows it); 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Callable, Sequence
+from typing import TextIO
 
 __all__ = ["main"]
 
@@ -43,8 +51,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"camkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, add_arguments, _) in sorted(_COMMANDS.items()):
-        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        add_arguments(command_parser)
+        command_parser.add_argument(
+            "--debug", action="store_true", help="on an error, show the full Python traceback instead of one line"
+        )
     return parser
+
+
+def error_line(err: BaseException) -> str:
+    """One line for an error: camkit's own messages as written, others with their type.
+
+    Example:
+        >>> from camkit.cli import error_line
+        >>> error_line(ValueError("bad" + chr(10) + "thing")), error_line(KeyError("k"))
+        ('ValueError: bad', "KeyError: 'k'")
+    """
+    from .errors import CamkitError
+
+    text = str(err).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(err, CamkitError):
+        return first or type(err).__name__
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +82,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return _COMMANDS[args.command][2](args)
+    import warnings
+
+    from .errors import CamkitWarning
+
+    shown = warnings.showwarning
+
+    def show(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int,
+        file: TextIO | None = None, line: str | None = None,
+    ) -> None:  # fmt: skip
+        if issubclass(category, CamkitWarning):  # camkit's own warnings: one plain line
+            print(f"camkit {args.command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        return _COMMANDS[args.command][2](args)
+    except KeyboardInterrupt:
+        print(f"\ncamkit {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # one line for the user; the traceback with --debug
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        else:
+            print(f"camkit {args.command}: error: {error_line(err)} (--debug shows the traceback)", file=sys.stderr)
+        return 2
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ Shared by ``camkit explain``, ``camkit audit`` and the other subcommands. A mode
 * ``package.module:factory``: a callable returning the ``nn.Module`` (``factory`` may be a
   dotted attribute path), optionally with ``weights`` a state-dict file for it;
 * a file written by ``torch.save(model)``: a whole pickled model. Unpickling runs code
-  from the file, so it is refused unless ``trust_pickle=True`` (``--trust-pickle``).
+  from the file, so it is refused unless ``trust_pickle=True`` (``--trust-pickle``);
+* ``demo``: the bundled demo model (:func:`camkit.demo.model.load_shapes_cnn`), with its own
+  preprocessing (64x64, no mean/std normalisation) and class names (circle, square,
+  triangle, cross); ``weights`` may name another state dict for it.
 
 State dicts are always read with ``torch.load(..., weights_only=True)``. TorchScript files
 are refused with an explanation: hooks cannot attach to scripted modules.
@@ -164,6 +167,36 @@ class Preprocess:
         m = torch.from_numpy(np.ascontiguousarray(mask != 0)).float()[None]
         return self._geometry(m, "nearest")[0] > 0.5
 
+    def invert_map(self, heat: Tensor, height: int, width: int) -> tuple[Tensor, Tensor]:
+        """A map [h, w] at the model input's size taken back to the original image [height, width].
+
+        The map is placed where the crop took its pixels in the resized image, then that frame is
+        resized (bilinear) to the original size. Returns ``(map, inside)``: ``inside`` (bool
+        [height, width]) marks the pixels the model saw; outside the crop the map is 0.
+
+        Example:
+            >>> import torch
+            >>> from camkit.modelload import Preprocess
+            >>> p = Preprocess(resize=2, crop=(2, 2), mean=(0.0,) * 3, std=(1.0,) * 3)
+            >>> full, inside = p.invert_map(torch.ones(2, 2), 2, 4)  # a 2x4 image: the middle 2x2 was seen
+            >>> full.tolist(), inside[0].tolist()
+            ([[0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]], [False, True, True, False])
+        """
+        rh, rw = self.resized_shape(height, width)
+        top, left, oh, ow = self.crop_offsets(height, width)
+        if tuple(heat.shape) != (oh, ow):
+            raise InvalidInputError(f"the map is {list(heat.shape)}; this preprocessing gives inputs of {[oh, ow]}")
+        frame = torch.zeros(2, rh, rw, dtype=torch.float32, device=heat.device)
+        y0, x0, y1, x1 = max(0, top), max(0, left), min(rh, top + oh), min(rw, left + ow)
+        frame[0, y0:y1, x0:x1] = heat.float()[y0 - top : y1 - top, x0 - left : x1 - left]
+        frame[1, y0:y1, x0:x1] = 1.0
+        if (rh, rw) != (height, width):
+            values = F.interpolate(frame[None, :1], size=(height, width), mode="bilinear", align_corners=False)[0, 0]
+            inside = F.interpolate(frame[None, 1:], size=(height, width), mode="nearest-exact")[0, 0] > 0.5
+        else:
+            values, inside = frame[0], frame[1] > 0.5
+        return torch.where(inside, values, torch.zeros_like(values)), inside
+
     def describe(self) -> dict[str, Any]:
         """A JSON-friendly description (for manifests)."""
         return {"size": self.size, "resize": self.resize, "crop": self.crop, "mean": self.mean, "std": self.std}
@@ -189,6 +222,30 @@ class LoadedModel:
     categories: list[str] | None = None
     notes: list[str] = field(default_factory=list)
 
+    def weights_sha256(self) -> str:
+        """SHA-256 of the model's state dict (names, dtypes, shapes and values): what the weights *are*.
+
+        A weights file replaced at the same path, or a factory that now builds other
+        weights, gives another hash (``--resume`` compares it).
+
+        Example:
+            >>> import torch
+            >>> from camkit.modelload import load_model
+            >>> a = load_model(torch.nn.Linear(2, 2), size=4, device="cpu")
+            >>> b = load_model(torch.nn.Linear(2, 2), size=4, device="cpu")
+            >>> a.weights_sha256() == a.weights_sha256(), a.weights_sha256() == b.weights_sha256()
+            (True, False)
+        """
+        import hashlib
+
+        digest = hashlib.sha256()
+        for key, value in sorted(self.model.state_dict().items()):
+            tensor = value.detach().to("cpu").contiguous()
+            digest.update(f"{key}|{tensor.dtype}|{list(tensor.shape)}|".encode())
+            if tensor.numel():
+                digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
     def describe(self) -> dict[str, Any]:
         """A JSON-friendly description (for manifests)."""
         return {
@@ -212,9 +269,20 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     if device is None or device == "":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise ModelLoadError(f"--device {device!r} is not a device name; use cpu, cuda or cuda:N ({err})") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ModelLoadError(f"--device {device}: no CUDA GPU is available here; use --device cpu")
+        if dev.index is not None and dev.index >= count:
+            raise ModelLoadError(
+                f"--device {device}: this machine has {count} CUDA device(s) (cuda:0 to cuda:{count - 1})"
+            )
+    elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ModelLoadError(f"--device {device}: MPS is not available here; use --device cpu")
+    return dev
 
 
 def _is_torchscript(path: Path) -> bool:
@@ -345,7 +413,11 @@ def _load_factory(spec: str, weights: str | None) -> tuple[nn.Module, list[str]]
     except ImportError as err:
         raise ModelLoadError(
             f"cannot import {module_name!r} for --model {spec} ({err}); is it installed or on PYTHONPATH?"
-        ) from None
+        ) from err
+    except Exception as err:  # the module itself fails while importing (SyntaxError, NameError, ...)
+        raise ModelLoadError(
+            f"importing {module_name!r} for --model {spec} failed: {type(err).__name__}: {_first_line(err)}"
+        ) from err
     factory: Any = module
     for part in attr.split("."):
         if not hasattr(factory, part):
@@ -353,7 +425,10 @@ def _load_factory(spec: str, weights: str | None) -> tuple[nn.Module, list[str]]
         factory = getattr(factory, part)
     if not callable(factory):
         raise ModelLoadError(f"--model {spec}: {attr} is a {type(factory).__name__}, not a callable returning a model")
-    model = factory()
+    try:
+        model = factory()
+    except Exception as err:  # the user's factory failed: say so in one line (the cause stays chained)
+        raise ModelLoadError(f"--model {spec}: {attr}() raised {type(err).__name__}: {_first_line(err)}") from err
     if not isinstance(model, nn.Module):
         raise ModelLoadError(f"--model {spec}: {attr}() returned a {type(model).__name__}, not a torch.nn.Module")
     notes: list[str] = []
@@ -363,6 +438,27 @@ def _load_factory(spec: str, weights: str | None) -> tuple[nn.Module, list[str]]
     else:
         notes.append("weights as built by the factory (no --weights given)")
     return model, notes
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
+def _load_demo(weights: str | None) -> tuple[nn.Module, Preprocess, list[str], list[str]]:
+    from .demo.model import load_shapes_cnn
+    from .demo.shapes import CLASSES, IMAGE_SIZE
+
+    if weights is not None and not Path(weights).is_file():
+        raise ModelLoadError(f"--model demo: --weights {weights} is not a file (a state dict for the demo model)")
+    try:
+        model = load_shapes_cnn(weights)
+    except RuntimeError as err:
+        raise ModelLoadError(
+            f"--model demo: the weights in {weights} do not fit the demo model: {_first_line(err)}"
+        ) from None
+    pre = Preprocess(size=(IMAGE_SIZE, IMAGE_SIZE), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    return model, pre, list(CLASSES), ["the bundled demo model (camkit.demo.model.load_shapes_cnn)"]
 
 
 def _load_whole(path: Path, weights: str | None, trust_pickle: bool) -> nn.Module:
@@ -432,6 +528,9 @@ def load_model(
         model, name = spec, type(spec).__name__
     elif not isinstance(spec, str) or not spec:
         raise ModelLoadError(f"model must be a description string or an nn.Module, got {spec!r}")
+    elif spec == "demo":
+        model, known, categories, notes = _load_demo(weights)
+        name = spec
     elif spec.startswith("torchvision:"):
         model, known, categories, notes = _load_torchvision(spec.split(":", 1)[1], weights)
         name = spec
@@ -447,6 +546,8 @@ def load_model(
     for label, stat in (("mean", mean), ("std", std)):
         if stat is not None and len(stat) != 3:
             raise ModelLoadError(f"--{label} needs 3 numbers (R G B), got {list(stat)}")
+    if std is not None and not all(float(v) > 0 and np.isfinite(float(v)) for v in std):
+        raise ModelLoadError(f"--std must be three positive numbers (inputs are divided by it), got {list(std)}")
     if size is not None:
         hw = (int(size), int(size)) if isinstance(size, int) else tuple(int(s) for s in size)
         if len(hw) != 2 or min(hw) < 1:
@@ -463,6 +564,31 @@ def load_model(
         )  # fmt: skip
     dev = resolve_device(device)
     return LoadedModel(model.to(dev), base, dev, name, weights, categories, notes)
+
+
+def warn_random_weights(loaded: LoadedModel) -> None:
+    """Warn (:class:`~camkit.errors.CamkitWarning`) when the model has random weights: its maps mean nothing.
+
+    Example:
+        >>> import warnings
+        >>> from camkit.modelload import load_model, warn_random_weights
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_random_weights(load_model("torchvision:resnet18", size=8, device="cpu"))
+        >>> str(caught[0].message)[:46]
+        'torchvision:resnet18 has random weights (no --'
+    """
+    import warnings
+
+    from .errors import CamkitWarning
+
+    for note in loaded.notes:
+        if note.startswith("random weights"):
+            warnings.warn(
+                f"{loaded.spec} has {note}: its maps say nothing about a trained model; pass --weights "
+                "(e.g. DEFAULT for torchvision's pretrained weights)",
+                CamkitWarning, stacklevel=3,
+            )  # fmt: skip
 
 
 def _size_arg(text: str) -> tuple[int, int]:
@@ -488,7 +614,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, preprocessing: bool 
     group = parser.add_argument_group("model")
     group.add_argument(
         "--model", required=True,
-        help="torchvision:NAME, package.module:factory, or a whole model saved with torch.save (needs --trust-pickle)",
+        help="torchvision:NAME, package.module:factory, demo (the bundled demo model with its preprocessing and "
+        "class names), or a whole model saved with torch.save (needs --trust-pickle)",
     )  # fmt: skip
     group.add_argument("--weights", help="torchvision weights name (e.g. DEFAULT) or a state-dict file")
     group.add_argument(

@@ -20,7 +20,7 @@ import camkit
 from camkit.modelload import Preprocess
 
 COMMON = ["--size", "32", "--device", "cpu"]
-AUDIT = ["--workers", "0", "--no-progress", "--batch-size", "4"]
+AUDIT = ["--workers", "0", "--no-progress", "--batch-size", "4", "--alphabetical-classes"]
 
 
 @pytest.fixture(scope="module")

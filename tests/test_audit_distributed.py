@@ -16,7 +16,7 @@ def test_two_process_torchrun_equals_one_process(tmp_path):
     data = make_images(tmp_path / "data", per_class=4)  # 8 images; batches of 3 leave ranks uneven batches
     camkit.save_png(data / "cat" / "img9.png", camkit.read_rgb(data / "dog" / "img0.png"))  # 9 images: shards 5 / 4
     args = ["--model", "tinyfactory:tiny", "--layer", "conv2", "--size", "32", "--device", "cpu",
-            "--workers", "0", "--batch-size", "3", "--no-progress"]  # fmt: skip
+            "--workers", "0", "--batch-size", "3", "--no-progress", "--alphabetical-classes"]  # fmt: skip
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "camkit", "audit", str(data), *args, "--out", str(tmp_path / "dist")]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240)
@@ -24,7 +24,7 @@ def test_two_process_torchrun_equals_one_process(tmp_path):
     assert proc.stdout.count("audited 9 of 9 image(s)") == 1  # rank 0 reports once
 
     single = camkit.audit(data, "tinyfactory:tiny", out=tmp_path / "one", layer="conv2", size=32, device="cpu",
-                          workers=0, batch_size=4, progress=False)  # fmt: skip
+                          workers=0, batch_size=4, progress=False, alphabetical_classes=True)  # fmt: skip
     one, two = read_rows(tmp_path / "one" / "results.csv"), read_rows(tmp_path / "dist" / "results.csv")
     assert [r["key"] for r in two] == [r["key"] for r in one] and len(one) == 9
     for a, b in zip(one, two):

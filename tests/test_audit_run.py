@@ -16,7 +16,7 @@ from camkit.audit.data import discover
 from camkit.audit.run import AuditError, safe_name
 from camkit.modelload import Preprocess
 
-COMMON = {"layer": "conv2", "size": 32, "device": "cpu", "workers": 0, "progress": False}
+COMMON = {"layer": "conv2", "size": 32, "device": "cpu", "workers": 0, "progress": False, "alphabetical_classes": True}
 
 
 def _make_csv(root):

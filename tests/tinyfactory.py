@@ -30,3 +30,8 @@ class Tiny(nn.Module):
 def tiny() -> nn.Module:
     """The factory the tests name: ``tinyfactory:tiny``."""
     return Tiny()
+
+
+def broken() -> nn.Module:
+    """A factory that fails, as one whose weights server is down (``--model tinyfactory:broken``)."""
+    raise RuntimeError("weights server down")

@@ -1,8 +1,9 @@
 """``camkit explain`` and ``camkit audit`` on the command line.
 
-Exit codes: 0 all images done; 1 some images failed (their rows carry the reason); 2 bad
-arguments or settings (nothing run); 130 interrupted (finished batches are kept: rerun with
-``--resume``).
+Exit codes: 0 all images done; 1 some images failed (their rows carry the reason); 2 the run
+could not start or go on (bad arguments, ``--out`` in use, a file or not writable, a model that
+cannot be built, a missing device, an unreadable manifest): one line on stderr, the traceback
+with ``--debug``; 130 interrupted (finished batches are kept: rerun with ``--resume``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import sys
 from pathlib import Path
 
 from ..cli import command
-from ..errors import CamkitError
 from ..modelload import add_model_arguments
 
 __all__: list[str] = []
@@ -31,6 +31,7 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="pred", help="pred (top-1, default), a class index N, or topK")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-pixels", type=int, default=64_000_000, help="larger images get an error entry")
 
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,31 +44,40 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, help="DataLoader worker processes (default: up to 4)")
     parser.add_argument("--limit", type=int, help="audit only the first N images")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out, skipping finished images")
+    parser.add_argument(
+        "--overwrite", action="store_true",
+        help="write into a non-empty --out that is not a camkit run, or start a camkit run there afresh "
+        "(camkit's own files are replaced; nothing else is removed)",
+    )  # fmt: skip
     parser.add_argument("--faithfulness", action="store_true", help="also compute deletion/insertion AUC (slow)")
     parser.add_argument("--steps", type=int, default=20, help="steps of the deletion/insertion curves (default 20)")
     parser.add_argument("--classes", help="text file with one class name per line, in the model's output order")
+    parser.add_argument(
+        "--alphabetical-classes", action="store_true",
+        help="without --classes or a class list from the model, map the sorted label names to outputs 0, 1, ...",
+    )  # fmt: skip
     parser.add_argument("--max-pixels", type=int, default=64_000_000, help="larger images give an error row")
-    parser.add_argument("--save-maps", action="store_true", help="also save each map as maps/NAME.npy")
+    parser.add_argument("--save-maps", action="store_true", help="also save each exact map as maps/NAME.npy (float32)")
+    parser.add_argument(
+        "--overlay-format", choices=("jpg", "png"), default="jpg",
+        help="overlay files: jpg (default, quality --overlay-quality) or png; at the model input's size",
+    )  # fmt: skip
+    parser.add_argument("--overlay-quality", type=int, default=90, help="JPEG quality of the overlays (default 90)")
+    parser.add_argument(
+        "--writers", type=int, help="threads that draw, encode and write overlays (default: cores, 2-8)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def _fail(name: str, err: object) -> int:
-    print(f"camkit {name}: error: {err}", file=sys.stderr)
-    return 2
 
 
 @command("explain", "explain image files: overlay PNGs, maps (.npy) and manifest.json", _explain_arguments)
 def run_explain(args: argparse.Namespace) -> int:
     from .explain import explain_files
 
-    try:
-        manifest = explain_files(
-            args.images, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
-            method=args.method, layer=args.layer, target=args.target, size=args.size, mean=args.mean, std=args.std,
-            device=args.device, batch_size=args.batch_size,
-        )  # fmt: skip
-    except CamkitError as err:
-        return _fail("explain", err)
+    manifest = explain_files(
+        args.images, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
+        method=args.method, layer=args.layer, target=args.target, size=args.size, mean=args.mean, std=args.std,
+        device=args.device, batch_size=args.batch_size, max_pixels=args.max_pixels,
+    )  # fmt: skip
     failed = [e for e in manifest["images"] if e["error"]]
     for entry in failed:
         print(f"failed: {entry['path']}: {entry['error']}", file=sys.stderr)
@@ -79,26 +89,25 @@ def run_explain(args: argparse.Namespace) -> int:
 
 @command("audit", "audit where a model looks over a dataset: results.csv, summary.json, report.html", _audit_arguments)
 def run_audit(args: argparse.Namespace) -> int:
-    from .run import audit
+    from .run import AuditError, audit
 
     classes = None
     if args.classes:
         try:
-            classes = [
-                line.strip() for line in Path(args.classes).read_text(encoding="utf-8").splitlines() if line.strip()
-            ]
-        except OSError as err:
-            return _fail("audit", f"cannot read --classes {args.classes}: {err}")
+            text = Path(args.classes).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise AuditError(f"cannot read --classes {args.classes}: {err}") from None
+        classes = [line.strip() for line in text.splitlines() if line.strip()]
     try:
         summary = audit(
             args.data, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
             method=args.method, layer=args.layer, target=args.target, size=args.size, mean=args.mean, std=args.std,
             device=args.device, batch_size=args.batch_size, workers=args.workers, limit=args.limit,
-            resume=args.resume, faithfulness=args.faithfulness, steps=args.steps, classes=classes,
-            max_pixels=args.max_pixels, save_maps=args.save_maps, progress=not args.no_progress,
+            resume=args.resume, overwrite=args.overwrite, faithfulness=args.faithfulness, steps=args.steps,
+            classes=classes, alphabetical_classes=args.alphabetical_classes, max_pixels=args.max_pixels,
+            save_maps=args.save_maps, overlay_format=args.overlay_format, overlay_quality=args.overlay_quality,
+            writers=args.writers, progress=not args.no_progress,
         )  # fmt: skip
-    except CamkitError as err:
-        return _fail("audit", err)
     except KeyboardInterrupt:
         print(
             f"\ncamkit audit: interrupted; finished batches are saved in {Path(args.out) / 'parts'}. "

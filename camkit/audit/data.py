@@ -82,21 +82,52 @@ class Dataset:
         return self.box_regions + self.mask_regions
 
 
-def _images_under(root: Path) -> list[Path]:
+def _is_run_folder(path: Path) -> bool:
+    """A folder written by ``camkit audit`` (it holds ``run.json``): its overlays are never data."""
+    return (path / "run.json").is_file()
+
+
+def _images_under(root: Path, exclude: Sequence[Path] = ()) -> list[Path]:
+    """Image files under ``root``, following symbolic-link folders once each (no loops).
+
+    Folders in ``exclude`` (resolved) and folders holding a camkit run are skipped.
+    """
+    skip = {p.resolve() for p in exclude}
+    seen: set[tuple[int, int]] = set()
     found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        here = Path(dirpath)
+        st = here.stat()
+        if (st.st_dev, st.st_ino) in seen:  # a link back to a folder already walked: a loop or a repeat
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        keep = []
+        for d in sorted(dirnames):
+            sub = here / d
+            if d.startswith(".") or sub.resolve() in skip or _is_run_folder(sub):
+                continue
+            keep.append(d)
+        dirnames[:] = keep
         for name in filenames:
             if not name.startswith(".") and name.lower().endswith(IMAGE_SUFFIXES):
-                found.append(Path(dirpath) / name)
+                found.append(here / name)
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
 def _from_csv(path: Path) -> Dataset:
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
-        columns = list(reader.fieldnames or [])
-        rows = list(reader)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            columns = list(reader.fieldnames or [])
+            rows = list(reader)
+    except UnicodeDecodeError as err:
+        raise InvalidInputError(
+            f"the CSV manifest {path} is not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8 "
+            "(for example: iconv -f latin1 -t utf-8 OLD.csv > NEW.csv)"
+        ) from None
+    except (OSError, csv.Error) as err:
+        raise InvalidInputError(f"cannot read the CSV manifest {path}: {err}") from None
     if "path" not in columns:
         raise InvalidInputError(f"the CSV manifest {path} has no 'path' column; its columns are {columns}")
     boxes: list[str] = []
@@ -140,11 +171,17 @@ def _from_csv(path: Path) -> Dataset:
             row_boxes[name] = (values[0], values[1], values[2], values[3])
         row_masks = {n: base / row[f"{n}_mask"].strip() for n in masks if (row.get(f"{n}_mask") or "").strip()}
         records.append(Record(key, base / key, label, row_boxes, row_masks, problem))
+    if not records:
+        raise InvalidInputError(f"nothing to audit: the CSV manifest {path} lists no image")
     return Dataset(records, "csv", tuple(boxes), tuple(masks))
 
 
-def discover(data: str | os.PathLike[str]) -> Dataset:
+def discover(data: str | os.PathLike[str], exclude: Sequence[str | os.PathLike[str]] = ()) -> Dataset:
     """Find the images of an audit (see the module docstring for the three kinds of ``data``).
+
+    Class folders may be symbolic links (followed, each real folder once, so link loops end).
+    Folders in ``exclude`` (the audit's own ``--out``) and any folder holding a camkit run
+    (``run.json``) are never read as data. Finding no image at all is an error.
 
     Example:
         >>> import os, tempfile
@@ -164,8 +201,20 @@ def discover(data: str | os.PathLike[str]) -> Dataset:
         return _from_csv(root)
     if not root.is_dir():
         raise InvalidInputError(f"DATA {root} does not exist; pass a folder of images or a CSV manifest")
-    subdirs = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    images = _images_under(root)
+    skip = [Path(p) for p in exclude]
+    skipped = {p.resolve() for p in skip}
+    subdirs = [
+        p for p in root.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and p.resolve() not in skipped and not _is_run_folder(p)
+    ]  # fmt: skip
+    images = _images_under(root, skip)
+    if not images:
+        others = sum(1 for p in root.rglob("*") if p.is_file())
+        raise InvalidInputError(
+            f"nothing to audit: no image files under {root} (looked for {', '.join(IMAGE_SUFFIXES)}; "
+            f"found {others} file(s), none an image outside camkit output folders). "
+            "Pass a folder of images, a folder of class folders, or a CSV manifest"
+        )
     if not subdirs:
         return Dataset([Record(p.relative_to(root).as_posix(), p) for p in images], "folder")
     records = []

@@ -1,10 +1,12 @@
 """``camkit explain``: explain a few image files and write overlays, maps and a manifest.
 
 Writes into ``out``: ``overlays/NAME.png`` (for ``topK`` targets, ``NAME-topJ-classC.png``
-per class), ``maps/NAME.npy`` (float32 maps in [0, 1] at the model input's size: [H, W],
-or [K, H, W] for ``topK``) and ``manifest.json`` (versions, model, method, layer, and per
-image its prediction, confidence, targets and files, or its error). ``NAME`` is the file's
-stem made safe plus a short hash of the path as given (see :func:`camkit.audit.run.safe_name`).
+per class) at each image's own size and shape (the map is taken back through the resize and
+centre crop; pixels the crop left out are shown without colour), ``maps/NAME.npy`` (float32
+maps in [0, 1] at the model input's size: [H, W], or [K, H, W] for ``topK``) and
+``manifest.json`` (versions, model, method, layer, and per image its prediction, confidence,
+targets and files, or its error). ``NAME`` is the file's stem made safe plus a short hash of
+the path as given (see :func:`camkit.audit.files.safe_name`).
 """
 
 from __future__ import annotations
@@ -15,17 +17,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from .._version import __version__
-from ..io import save_png
 from ..methods.base import CAMExplainer
-from ..modelload import load_model
+from ..modelload import load_model, warn_random_weights
 from ..overlay import overlay
 from .data import _reason, read_checked
 from .explaining import build_explainer, chooser, explain_batch, parse_target
-from .run import _npy_bytes, atomic_write, safe_name
+from .files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
 
 __all__ = ["explain_files"]
 
@@ -50,7 +52,8 @@ def explain_files(
     """Explain image files (the Python side of ``camkit explain``); returns the manifest.
 
     ``target`` is ``"pred"`` (top-1), a class index, or ``"topK"`` (the K best classes,
-    one map each). Other arguments as in :func:`camkit.audit`. An image that cannot be read
+    one map each). Overlays are at each image's own size; images above ``max_pixels``
+    pixels get an error entry. Other arguments as in :func:`camkit.audit`. An image that cannot be read
     gets an ``error`` entry in the manifest; the others are still explained.
 
     Example:
@@ -65,12 +68,14 @@ def explain_files(
         (2, ['manifest.json', 'maps', 'overlays'])
     """
     loaded = load_model(model, weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, device=device)
+    warn_random_weights(loaded)
+    refresh_umask()
     spec = parse_target(target, allow=("pred", "class", "topk"))
     explainer = build_explainer(method, loaded.model, layer)
     out_dir = Path(out)
     names = loaded.categories
     entries: list[dict[str, Any]] = []
-    pending: list[tuple[dict[str, Any], torch.Tensor, Any]] = []
+    pending: list[tuple[dict[str, Any], torch.Tensor, Any]] = []  # (entry, x, original RGB)
 
     def flush() -> None:
         if not pending:
@@ -84,19 +89,22 @@ def explain_files(
         chosen = probs.gather(1, classes)
         host = (pred.cpu().tolist(), conf.cpu().tolist(), classes.cpu().tolist(), chosen.cpu().tolist())
         maps_host = maps.detach().float().cpu()
-        for j, (entry, _, shown) in enumerate(pending):
+        for j, (entry, _, rgb) in enumerate(pending):
             stem = safe_name(entry["path"])[: -len(".png")]
             entry["prediction"] = host[0][j]
             entry["prediction_name"] = names[host[0][j]] if names and host[0][j] < len(names) else str(host[0][j])
             entry["confidence"] = host[1][j]
             entry["targets"], entry["target_probabilities"] = host[2][j], host[3][j]
             entry["overlays"] = []
+            height, width = rgb.shape[:2]
             for k, cls in enumerate(host[2][j]):
                 name = f"{stem}.png" if spec.kind != "topk" else f"{stem}-top{k + 1}-class{cls}.png"
-                save_png(out_dir / "overlays" / name, overlay(shown, maps_host[j, k]))
+                full, inside = loaded.preprocess.invert_map(maps_host[j, k], height, width)
+                drawn = np.where(inside.numpy()[:, :, None], overlay(rgb, full), rgb)
+                atomic_write(out_dir / "overlays" / name, encode_image(drawn, "png"))
                 entry["overlays"].append(f"overlays/{name}")
             array = maps_host[j] if spec.kind == "topk" else maps_host[j, 0]
-            atomic_write(out_dir / "maps" / f"{stem}.npy", _npy_bytes(array.numpy()))
+            atomic_write(out_dir / "maps" / f"{stem}.npy", npy_bytes(array.numpy()))
             entry["map"] = f"maps/{stem}.npy"
         pending.clear()
 
@@ -105,11 +113,11 @@ def explain_files(
         entries.append(entry)
         try:
             rgb, entry["note"] = read_checked(Path(image), max_pixels)
-            x, shown = loaded.preprocess(rgb)
+            x, _shown = loaded.preprocess(rgb)
         except Exception as err:  # an unreadable image is reported in its entry; the others go on
             entry["error"] = _reason(err)
             continue
-        pending.append((entry, x, shown))
+        pending.append((entry, x, rgb))
         if len(pending) >= batch_size:
             flush()
     flush()

@@ -1,5 +1,10 @@
 """Merged audit outputs: ``results.csv``, ``summary.json`` and a self-contained ``report.html``.
 
+The merge streams: rows are read from the part files one at a time and folded into running
+sums per class (:class:`Summary`), the few rows the galleries show (top and bottom
+``GALLERY`` by each measure) and the first ``TABLE_ROWS`` rows of the table, so memory and the
+report's size do not grow with the number of images; ``results.csv`` holds every row.
+
 The report is one HTML file with no network access (a Content-Security-Policy forbids any
 fetch; gallery images are embedded as ``data:`` URIs, styles and the small table-sorting
 script are inline). Every string that comes from the data (file names, labels, region
@@ -10,50 +15,188 @@ from __future__ import annotations
 
 import base64
 import csv
+import heapq
 import html
-import io
 import json
 import math
+import os
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["summarize", "write_outputs"]
+__all__ = ["GALLERY", "TABLE_ROWS", "Summary", "summarize", "write_outputs"]
 
-_GALLERY = 8
-_TABLE_ROWS = 5000
-
-
-def _mean(values: Sequence[Any]) -> float | None:
-    nums = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    return sum(nums) / len(nums) if nums else None
+GALLERY = 8
+"""Images per gallery in the report."""
+TABLE_ROWS = 500
+"""Rows of the report's table (the first ones, in the dataset's order); every row is in results.csv."""
+_FAILED = 1000
 
 
-def _stats(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> dict[str, Any]:
-    ok = [r for r in rows if not r["error"]]
-    graded = [r["correct"] for r in ok if r.get("correct") is not None]
-    stats: dict[str, Any] = {
-        "images": len(rows),
-        "errors": len(rows) - len(ok),
-        "accuracy": sum(bool(c) for c in graded) / len(graded) if graded else None,
-        "confidence": _mean([r.get("confidence") for r in ok]),
-        "spread": _mean([r.get("spread") for r in ok]),
-        "border": _mean([r.get("border") for r in ok]),
-        "energy": {c[len("energy_") :]: _mean([r.get(c) for r in ok]) for c in columns if c.startswith("energy_")},
-    }
-    for extra in ("pointing_object", "deletion_auc", "insertion_auc"):
-        if extra in columns:
-            stats[extra] = _mean([r.get(extra) for r in ok])
-    return stats
+class _Mean:
+    __slots__ = ("n", "total")
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.n = 0
+
+    def add(self, value: Any) -> None:
+        if value is None or isinstance(value, str):
+            return
+        v = float(value)
+        if not math.isnan(v):
+            self.total += v
+            self.n += 1
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.n if self.n else None
 
 
-def summarize(rows: Sequence[dict[str, Any]], columns: Sequence[str], meta: dict[str, Any]) -> dict[str, Any]:
+class _Group:
+    """Running statistics of a set of rows (all of them, or one class)."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.images = 0
+        self.errors = 0
+        self.graded = 0
+        self.right = 0
+        self.extras = [x for x in ("pointing_object", "deletion_auc", "insertion_auc") if x in columns]
+        self.regions = [c for c in columns if c.startswith("energy_")]
+        self.means = {k: _Mean() for k in ("confidence", "spread", "border", *self.regions, *self.extras)}
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.images += 1
+        if row["error"]:
+            self.errors += 1
+            return
+        if row.get("correct") is not None:
+            self.graded += 1
+            self.right += bool(row["correct"])
+        for key, mean in self.means.items():
+            mean.add(row.get(key))
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "images": self.images,
+            "errors": self.errors,
+            "accuracy": self.right / self.graded if self.graded else None,
+            "confidence": self.means["confidence"].value,
+            "spread": self.means["spread"].value,
+            "border": self.means["border"].value,
+            "energy": {c[len("energy_") :]: self.means[c].value for c in self.regions},
+        }
+        for extra in self.extras:
+            out[extra] = self.means[extra].value
+        return out
+
+
+def _galleries_wanted(columns: Sequence[str]) -> list[tuple[str, str, bool, bool]]:
+    """(title, column, highest first, misclassified only) for each gallery of the report."""
+    regions = [c[len("energy_") :] for c in columns if c.startswith("energy_")]
+    wanted = []
+    if "object" in regions:
+        wanted.append(("Attention most outside the object", "energy_object", False, False))
+    for region in regions:
+        if region != "object":
+            wanted.append((f"Most attention inside '{region}'", f"energy_{region}", True, False))
+    if not regions:
+        wanted += [
+            ("Misclassified (most confident first)", "confidence", True, True),
+            ("Least confident", "confidence", False, False),
+            ("Most diffuse maps (lowest top-10% energy share)", "spread", False, False),
+            ("Most border-concentrated maps", "border", True, False),
+        ]
+    return wanted
+
+
+class Summary:
+    """Folds rows one at a time into the summary, the galleries and the report's table.
+
+    Example:
+        >>> from camkit.audit.report import Summary
+        >>> acc = Summary(["key", "confidence", "spread", "border", "overlay", "error"])
+        >>> for i in range(3):
+        ...     acc.add({"key": f"{i}.png", "label": "", "prediction_name": "a", "confidence": i / 4,
+        ...              "spread": 0.5, "border": 0.1, "error": ""})
+        >>> s = acc.summary({})
+        >>> s["images"], s["confidence"], [r["key"] for r in acc.gallery("confidence", False)]
+        (3, 0.25, ['0.png', '1.png', '2.png'])
+    """
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+        self.overall = _Group(columns)
+        self.by_label: dict[str, _Group] = defaultdict(lambda: _Group(columns))
+        self.by_prediction: dict[str, _Group] = defaultdict(lambda: _Group(columns))
+        self.labelled = False
+        self.reasons: Counter[str] = Counter()
+        self.failed: list[dict[str, str]] = []
+        self.table: list[dict[str, Any]] = []
+        self.wanted = _galleries_wanted(columns)
+        self._heaps: dict[tuple[str, bool, bool], list[tuple[float, int, dict[str, Any]]]] = {
+            (c, high, wrong): [] for _, c, high, wrong in self.wanted
+        }
+        self._seq = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Fold one row in."""
+        self.overall.add(row)
+        label = row.get("label")
+        if label:
+            self.labelled = True
+        self.by_label[str(label) if label else "(no label)"].add(row)
+        name = row.get("prediction_name")
+        self.by_prediction[str(name) if name not in (None, "") else "(failed)"].add(row)
+        if len(self.table) < TABLE_ROWS:
+            self.table.append(row)
+        if row["error"]:
+            self.reasons[row["error"].replace(Path(row["key"]).name, "FILE")] += 1
+            if len(self.failed) < _FAILED:
+                self.failed.append({"key": row["key"], "error": row["error"]})
+            return
+        self._seq += 1
+        slim = {k: row.get(k) for k in ("key", "label", "prediction_name", "confidence", "overlay")}
+        for (column, high, wrong), heap in self._heaps.items():
+            value = row.get(column)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(float(value)):
+                continue
+            if wrong and row.get("correct") is not False:
+                continue
+            # keep the GALLERY best: a min-heap on "goodness", ties to the earlier row
+            item = (float(value) if high else -float(value), -self._seq, {**slim, column: value})
+            if len(heap) < GALLERY:
+                heapq.heappush(heap, item)
+            elif item[:2] > heap[0][:2]:
+                heapq.heapreplace(heap, item)
+
+    def gallery(self, column: str, high: bool, wrong: bool = False) -> list[dict[str, Any]]:
+        """The rows of a gallery, best first."""
+        heap = self._heaps[(column, high, wrong)]
+        return [item[2] for item in sorted(heap, key=lambda t: (t[0], t[1]), reverse=True)]
+
+    def summary(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """The summary dict (see :func:`summarize`)."""
+        overall = self.overall.stats()
+        groups = self.by_label if self.labelled else self.by_prediction
+        return {
+            **meta,
+            **overall,
+            "processed": overall["images"] - overall["errors"],
+            "classes_from": "label" if self.labelled else "prediction",
+            "per_class": {k: g.stats() for k, g in sorted(groups.items())},
+            "error_reasons": dict(self.reasons.most_common(50)),
+            "failed": list(self.failed),
+        }
+
+
+def summarize(rows: Iterable[dict[str, Any]], columns: Sequence[str], meta: dict[str, Any]) -> dict[str, Any]:
     """The audit summary: run metadata, overall and per-class statistics, and the errors.
 
     Classes are the labels when the data has labels, else the predicted classes. Means skip
     missing values (absent regions, failed images). ``error_reasons`` counts reasons with
-    the file's own name replaced by ``FILE``.
+    the file's own name replaced by ``FILE``; ``failed`` lists the first 1000 failed images.
 
     Example:
         >>> from camkit.audit.report import summarize
@@ -63,22 +206,10 @@ def summarize(rows: Sequence[dict[str, Any]], columns: Sequence[str], meta: dict
         >>> s["images"], s["errors"], s["accuracy"], s["error_reasons"], s["per_class"]["cat"]["images"]
         (2, 1, 1.0, {'FILE is empty (0 bytes)': 1}, 2)
     """
-    labelled = any(r.get("label") for r in rows)
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        key = r.get("label") if labelled else r.get("prediction_name")
-        groups[str(key) if key not in (None, "") else "(no label)" if labelled else "(failed)"].append(r)
-    reasons = Counter(r["error"].replace(Path(r["key"]).name, "FILE") for r in rows if r["error"])
-    overall = _stats(rows, columns)
-    return {
-        **meta,
-        **overall,
-        "processed": overall["images"] - overall["errors"],
-        "classes_from": "label" if labelled else "prediction",
-        "per_class": {k: _stats(v, columns) for k, v in sorted(groups.items())},
-        "error_reasons": dict(reasons.most_common(50)),
-        "failed": [{"key": r["key"], "error": r["error"]} for r in rows if r["error"]][:1000],
-    }
+    acc = Summary(columns)
+    for row in rows:
+        acc.add(row)
+    return acc.summary(meta)
 
 
 def _cell(value: Any) -> str:
@@ -91,25 +222,38 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for r in rows:
-        writer.writerow([_cell(r.get(c)) for c in columns])
-    return buffer.getvalue()
+def write_outputs(out: Path, keys: Sequence[str], columns: Sequence[str], meta: dict[str, Any]) -> dict[str, Any]:
+    """Merge the parts of ``out`` into ``results.csv``, ``summary.json`` and ``report.html`` (each atomically).
 
+    ``keys`` gives the rows' order (the dataset's); a key in no part is left out. Returns the summary.
+    """
+    from .files import atomic_write, file_mode
+    from .outdir import iter_part_rows
 
-def write_outputs(
-    out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str], meta: dict[str, Any]
-) -> dict[str, Any]:
-    """Write ``results.csv``, ``summary.json`` and ``report.html`` into ``out`` (each atomically); the summary."""
-    from .run import atomic_write
-
-    summary = summarize(rows, columns, meta)
-    atomic_write(out / "results.csv", _csv_text(rows, columns))
+    lines: dict[str, str] = {}
+    for line in iter_part_rows(out):
+        lines[json.loads(line)["key"]] = line  # later parts win (a redone image)
+    acc = Summary(columns)
+    tmp = out / f".tmp-results-{os.getpid()}.csv"
+    try:
+        with open(tmp, "w", newline="", encoding="utf-8") as handle:
+            os.chmod(tmp, file_mode())
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(columns)
+            for key in keys:
+                if key not in lines:
+                    continue
+                line = lines.pop(key)
+                row = json.loads(line)
+                acc.add(row)
+                writer.writerow([_cell(row.get(c)) for c in columns])
+        os.replace(tmp, out / "results.csv")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    summary = acc.summary(meta)
     atomic_write(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False, default=str))
-    atomic_write(out / "report.html", render_html(out, rows, columns, summary))
+    atomic_write(out / "report.html", render_html(out, acc, summary))
     return summary
 
 
@@ -174,18 +318,18 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], text: Sequence
     return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _image_uri(out: Path, rel: str) -> str:
-    path = out / rel
-    if not rel or not path.is_file():
+def _image_uri(out: Path, rel: str | None) -> str:
+    if not rel or not (out / rel).is_file():
         return ""
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+    mime = "image/png" if rel.lower().endswith(".png") else "image/jpeg"
+    return f"data:{mime};base64," + base64.b64encode((out / rel).read_bytes()).decode("ascii")
 
 
 def _gallery(out: Path, title: str, rows: Sequence[dict[str, Any]], caption: str) -> str:
     if not rows:
         return ""
     figures = []
-    for r in rows[:_GALLERY]:
+    for r in rows[:GALLERY]:
         uri = _image_uri(out, r.get("overlay", ""))
         value = r.get(caption)
         label = f"label {r['label']}, " if r.get("label") else ""
@@ -197,38 +341,23 @@ def _gallery(out: Path, title: str, rows: Sequence[dict[str, Any]], caption: str
     return f'<h3>{_e(title)}</h3><div class="gallery">{"".join(figures)}</div>'
 
 
-def _ranked(rows: Sequence[dict[str, Any]], column: str, high_first: bool) -> list[dict[str, Any]]:
-    have = [r for r in rows if isinstance(r.get(column), (int, float)) and not math.isnan(float(r[column]))]
-    return sorted(have, key=lambda r: (-float(r[column]) if high_first else float(r[column]), r["key"]))
-
-
-def _galleries(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    ok = [r for r in rows if not r["error"]]
-    regions = [c[len("energy_") :] for c in columns if c.startswith("energy_")]
-    parts = []
-    if "object" in regions:
-        parts.append(
-            _gallery(out, "Attention most outside the object", _ranked(ok, "energy_object", False), "energy_object")
-        )
-    for region in regions:
-        if region != "object":
-            column = f"energy_{region}"
-            parts.append(_gallery(out, f"Most attention inside '{region}'", _ranked(ok, column, True), column))
-    if not regions:
-        wrong = [r for r in ok if r.get("correct") is False]
-        parts.append(
-            _gallery(out, "Misclassified (most confident first)", _ranked(wrong, "confidence", True), "confidence")
-        )
-        parts.append(_gallery(out, "Least confident", _ranked(ok, "confidence", False), "confidence"))
-        parts.append(
-            _gallery(out, "Most diffuse maps (lowest top-10% energy share)", _ranked(ok, "spread", False), "spread")
-        )
-        parts.append(_gallery(out, "Most border-concentrated maps", _ranked(ok, "border", True), "border"))
+def _galleries(out: Path, acc: Summary) -> str:
+    parts = [
+        _gallery(out, title, acc.gallery(column, high, wrong), column) for title, column, high, wrong in acc.wanted
+    ]
     return "".join(p for p in parts if p) or "<p>No images to show.</p>"
 
 
-def render_html(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str], summary: dict[str, Any]) -> str:
-    """The report page as a string (see the module docstring)."""
+def _mapping_text(mapping: dict[str, Any]) -> str:
+    source = mapping.get("source") or "none"
+    names = mapping.get("classes") or []
+    shown = ", ".join(f"{i}={n}" for i, n in enumerate(names[:20])) + (" ..." if len(names) > 20 else "")
+    return f"{source}" + (f": {shown}" if shown else "")
+
+
+def render_html(out: Path, acc: Summary, summary: dict[str, Any]) -> str:
+    """The report page as a string (see the module docstring); its size does not grow with the images."""
+    columns, rows = acc.columns, acc.table
     model = summary.get("model") or {}
     meta_rows = [
         ("model", f"{model.get('spec', '')} (weights: {model.get('weights') or 'none given'})"),
@@ -239,6 +368,7 @@ def render_html(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str
         ("data", f"{(summary.get('data') or {}).get('path', '')} ({(summary.get('data') or {}).get('kind', '')})"),
         ("images", f"{summary['images']} ({summary['processed']} audited, {summary['errors']} failed)"),
         ("accuracy", _fmt(summary.get("accuracy")) or "no labels"),
+        ("label mapping", _mapping_text(summary.get("label_mapping") or {})),
         ("versions", f"camkit {summary.get('camkit_version')}, torch {summary.get('torch_version')}"),
     ]
     meta = "".join(f"<tr><th class=t>{_e(k)}</th><td>{_e(str(v))}</td></tr>" for k, v in meta_rows)
@@ -254,10 +384,10 @@ def render_html(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str
     ]  # fmt: skip
     shown_cols = [c for c in columns if c not in ("overlay",)]
     text_columns = ("label", "prediction_name", "note", "error")
-    table_rows = [[r.get(c) for c in shown_cols] for r in rows[:_TABLE_ROWS]]
+    table_rows = [[r.get(c) for c in shown_cols] for r in rows]
     more = (
-        f"<p>Showing the first {_TABLE_ROWS} of {len(rows)} rows; all are in results.csv.</p>"
-        if len(rows) > _TABLE_ROWS
+        f"<p>Showing the first {len(rows)} of {summary['images']} rows; all are in results.csv.</p>"
+        if summary["images"] > len(rows)
         else ""
     )
     errors = ""
@@ -269,7 +399,7 @@ def render_html(out: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str
         f"<h2>Per class</h2><p>Classes from the {_e(summary['classes_from'])}s. Energy = share of the map "
         "inside each region; spread = share in the map's top 10% pixels (high = concentrated); border = share "
         f"in the outer 10% frame.</p>{_table(class_head, class_rows)}"
-        f"<h2>Galleries</h2>{_galleries(out, rows, columns)}"
+        f"<h2>Galleries</h2>{_galleries(out, acc)}"
         f'<h2>All images</h2><p>Click a column to sort.</p>{more}<div class="scroll">'
         f"{_table(shown_cols, table_rows, text=text_columns)}</div>"
     )

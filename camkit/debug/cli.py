@@ -26,8 +26,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         default="1,3,224,224",
         help="comma-separated input shape, batch first (default: 1,3,224,224)",
     )
-    parser.add_argument("--depth", type=int, default=None, help="show calls nested at most this deep (0: the model only)")
-    parser.add_argument("--inspect", action="store_true", help="also report hook traps (in-place ops, reused modules, ...)")
+    parser.add_argument(
+        "--depth", type=int, default=None, help="show calls nested at most this deep (0: the model only)"
+    )
+    parser.add_argument(
+        "--inspect", action="store_true", help="also report hook traps (in-place ops, reused modules, ...)"
+    )
 
 
 @command("layers", "print every module call of a model: name, type, shapes, dtypes, parameters", _add_arguments)
@@ -38,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         shape = tuple(int(v) for v in args.input_shape.split(","))
     except ValueError:
-        print(f"camkit layers: --input-shape {args.input_shape!r} must be integers separated by commas", file=sys.stderr)
+        print(
+            f"camkit layers: --input-shape {args.input_shape!r} must be integers separated by commas", file=sys.stderr
+        )
         return 2
     from ..modelload import model_from_args
 
@@ -48,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"camkit layers: {err}", file=sys.stderr)
         return 2
     model = loaded.model
+    built_training = model.training
+    model.eval()  # this command built the model: run it as camkit explain and audit do
     x = torch.zeros(shape, device=loaded.device)
     table = trace_shapes(model, x)
     if args.depth is not None:
@@ -58,4 +66,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{len(findings)} finding(s)")
         for finding in findings:
             print(f"- {finding}")
+            if finding.kind in _CLI_ADVICE:
+                print(f"  on the command line: {_CLI_ADVICE[finding.kind].format(layer=finding.layer)}")
+        if built_training:
+            print(
+                "note: --model built the model in training mode; camkit layers, explain and audit run it in eval "
+                "mode (BatchNorm running statistics, no dropout), so there is nothing to do about it here."
+            )
     return 0
+
+
+# What a command-line user can act on, per kind of finding (the findings' own advice is for model code).
+_CLI_ADVICE = {
+    "inplace": "maps for --layer {layer} may use the changed values; pass a neighbouring layer as --layer, or fix "
+    "the in-place operation in the model's code.",
+    "reused": "--layer {layer} explains its last call only; pass a layer that runs once per forward for a map of "
+    "one place in the network.",
+    "functional": "methods that patch modules (guided backprop and its relatives) cannot see this call; use "
+    "--method gradcam or another CAM method, or change the model's code.",
+}

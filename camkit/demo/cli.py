@@ -192,7 +192,7 @@ def run_demo(
         summaries[key] = audit(
             manifest, model, out=folder, method=key, layer=CAM_LAYER, size=IMAGE_SIZE, mean=(0.0,) * 3, std=(1.0,) * 3,
             device="cpu",
-            batch_size=50, workers=0, classes=list(CLASSES), progress=False,
+            batch_size=50, workers=0, classes=list(CLASSES), progress=False, overlay_format="png",
         )  # fmt: skip
         reports[key] = folder
         print(f"{key}: {headline(summaries[key])[3]}; report: {(folder / 'report.html').resolve()}")
