@@ -18,6 +18,7 @@ from .errors import (
     LayerNotFoundError,
     LayerNotReachedError,
     NoReLUWarning,
+    NoRuleWarning,
     OutputSelectionError,
     UnknownMethodError,
 )
@@ -51,6 +52,7 @@ from .methods import (
     SmoothGrad,
     XGradCAM,
 )
+from .methods import LRP, DeepLift, DeepLiftShap, GradientShap  # issue 18: propagation attributions
 from .modelload import ModelLoadError, load_model
 from .overlay import overlay, to_uint8_rgb
 from .registry import get_method, list_methods, register_method
@@ -58,6 +60,10 @@ from .target_fns import BinaryTarget, DetectionTarget, RegressionTarget, Segment
 from .targets import resolve_target, select_output
 
 __all__ = [
+    "LRP",
+    "DeepLift",
+    "DeepLiftShap",
+    "GradientShap",
     "CAM",
     "RISE",
     "AblationCAM",
@@ -91,6 +97,7 @@ __all__ = [
     "LayerNotReachedError",
     "ModelLoadError",
     "NoReLUWarning",
+    "NoRuleWarning",
     "Occlusion",
     "OutputSelectionError",
     "RegressionTarget",

@@ -34,4 +34,10 @@ FACTORIES: dict[str, Callable[[nn.Module], camkit.Explainer]] = {
     "deconvolution": lambda m: camkit.Deconvolution(m),
     "guidedgradcam": lambda m: camkit.GuidedGradCAM(m, "conv2"),
     "integratedgradients": lambda m: camkit.IntegratedGradients(m, steps=8, max_batch=5),
+    "deeplift": lambda m: camkit.DeepLift(m, baseline=0.1),
+    "deepliftshap": lambda m: camkit.DeepLiftShap(m, torch.linspace(-1, 1, 3 * 3 * 8 * 8).view(3, 3, 8, 8)),
+    "gradientshap": lambda m: camkit.GradientShap(
+        m, torch.linspace(-1, 1, 2 * 3 * 8 * 8).view(2, 3, 8, 8), samples=6, stdev=0.1, seed=0, max_batch=5
+    ),
+    "lrp": lambda m: camkit.LRP(m, "epsilongammabox"),
 }

@@ -19,10 +19,16 @@ from .cam import (
     xgradcam_weights,
 )
 from .maps import normalize_maps, upsample_maps
+from .propagation import gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
 from .overlay import colorize, colormap_lut, overlay_batch
 from .tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
 
 __all__ = [
+    "gamma_params",
+    "relevance_gradient",
+    "rescale_multiplier",
+    "split_by_sign",
+    "stabilize",
     "aggregate_samples",
     "blur",
     "channels_last_to_grid",

@@ -10,7 +10,16 @@ from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGra
 from .scorecam import AblationCAM, ScoreCAM
 from .smooth import AugSmooth, SmoothGrad
 
+# issue 18: propagation attributions (DeepLift, DeepLiftShap, GradientShap, LRP)
+from .deeplift import DeepLift, DeepLiftShap
+from .gradientshap import GradientShap
+from .lrp import LRP
+
 __all__ = [
+    "LRP",
+    "DeepLift",
+    "DeepLiftShap",
+    "GradientShap",
     "CAM",
     "RISE",
     "AblationCAM",
