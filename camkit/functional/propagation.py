@@ -66,6 +66,7 @@ def relevance_gradient(z: Tensor, parts: list[tuple[float, Tensor]], epsilon: fl
     ``sum_k weight_k * d(z_rule_k)/d(inputs) . (g_out * z / stabilize(z_rule_k, epsilon))``.
     With ``R_out = z * g_out`` that is each rule's normalised redistribution of ``R_out``
     (e.g. the epsilon rule: one part ``(1, z)``; alpha-beta: ``(alpha, z_pos), (-beta, z_neg)``).
+    Where a denominator is exactly zero (``epsilon = 0``) nothing passes.
 
     Example:
         >>> import torch
@@ -80,7 +81,9 @@ def relevance_gradient(z: Tensor, parts: list[tuple[float, Tensor]], epsilon: fl
     value = z.detach()
     rule: Tensor | None = None
     for weight, part in parts:
-        scale = (value / stabilize(part.detach(), epsilon)) * weight
+        denominator = stabilize(part.detach(), epsilon)
+        zero = denominator == 0  # only with epsilon = 0: nothing to share there
+        scale = torch.where(zero, 0.0, value / torch.where(zero, 1.0, denominator)) * weight
         term = part * scale
         rule = term if rule is None else rule + term
     if rule is None:

@@ -22,8 +22,8 @@ product ``a * g`` is the relevance of ``a``; the attribution is ``x * g`` at the
   their plain gradient is used and one :class:`~camkit.errors.NoRuleWarning` per call names them.
 * **Transposed convolutions**: refused with :class:`~camkit.errors.InvalidInputError`.
 
-Rules (``rule=``): ``"epsilon"``, ``"gamma"``, ``"zplus"``, ``"alphabeta"``, ``"zbox"``,
-and the composites ``"epsilonplus"`` (z+ on convolutions, epsilon on linear layers),
+Rules (``rule=``): ``"epsilon"``, ``"gamma"``, ``"zplus"``, ``"alphabeta"`` (on every
+convolution and linear layer), and the composites ``"epsilonplus"`` (z+ on convolutions, epsilon on linear layers),
 ``"epsilongammabox"`` (z-box on the first convolution or linear layer called, gamma on the
 other convolutions, epsilon on linear layers) and ``"epsilonalpha2beta1"`` (alpha=2,
 beta=1 on convolutions, epsilon on linear layers), as zennit names them.
@@ -52,12 +52,10 @@ from .pixel import GradientAttribution, score_gradients
 
 __all__ = ["LRP", "LRPRule"]
 
-LRPRule = Literal[
-    "epsilon", "gamma", "zplus", "alphabeta", "zbox", "epsilonplus", "epsilongammabox", "epsilonalpha2beta1"
-]
+LRPRule = Literal["epsilon", "gamma", "zplus", "alphabeta", "epsilonplus", "epsilongammabox", "epsilonalpha2beta1"]
 Bound = Union[float, Tensor, None]
 
-_RULES = ("epsilon", "gamma", "zplus", "alphabeta", "zbox")
+_RULES = ("epsilon", "gamma", "zplus", "alphabeta")
 # composite -> {"first": rule for the first layer called, "conv": ..., "linear": ...}
 _COMPOSITES: dict[str, dict[str, str]] = {
     "epsilonplus": {"conv": "zplus", "linear": "epsilon"},
@@ -181,9 +179,12 @@ class LRP(GradientAttribution):
     * ``"zplus"``: only positive contributions ``(a_i w_ij)^+``, bias ignored; conserves
       relevance wherever a unit has a positive contribution.
     * ``"alphabeta"``: ``alpha`` times the positive contributions' share minus ``beta`` times
-      the negative ones' (bias split by sign into both); needs ``alpha - beta = 1``.
-    * ``"zbox"``: for an input layer with pixels in ``[low, high]``:
-      ``R_i = sum_j (a_i w_ij - low_i w+_ij - high_i w-_ij) / s(z_j) R_j``.
+      the negative ones' (bias split by sign into both); needs ``alpha - beta = 1``. A unit
+      without negative contributions passes ``alpha`` times its relevance (as in zennit).
+    * z-box (first layer of ``"epsilongammabox"``), for pixels in ``[low, high]``:
+      ``R_i = sum_j (a_i w_ij - low_i w+_ij - high_i w-_ij) / s(z_j) R_j`` (bias ignored). It
+      assumes the first layer reads the image itself or a flattened view of it (normalise
+      outside the model).
 
     See :mod:`camkit.methods.lrp` for the composites, which layers get which rule, and how
     every ReLU spelling is handled. ``raw`` is the relevance of each input value [B, C, H, W]
@@ -314,11 +315,11 @@ def _relevance(scores: Tensor, leaf: Tensor, bounds: Sequence[tuple[Tensor, Tens
         for tensor, grad in zip(inputs, grads):
             if grad is not None:
                 contribution = tensor.detach() * grad
-                if contribution.shape != leaf.shape:
+                if contribution.numel() != leaf.numel():
                     raise InvalidInputError(
                         f"the z-box rule's first layer takes a {list(contribution.shape)} input, not the image "
-                        f"{list(leaf.shape)}; use rule='epsilonplus' or 'gamma' for this model."
+                        f"{list(leaf.shape)} (or a flattened view of it); use rule='epsilonplus' or 'gamma' here."
                     )
-                total = total + contribution
+                total = total + contribution.reshape(leaf.shape)
         out.append(total)
     return torch.stack(out, dim=1) if scores.dim() == 2 else out[0]
