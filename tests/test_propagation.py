@@ -585,3 +585,15 @@ def test_lrp_alpha1beta0_matches_captum_except_for_negative_inputs_and_biases():
     model = ParityCNN(bias=True, bias_sign=-1.0).eval()
     ours = _raw(camkit.LRP(model, "alphabeta", alpha=1.0, beta=0.0, epsilon=1e-9).explain(x, PARITY_T))
     assert not _close(ours, _captum_lrp(model, Alpha1_Beta0_Rule, x), tol=1e-2)
+
+
+def test_captum_lrp_duplicates_relevance_at_residual_additions():
+    captum_attr = pytest.importorskip("captum.attr")
+    model, x, target = BiasFreeResNet().eval(), tiny_input(), torch.tensor([0, 2, 3])
+    ours = camkit.LRP(model, "epsilon", epsilon=1e-9).explain(x, target)
+    theirs = captum_attr.LRP(copy.deepcopy(model)).attribute(x.clone(), target=target).detach()
+    # A bias-free ReLU net conserves relevance under the epsilon rule as epsilon -> 0: the
+    # input relevances sum to the score. camkit's do; captum has no rule for `out += x` and
+    # its gradient hands both summands the whole relevance, so its sums overshoot.
+    torch.testing.assert_close(_raw(ours).sum(dim=(1, 2, 3)), ours.scores, atol=1e-6, rtol=1e-4)
+    assert ((theirs.sum(dim=(1, 2, 3)) - ours.scores).abs() > 0.2 * ours.scores.abs()).all()
