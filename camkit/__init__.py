@@ -28,11 +28,14 @@ from .io import load_image, read_rgb, save_png, to_tensor
 from .layers import auto_layer, list_layers, resolve_layers
 from .methods import (
     CAM,
+    LRP,
     RISE,
     AblationCAM,
     AugSmooth,
     CAMExplainer,
     Deconvolution,
+    DeepLift,
+    DeepLiftShap,
     EigenCAM,
     EigenGradCAM,
     Explainer,
@@ -40,6 +43,7 @@ from .methods import (
     GradCAMPlusPlus,
     GradientAttribution,
     GradientCAM,
+    GradientShap,
     GuidedBackprop,
     GuidedGradCAM,
     HiResCAM,
@@ -52,7 +56,6 @@ from .methods import (
     SmoothGrad,
     XGradCAM,
 )
-from .methods import LRP, DeepLift, DeepLiftShap, GradientShap  # issue 18: propagation attributions
 from .modelload import ModelLoadError, load_model
 from .overlay import overlay, to_uint8_rgb
 from .registry import get_method, list_methods, register_method
@@ -60,11 +63,8 @@ from .target_fns import BinaryTarget, DetectionTarget, RegressionTarget, Segment
 from .targets import resolve_target, select_output
 
 __all__ = [
-    "LRP",
-    "DeepLift",
-    "DeepLiftShap",
-    "GradientShap",
     "CAM",
+    "LRP",
     "RISE",
     "AblationCAM",
     "AugSmooth",
@@ -73,6 +73,8 @@ __all__ = [
     "CamkitError",
     "CamkitWarning",
     "Deconvolution",
+    "DeepLift",
+    "DeepLiftShap",
     "DetectionTarget",
     "EigenCAM",
     "EigenGradCAM",
@@ -82,6 +84,7 @@ __all__ = [
     "GradCAMPlusPlus",
     "GradientAttribution",
     "GradientCAM",
+    "GradientShap",
     "GuidedBackprop",
     "GuidedGradCAM",
     "HiResCAM",

@@ -19,16 +19,11 @@ from .cam import (
     xgradcam_weights,
 )
 from .maps import normalize_maps, upsample_maps
-from .propagation import gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
 from .overlay import colorize, colormap_lut, overlay_batch
+from .propagation import gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
 from .tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
 
 __all__ = [
-    "gamma_params",
-    "relevance_gradient",
-    "rescale_multiplier",
-    "split_by_sign",
-    "stabilize",
     "aggregate_samples",
     "blur",
     "channels_last_to_grid",
@@ -36,6 +31,7 @@ __all__ = [
     "colormap_lut",
     "completeness_gap",
     "deconv_relu_grad",
+    "gamma_params",
     "gradcam",
     "gradcam_weights",
     "gradcampp_weights",
@@ -48,6 +44,10 @@ __all__ = [
     "normalize_maps",
     "overlay_batch",
     "reduce_channels",
+    "relevance_gradient",
+    "rescale_multiplier",
+    "split_by_sign",
+    "stabilize",
     "tokens_to_grid",
     "upsample_maps",
     "weighted_sum",

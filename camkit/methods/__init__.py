@@ -2,30 +2,27 @@
 
 from .base import CAMExplainer, Explainer, GradientCAM
 from .cam import CAM
+from .deeplift import DeepLift, DeepLiftShap
 from .eigen import EigenCAM, EigenGradCAM
 from .gradcam import GradCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
+from .gradientshap import GradientShap
 from .integrated import IntegratedGradients
+from .lrp import LRP
 from .perturbation import RISE, Occlusion
 from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGradCAM, InputXGradient, Saliency
 from .scorecam import AblationCAM, ScoreCAM
 from .smooth import AugSmooth, SmoothGrad
 
-# issue 18: propagation attributions (DeepLift, DeepLiftShap, GradientShap, LRP)
-from .deeplift import DeepLift, DeepLiftShap
-from .gradientshap import GradientShap
-from .lrp import LRP
-
 __all__ = [
-    "LRP",
-    "DeepLift",
-    "DeepLiftShap",
-    "GradientShap",
     "CAM",
+    "LRP",
     "RISE",
     "AblationCAM",
     "AugSmooth",
     "CAMExplainer",
     "Deconvolution",
+    "DeepLift",
+    "DeepLiftShap",
     "EigenCAM",
     "EigenGradCAM",
     "Explainer",
@@ -33,6 +30,7 @@ __all__ = [
     "GradCAMPlusPlus",
     "GradientAttribution",
     "GradientCAM",
+    "GradientShap",
     "GuidedBackprop",
     "GuidedGradCAM",
     "HiResCAM",

@@ -310,9 +310,9 @@ def _relevance(scores: Tensor, leaf: Tensor, bounds: Sequence[tuple[Tensor, Tens
     inputs = [leaf] + [t for pair in bounds for t in pair]
     out = []
     for k, column in enumerate(columns):
-        grads = torch.autograd.grad(column.sum(), inputs, retain_graph=k < len(columns) - 1, allow_unused=True)
+        parts = torch.autograd.grad(column.sum(), inputs, retain_graph=k < len(columns) - 1, allow_unused=True)
         total = torch.zeros_like(leaf)
-        for tensor, grad in zip(inputs, grads):
+        for tensor, grad in zip(inputs, parts):
             if grad is not None:
                 contribution = tensor.detach() * grad
                 if contribution.numel() != leaf.numel():
