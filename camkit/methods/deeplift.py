@@ -19,8 +19,10 @@ such operations and elementwise activations, the attributions of an image sum to
 ``score(x) - score(x0)`` (summation-to-delta), reported per image as ``extras["delta"]``.
 
 Activations seen, in every spelling (module, functional, ``torch.*``, ``Tensor.*``, in
-place or not): ReLU, ReLU6/hardtanh, leaky ReLU, ELU, sigmoid, tanh, SiLU, GELU, softplus.
-Non-linear calls without a rule (softmax, max-pooling, layer/group norm, ...) keep their
+place or not): ReLU, ReLU6/hardtanh, leaky ReLU, ELU, sigmoid, tanh, SiLU, GELU, softplus;
+and 2-D max-pooling (``nn.MaxPool2d``, ``F.max_pool2d``), whose output change is routed to
+the image's maxima and the reference's, as in captum (overlapping windows accumulate).
+Non-linear calls without a rule (softmax, other max-pooling, layer/group norm, ...) keep their
 gradient and raise one :class:`~camkit.errors.NoRuleWarning` per call, since the
 summation-to-delta then no longer holds exactly. Because the reference pass is one image,
 the cost of a call is about that of :class:`~camkit.Saliency` plus one single-image forward.
@@ -33,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Union, cast
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
@@ -69,6 +72,50 @@ class _Rescale(torch.autograd.Function):
         return grad * multiplier, None, None, None
 
 
+_POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+
+
+def _max_pool_call(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments of a 2-D max-pooling call without indices, or ``None`` when ``func`` is none."""
+    if getattr(func, "__name__", "").lstrip("_") != "max_pool2d" or len(args) > len(_POOL_ARGS):
+        return None
+    call = dict(zip(_POOL_ARGS, args), **kwargs)
+    x = call.get("input")
+    if call.pop("return_indices", False) or not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() != 4:
+        return None
+    return call
+
+
+def _unpool(values: Tensor, index: Tensor, like: Tensor) -> Tensor:
+    """Scatter-add pooled ``values`` [B, C, h, w] back to the positions ``index`` picked in ``like`` [B, C, H, W]."""
+    out = torch.zeros(like.shape[0], like.shape[1], like.shape[2] * like.shape[3], dtype=values.dtype, device=values.device)
+    out.scatter_add_(2, index.expand_as(values).flatten(2), values.flatten(2))
+    return out.view(like.shape)
+
+
+class _RescaleMaxPool(torch.autograd.Function):
+    """DeepLift's rule for max-pooling: the output change, split between the image's and the reference's maxima."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, ref: Tensor, call: dict[str, Any], eps: float) -> Tensor:
+        params = {k: v for k, v in call.items() if k != "input"}
+        y, index = F.max_pool2d(x, **params, return_indices=True)
+        y0, index0 = F.max_pool2d(ref, **params, return_indices=True)
+        ctx.save_for_backward(x - ref, y, y0.expand_as(y), index, index0)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        delta_in, y, y0, index, index0 = ctx.saved_tensors
+        top = torch.maximum(y, y0)
+        # grad * (y - y0) = grad * (top - y0) [at the image's maxima] + grad * (y - top) [at the reference's]
+        total = _unpool(grad * (top - y0), index, delta_in) + _unpool(grad * (y - top), index0, delta_in)
+        small = delta_in.abs() < ctx.eps
+        plain = _unpool(grad, index, delta_in)
+        return torch.where(small, plain, total / torch.where(small, 1.0, delta_in)), None, None, None
+
+
 class _Mismatch(Exception):
     """The main pass's activation calls do not line up with the reference pass's."""
 
@@ -88,26 +135,30 @@ class _RescaleMode(TorchFunctionMode):
         self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        activation = match_activation(func, args, kwargs)
+        activation: Activation | dict[str, Any] | None = match_activation(func, args, kwargs)
+        if activation is None:
+            activation = _max_pool_call(func, args, kwargs)
         if activation is None:
             name = unruled_name(func)
             if name is not None:
                 self.unruled.add(name)
             return func(*args, **kwargs)
+        name_now, x = (activation.name, activation.x) if isinstance(activation, Activation) else ("max_pool2d", activation["input"])
         if self.refs is None:
-            self.recorded.append((activation.name, activation.x.detach().clone()))
+            self.recorded.append((name_now, x.detach().clone()))
             return func(*args, **kwargs)
         if self.index >= len(self.refs):
             raise _Mismatch(f"the forward called more activations ({self.index + 1}+) than on the baseline")
         name, ref = self.refs[self.index]
         self.index += 1
-        x = activation.x
-        if name != activation.name or ref.shape[1:] != x.shape[1:] or ref.shape[0] not in (1, x.shape[0]):
+        if name != name_now or ref.shape[1:] != x.shape[1:] or ref.shape[0] not in (1, x.shape[0]):
             raise _Mismatch(
-                f"activation call {self.index} is {activation.name} on {list(x.shape)} for the images but "
+                f"activation call {self.index} is {name_now} on {list(x.shape)} for the images but "
                 f"{name} on {list(ref.shape)} for the baseline"
             )
-        return _Rescale.apply(x, ref.to(x.dtype), activation, self.eps)
+        if isinstance(activation, Activation):
+            return _Rescale.apply(x, ref.to(x.dtype), activation, self.eps)
+        return _RescaleMaxPool.apply(x, ref.to(x.dtype), activation, self.eps)
 
 
 def warn_unruled(method: str, names: set[str], instead: str, stacklevel: int = 5) -> None:

@@ -102,7 +102,7 @@ class _LRPMode(TorchFunctionMode):
             self.unruled.add(activation.name)
         elif activation is None:
             name = unruled_name(func)
-            if name is not None:
+            if name is not None and "max_pool" not in name:  # max-pooling: winner takes all, conserved
                 self.unruled.add(name)
         return func(*args, **kwargs)
 
