@@ -630,3 +630,15 @@ def test_captum_lrp_duplicates_relevance_at_residual_additions():
     # its gradient hands both summands the whole relevance, so its sums overshoot.
     torch.testing.assert_close(_raw(ours).sum(dim=(1, 2, 3)), ours.scores, atol=1e-6, rtol=1e-4)
     assert ((theirs.sum(dim=(1, 2, 3)) - ours.scores).abs() > 0.2 * ours.scores.abs()).all()
+
+
+def test_deeplift_and_lrp_callable_target_is_linear_in_the_classes():
+    model, x = TinyNet().eval(), tiny_input()
+    contrast = camkit.DeepLift(model, baseline=0.1).explain(x, lambda out: out[:, 2] - out[:, 0])
+    by_class = [_raw(camkit.DeepLift(model, baseline=0.1).explain(x, c)) for c in (2, 0)]
+    torch.testing.assert_close(_raw(contrast), by_class[0] - by_class[1], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(contrast.extras["delta"], torch.zeros(3), atol=1e-5, rtol=0)
+    assert contrast.target is None
+    lrp = camkit.LRP(model, "epsilon").explain(x, lambda out: out[:, 2] - out[:, 0])
+    lrp_by_class = [_raw(camkit.LRP(model, "epsilon").explain(x, c)) for c in (2, 0)]
+    torch.testing.assert_close(_raw(lrp), lrp_by_class[0] - lrp_by_class[1], atol=1e-6, rtol=1e-5)

@@ -252,12 +252,12 @@ class DeepLift(GradientAttribution):
             return resolve_target(target, raw, batch=batch)
         return resolve_target(target, select_output(raw, self.output), batch=batch)
 
-    def _reference_scores(self, raw: Any, classes: Tensor | None, target: Target, batch: int) -> Tensor:
-        refs = raw if classes is None and not isinstance(raw, Tensor) else select_output(raw, self.output)
-        rows = refs.shape[0] if isinstance(refs, Tensor) else batch
+    def _reference_scores(self, raw: Any, classes: Tensor | None, target: Target, batch: int, rows: int) -> Tensor:
+        """The target scores of the reference pass's output ``raw`` ([rows] images), expanded to ``batch``."""
         if classes is None:
             _, scores = self._resolve(raw, target, rows)
             return scores.expand(batch, *scores.shape[1:])
+        refs = select_output(raw, self.output)
         chosen = classes if classes.dim() == 2 else classes[:, None]
         scores = refs.expand(batch, *refs.shape[1:]).gather(1, chosen)
         return scores if classes.dim() == 2 else scores[:, 0]
@@ -277,7 +277,7 @@ class DeepLift(GradientAttribution):
             classes, scores = self._resolve(raw, target, x.shape[0])
             grads = score_gradients(scores, leaf)
         with torch.no_grad():
-            base_scores = self._reference_scores(raw_ref, classes, target, x.shape[0])
+            base_scores = self._reference_scores(raw_ref, classes, target, x.shape[0], base.shape[0])
         warn_unruled(
             type(self).__name__,
             mode.unruled,
