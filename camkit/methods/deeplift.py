@@ -30,6 +30,8 @@ the cost of a call is about that of :class:`~camkit.Saliency` plus one single-im
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Union, cast
@@ -161,13 +163,22 @@ class _RescaleMode(TorchFunctionMode):
         return _RescaleMaxPool.apply(x, ref.to(x.dtype), activation, self.eps)
 
 
-def warn_unruled(method: str, names: set[str], instead: str, stacklevel: int = 5) -> None:
-    """One :class:`NoRuleWarning` naming every rule-less non-linearity a call met."""
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside the camkit package (the user's call)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
+def warn_unruled(method: str, names: set[str], instead: str) -> None:
+    """One :class:`NoRuleWarning` naming every rule-less non-linearity a call met, at the user's line."""
     if names:
         warnings.warn(
             f"{method}: no rule for {', '.join(sorted(names))} in this forward pass; {instead}",
             NoRuleWarning,
-            stacklevel=stacklevel,
+            stacklevel=_caller_level(),
         )
 
 
@@ -282,7 +293,6 @@ class DeepLift(GradientAttribution):
             type(self).__name__,
             mode.unruled,
             "their plain gradient is used, so the attributions need not sum to score(x) - score(baseline).",
-            stacklevel=7,
         )
         return classes, scores.detach(), base_scores.detach(), grads
 

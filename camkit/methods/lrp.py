@@ -290,7 +290,7 @@ class LRP(GradientAttribution):
                 classes, scores = resolve_target(target, select_output(raw_out, self.output), batch=x.shape[0])
             raw = _relevance(scores, leaf, mode.bounds)
         warn_unruled(
-            "LRP", mode.unruled, "their plain gradient is used, so relevance is not conserved through them.", stacklevel=6
+            "LRP", mode.unruled, "their plain gradient is used, so relevance is not conserved through them."
         )
         scores = scores.detach()
         maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
