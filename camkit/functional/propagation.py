@@ -9,6 +9,8 @@ passes the layer, which :func:`relevance_gradient` does for any rule whose relev
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -40,9 +42,8 @@ def rescale_multiplier(delta_in: Tensor, delta_out: Tensor, slope: Tensor, eps: 
         >>> rescale_multiplier(x - x0, x.relu() - x0.relu(), (x > 0).float())
         tensor([0.5000, 0.0000, 1.0000, 1.0000])
     """
-    small = delta_in.abs() < eps
-    safe = torch.where(small, torch.ones_like(delta_in), delta_in)
-    return torch.where(small, slope, delta_out / safe)
+    # Where the input barely moved the quotient may be inf or nan; ``where`` discards it there.
+    return torch.where(delta_in.abs() < eps, slope, delta_out / delta_in)
 
 
 def stabilize(z: Tensor, epsilon: float) -> Tensor:
@@ -82,13 +83,30 @@ def relevance_gradient(z: Tensor, parts: list[tuple[float, Tensor]], epsilon: fl
     rule: Tensor | None = None
     for weight, part in parts:
         denominator = stabilize(part.detach(), epsilon)
-        zero = denominator == 0  # only with epsilon = 0: nothing to share there
-        scale = torch.where(zero, 0.0, value / torch.where(zero, 1.0, denominator)) * weight
-        term = part * scale
+        if epsilon > 0:  # |denominator| >= epsilon everywhere
+            scale = value / denominator
+        else:  # a zero denominator: nothing to share there
+            zero = denominator == 0
+            scale = torch.where(zero, 0.0, value / torch.where(zero, 1.0, denominator))
+        if len(parts) == 1 and part is z and weight == 1.0:
+            return _ScaleGradient.apply(z, scale)  # the epsilon rule: same value, gradient times scale
+        term = part * (scale * weight if weight != 1.0 else scale)
         rule = term if rule is None else rule + term
     if rule is None:
         return z
     return rule + (value - rule.detach())
+
+
+class _ScaleGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, z: Tensor, scale: Tensor) -> Tensor:
+        ctx.save_for_backward(scale)
+        return z.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        (scale,) = ctx.saved_tensors
+        return grad * scale, None
 
 
 def gamma_params(weight: Tensor, bias: Tensor | None, gamma: float) -> tuple[Tensor, Tensor | None]:
