@@ -15,6 +15,7 @@ __all__ = [
     "LayerNotFoundError",
     "LayerNotReachedError",
     "NoReLUWarning",
+    "NoRuleWarning",
     "OutputSelectionError",
     "UnknownMethodError",
 ]
@@ -203,4 +204,24 @@ class NoReLUWarning(CamkitWarning):
         ...     _ = camkit.GuidedBackprop(net)(torch.rand(1, 3, 8, 8))  # a Tanh network: no ReLU to guide
         >>> [w.category.__name__ for w in caught]
         ['NoReLUWarning']
+    """
+
+
+class NoRuleWarning(CamkitWarning):
+    """A propagation method (DeepLift, LRP) met a non-linearity it has no rule for.
+
+    The message names the operations and says what was done instead (their plain gradient).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Softmax(dim=1),
+        ...                     nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     _ = camkit.DeepLift(net)(torch.rand(1, 3, 8, 8))
+        >>> [w.category.__name__ for w in caught]
+        ['NoRuleWarning']
     """

@@ -53,4 +53,11 @@ FACTORIES: dict[str, Callable[[nn.Module], camkit.Explainer]] = {
     "layergradientxactivation": lambda m: camkit.LayerGradientXActivation(m, "conv2"),
     "layerintegratedgradients": lambda m: camkit.LayerIntegratedGradients(m, "conv2", steps=6, max_batch=5),
     "layerconductance": lambda m: camkit.LayerConductance(m, "conv2", steps=6, max_batch=5),
+
+    "deeplift": lambda m: camkit.DeepLift(m, baseline=0.1),
+    "deepliftshap": lambda m: camkit.DeepLiftShap(m, torch.linspace(-1, 1, 3 * 3 * 8 * 8).view(3, 3, 8, 8)),
+    "gradientshap": lambda m: camkit.GradientShap(
+        m, torch.linspace(-1, 1, 2 * 3 * 8 * 8).view(2, 3, 8, 8), samples=6, stdev=0.1, seed=0, max_batch=5
+    ),
+    "lrp": lambda m: camkit.LRP(m, "epsilongammabox"),
 }

@@ -21,6 +21,7 @@ from .cam import (
 )
 from .maps import flat_maps, normalize_maps, upsample_maps
 from .overlay import colorize, colormap_lut, overlay_batch
+from .propagation import gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
 from .regions import (
     ablation_coalitions,
     coalition_masks,
@@ -62,6 +63,7 @@ __all__ = [
     "deconv_relu_grad",
     "exact_kernel_coalitions",
     "flat_maps",
+    "gamma_params",
     "gradcam",
     "gradcam_weights",
     "gradcampp_weights",
@@ -82,10 +84,14 @@ __all__ = [
     "permutation_coalitions",
     "reduce_channels",
     "relabel_regions",
+    "relevance_gradient",
+    "rescale_multiplier",
     "scale_attribution",
     "shapley_from_permutations",
     "shapley_permutations",
     "solve_kernel_shap",
+    "split_by_sign",
+    "stabilize",
     "superpixel_regions",
     "tokens_to_grid",
     "upsample_maps",

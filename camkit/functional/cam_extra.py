@@ -270,7 +270,8 @@ def nmf(x: Tensor, rank: int, iterations: int = 200, tol: float = 1e-4) -> tuple
     Example:
         >>> import torch
         >>> from camkit.functional.cam_extra import nmf
-        >>> w0, h0 = torch.rand(1, 5, 2), torch.rand(1, 2, 9)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> w0, h0 = torch.rand(1, 5, 2, generator=g), torch.rand(1, 2, 9, generator=g)
         >>> w, h = nmf(w0 @ h0, 2, tol=0)
         >>> bool(torch.allclose(w @ h, w0 @ h0, atol=1e-4))
         True

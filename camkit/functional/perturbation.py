@@ -97,7 +97,7 @@ def eigen_projection(acts: Tensor, *, exact: bool = True) -> Tensor:
         >>> a = torch.tensor([[[[0.0, 1.0, 2.0]], [[0.0, 2.0, 4.0]]]])  # channel 2 = 2 * channel 1
         >>> torch.round(eigen_projection(a) * 1e4) / 1e4
         tensor([[[-2.2361,  0.0000,  2.2361]]])
-        >>> torch.round(eigen_projection(a, exact=False) * 1e4) / 1e4
+        >>> torch.round(eigen_projection(a, exact=False) * 1e4) / 1e4 + 0.0  # + 0.0: no "-0.0000"
         tensor([[[-2.2361,  0.0000,  2.2361]]])
     """
     if acts.dim() != 4:

@@ -3,9 +3,11 @@
 from .base import CAMExplainer, Explainer, GradientCAM
 from .cam import CAM
 from .cam_extra import FEM, KPCACAM, FinerCAM, FullGrad, GradCAMElementWise, RandomCAM, ShapleyCAM
+from .deeplift import DeepLift, DeepLiftShap
 from .dff import DeepFeatureFactorization, factorization_image
 from .eigen import EigenCAM, EigenGradCAM
 from .gradcam import GradCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
+from .gradientshap import GradientShap
 from .integrated import IntegratedGradients
 from .layer import (
     LayerActivation,
@@ -14,6 +16,7 @@ from .layer import (
     LayerGradientXActivation,
     LayerIntegratedGradients,
 )
+from .lrp import LRP
 from .perturbation import RISE, Occlusion
 from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGradCAM, InputXGradient, Saliency
 from .regions import FeatureAblation, KernelShap, Lime, RegionAttribution, ShapleyValueSampling
@@ -23,11 +26,14 @@ from .smooth import AugSmooth, SmoothGrad
 
 __all__ = [
     "CAM",
+    "LRP",
     "RISE",
     "AblationCAM",
     "AugSmooth",
     "CAMExplainer",
     "Deconvolution",
+    "DeepLift",
+    "DeepLiftShap",
     "EigenCAM",
     "EigenGradCAM",
     "Explainer",
@@ -36,6 +42,7 @@ __all__ = [
     "GradCAMPlusPlus",
     "GradientAttribution",
     "GradientCAM",
+    "GradientShap",
     "GuidedBackprop",
     "GuidedGradCAM",
     "HiResCAM",

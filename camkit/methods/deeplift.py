@@ -1,0 +1,414 @@
+"""DeepLift with the Rescale rule (Shrikumar et al. 2017) and DeepLiftShap, on every activation spelling.
+
+How a call runs
+---------------
+1. *Reference pass*: the model runs once on the baseline (one image when the baseline is
+   the same for the whole batch, as for a number or a [C, H, W] tensor) without autograd,
+   while a :class:`~torch.overrides.TorchFunctionMode` records the input of every
+   activation call, in call order.
+2. *Main pass*: the model runs on the images under a second mode that replaces the k-th
+   activation call by an autograd Function computing the same value (in place when the
+   call was in place) whose backward multiplies the gradient by the Rescale multiplier
+   ``(f(x) - f(x0)) / (x - x0)`` against the k-th recorded reference ``x0``
+   (:func:`camkit.functional.rescale_multiplier`).
+3. One backward to the input gives the multipliers ``m``; ``raw = (x - x0) * m``.
+
+Linear operations (convolutions, linear layers, batch norm in eval mode, average pooling,
+additions, reshapes) need no rule: their gradient is their multiplier. So on a network of
+such operations and elementwise activations, the attributions of an image sum to
+``score(x) - score(x0)`` (summation-to-delta), reported per image as ``extras["delta"]``.
+
+Activations seen, in every spelling (module, functional, ``torch.*``, ``Tensor.*``, in
+place or not): ReLU, ReLU6/hardtanh, leaky ReLU, ELU, sigmoid, tanh, SiLU, GELU, softplus;
+and 2-D max-pooling (``nn.MaxPool2d``, ``F.max_pool2d``), whose output change is routed to
+the image's maxima and the reference's, as in captum (overlapping windows accumulate).
+Non-linear calls without a rule (softmax, other max-pooling, layer/group norm, ...) keep their
+gradient and raise one :class:`~camkit.errors.NoRuleWarning` per call, since the
+summation-to-delta then no longer holds exactly. Because the reference pass is one image,
+the cost of a call is about that of :class:`~camkit.Saliency` plus one single-image forward.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Union, cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from .._checks import check_broadcasts
+from ..errors import InvalidInputError, InvalidTargetError, NoRuleWarning
+from ..explanation import Explanation
+from ..functional.attribution import completeness_gap
+from ..functional.propagation import rescale_multiplier
+from ..registry import register_method
+from ..targets import OutputSelector, Target, resolve_target, select_output
+from ._activations import Activation, match_activation, slope, unruled_name
+from .base import InputIndex
+from .pixel import GradientAttribution, score_gradients
+
+__all__ = ["DeepLift", "DeepLiftShap"]
+
+Baseline = Union[float, Tensor]
+
+
+class _Rescale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, ref: Tensor, activation: Activation, eps: float) -> Tensor:
+        y = activation.fn(x)
+        multiplier = rescale_multiplier(x - ref, y - activation.fn(ref), slope(activation, x), eps)
+        ctx.save_for_backward(multiplier)
+        if activation.inplace:
+            ctx.mark_dirty(x)
+            return x.copy_(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        (multiplier,) = ctx.saved_tensors
+        return grad * multiplier, None, None, None
+
+
+_POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+
+
+def _max_pool_call(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments of a 2-D max-pooling call without indices, or ``None`` when ``func`` is none."""
+    if getattr(func, "__name__", "").lstrip("_") != "max_pool2d" or len(args) > len(_POOL_ARGS):
+        return None
+    call = dict(zip(_POOL_ARGS, args), **kwargs)
+    x = call.get("input")
+    if call.pop("return_indices", False) or not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() != 4:
+        return None
+    return call
+
+
+def _unpool(values: Tensor, index: Tensor, like: Tensor) -> Tensor:
+    """Scatter-add pooled ``values`` [B, C, h, w] back to the positions ``index`` picked in ``like`` [B, C, H, W]."""
+    out = torch.zeros(like.shape[0], like.shape[1], like.shape[2] * like.shape[3], dtype=values.dtype, device=values.device)
+    out.scatter_add_(2, index.expand_as(values).flatten(2), values.flatten(2))
+    return out.view(like.shape)
+
+
+class _RescaleMaxPool(torch.autograd.Function):
+    """DeepLift's rule for max-pooling: the output change, split between the image's and the reference's maxima."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, ref: Tensor, call: dict[str, Any], eps: float) -> Tensor:
+        params = {k: v for k, v in call.items() if k != "input"}
+        y, index = F.max_pool2d(x, **params, return_indices=True)
+        y0, index0 = F.max_pool2d(ref, **params, return_indices=True)
+        ctx.save_for_backward(x - ref, y, y0.expand_as(y), index, index0)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        delta_in, y, y0, index, index0 = ctx.saved_tensors
+        top = torch.maximum(y, y0)
+        # grad * (y - y0) = grad * (top - y0) [at the image's maxima] + grad * (y - top) [at the reference's]
+        total = _unpool(grad * (top - y0), index, delta_in) + _unpool(grad * (y - top), index0, delta_in)
+        small = delta_in.abs() < ctx.eps
+        plain = _unpool(grad, index, delta_in)
+        return torch.where(small, plain, total / torch.where(small, 1.0, delta_in)), None, None, None
+
+
+class _Mismatch(Exception):
+    """The main pass's activation calls do not line up with the reference pass's."""
+
+
+class _RescaleMode(TorchFunctionMode):
+    """Records activation inputs (``refs is None``) or applies the Rescale rule against them."""
+
+    def __init__(self, refs: list[tuple[str, Tensor]] | None = None, eps: float = 1e-10) -> None:
+        super().__init__()
+        self.refs = refs
+        self.recorded: list[tuple[str, Tensor]] = []
+        self.eps = eps
+        self.index = 0
+        self.unruled: set[str] = set()
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        activation: Activation | dict[str, Any] | None = match_activation(func, args, kwargs)
+        if activation is None:
+            activation = _max_pool_call(func, args, kwargs)
+        if activation is None:
+            name = unruled_name(func)
+            if name is not None:
+                self.unruled.add(name)
+            return func(*args, **kwargs)
+        name_now, x = (activation.name, activation.x) if isinstance(activation, Activation) else ("max_pool2d", activation["input"])
+        if self.refs is None:
+            self.recorded.append((name_now, x.detach().clone()))
+            return func(*args, **kwargs)
+        if self.index >= len(self.refs):
+            raise _Mismatch(f"the forward called more activations ({self.index + 1}+) than on the baseline")
+        name, ref = self.refs[self.index]
+        self.index += 1
+        if name != name_now or ref.shape[1:] != x.shape[1:] or ref.shape[0] not in (1, x.shape[0]):
+            raise _Mismatch(
+                f"activation call {self.index} is {name_now} on {list(x.shape)} for the images but "
+                f"{name} on {list(ref.shape)} for the baseline"
+            )
+        if isinstance(activation, Activation):
+            return _Rescale.apply(x, ref.to(x.dtype), activation, self.eps)
+        return _RescaleMaxPool.apply(x, ref.to(x.dtype), activation, self.eps)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside the camkit package (the user's call)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
+def warn_unruled(method: str, names: set[str], instead: str) -> None:
+    """One :class:`NoRuleWarning` naming every rule-less non-linearity a call met, at the user's line."""
+    if names:
+        warnings.warn(
+            f"{method}: no rule for {', '.join(sorted(names))} in this forward pass; {instead}",
+            NoRuleWarning,
+            stacklevel=_caller_level(),
+        )
+
+
+@register_method("deeplift")
+class DeepLift(GradientAttribution):
+    """DeepLift with the Rescale rule: ``raw = (x - x0) * m``, ``m`` the multipliers of the target score.
+
+    See :mod:`camkit.methods.deeplift` for how the rule reaches every activation spelling
+    without touching the model. ``raw`` is [B, C, H, W] ([B, K, C, H, W] for [B, K]
+    targets) and sums per image to ``score(x) - score(x0)`` on networks whose non-linearities
+    all have a rule; ``maps`` is the normalised ``max_c |raw|``. ``extras``:
+    ``"baseline_scores"`` (the target scores at ``x0``) and ``"delta"``
+    (``sum(raw) - (score(x) - score(x0))`` per image: zero up to rounding when every
+    non-linearity had a rule).
+
+    Args:
+        model: the model to explain.
+        baseline: ``x0``: a number (a constant image, default ``0.0``) or a tensor that
+            broadcasts to the input ([C, H, W], [1, C, H, W] or [B, C, H, W]).
+        eps: input changes ``|x - x0|`` below this use the activation's derivative instead
+            of the difference quotient (default ``1e-10``).
+        output, keep_mode, input_index: see :class:`~camkit.Explainer`. Keyword inputs
+            (``explain(..., kwargs=...)``) reach both passes; other positional inputs are refused.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(2, 1), nn.ReLU())
+        >>> with torch.no_grad():
+        ...     _ = net[1].weight.copy_(torch.tensor([[1.0, 2.0]]))
+        ...     _ = net[1].bias.fill_(-1.0)
+        >>> e = camkit.DeepLift(net).explain(torch.tensor([[[[2.0, 1.0]]]]), target=0)
+        >>> e.raw.tolist(), e.scores.tolist(), e.extras["delta"].abs().item() < 1e-6
+        ([[[[1.5, 1.5]]]], [3.0], True)
+    """
+
+    cost: ClassVar[str] = "1 forward + 1 backward, plus 1 forward of the baseline"
+    use_when: ClassVar[str] = (
+        "You want a one-pass attribution that sums exactly to score(x) - score(baseline) on ReLU networks."
+    )
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        baseline: Baseline = 0.0,
+        eps: float = 1e-10,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        input_index: InputIndex = 0,
+    ) -> None:
+        super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
+        if isinstance(baseline, bool) or not isinstance(baseline, (int, float, Tensor)):
+            raise InvalidInputError(f"baseline must be a number or a tensor, got {type(baseline).__name__}")
+        if not eps >= 0:
+            raise InvalidInputError(f"eps must be >= 0, got {eps!r}")
+        self.baseline = baseline
+        self.eps = float(eps)
+
+    def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Any:
+        if inputs is not None:
+            raise InvalidInputError(
+                f"{type(self).__name__} runs the model on baselines of its own, which other positional inputs "
+                "cannot follow; pass per-call keyword inputs with kwargs= or wrap the model so x is its only "
+                "positional input."
+            )
+        return super()._bind_inputs(x, inputs, kwargs)
+
+    def _baselines(self, x: Tensor) -> Tensor:
+        """The reference images: [1, C, H, W] when one serves the whole batch, else [B, C, H, W]."""
+        if isinstance(self.baseline, Tensor):
+            base = self.baseline.detach().to(device=x.device, dtype=x.dtype)
+            check_broadcasts(base, x, what="baseline", hint="pass [C, H, W], [1, C, H, W] or [B, C, H, W].")
+            base = base if base.dim() == x.dim() else base.reshape(1, *base.shape)
+            rows = x.shape[0] if base.dim() == x.dim() and base.shape[0] == x.shape[0] else 1
+            return base.expand(rows, *x.shape[1:])
+        return torch.full((1, *x.shape[1:]), float(self.baseline), dtype=x.dtype, device=x.device)
+
+    def _resolve(self, raw: Any, target: Target, batch: int) -> tuple[Tensor | None, Tensor]:
+        if self.output is None and getattr(target, "takes_model_output", False) and not isinstance(raw, Tensor):
+            return resolve_target(target, raw, batch=batch)
+        return resolve_target(target, select_output(raw, self.output), batch=batch)
+
+    def _reference_scores(self, raw: Any, classes: Tensor | None, target: Target, batch: int, rows: int) -> Tensor:
+        """The target scores of the reference pass's output ``raw`` ([rows] images), expanded to ``batch``."""
+        if classes is None:
+            _, scores = self._resolve(raw, target, rows)
+            return scores.expand(batch, *scores.shape[1:])
+        refs = select_output(raw, self.output)
+        chosen = classes if classes.dim() == 2 else classes[:, None]
+        scores = refs.expand(batch, *refs.shape[1:]).gather(1, chosen)
+        return scores if classes.dim() == 2 else scores[:, 0]
+
+    def _multipliers(self, x: Tensor, base: Tensor, target: Target) -> tuple[Tensor | None, Tensor, Tensor, Tensor]:
+        """``(classes, scores, baseline_scores, m)`` for one baseline batch ``base`` ([1] or [B])."""
+        recorder = _RescaleMode()
+        with torch.no_grad(), recorder:
+            raw_ref = self._call_model(base)
+        leaf = x.detach().clone().requires_grad_(True)
+        mode = _RescaleMode(recorder.recorded, self.eps)
+        with torch.enable_grad():
+            with mode:
+                raw = self._call_model(leaf.clone())
+            if mode.index != len(recorder.recorded):
+                raise _Mismatch(f"the forward called {mode.index} activations, the baseline's {len(recorder.recorded)}")
+            classes, scores = self._resolve(raw, target, x.shape[0])
+            grads = score_gradients(scores, leaf)
+        with torch.no_grad():
+            base_scores = self._reference_scores(raw_ref, classes, target, x.shape[0], base.shape[0])
+        warn_unruled(
+            type(self).__name__,
+            mode.unruled,
+            "their plain gradient is used, so the attributions need not sum to score(x) - score(baseline).",
+        )
+        return classes, scores.detach(), base_scores.detach(), grads
+
+    def _checked_multipliers(self, x: Tensor, base: Tensor, target: Target) -> tuple[Tensor | None, Tensor, Tensor, Tensor]:
+        try:
+            return self._multipliers(x, base, target)
+        except _Mismatch as err:
+            if base.shape[0] == 1 and x.shape[0] > 1:
+                # The model moves the batch dimension: run the reference at the images' batch size.
+                try:
+                    return self._multipliers(x, base.expand_as(x).contiguous(), target)
+                except _Mismatch:
+                    pass
+            raise InvalidInputError(
+                f"{type(self).__name__}: {err}. The Rescale rule pairs the k-th activation call on the images with "
+                "the k-th on the baseline, so the forward must call the same activations in the same order for both "
+                "(no data-dependent control flow)."
+            ) from None
+
+    def _explain(self, x: Tensor, target: Target) -> Explanation:
+        x = x.detach()
+        base = self._baselines(x)
+        classes, scores, base_scores, grads = self._checked_multipliers(x, base, target)
+        diff = (x - base).float()
+        raw = (diff.unsqueeze(1) if scores.dim() == 2 else diff) * grads.float()
+        return self._finish(x, raw, classes, scores, base_scores)
+
+    def _finish(
+        self, x: Tensor, raw: Tensor, classes: Tensor | None, scores: Tensor, base_scores: Tensor, **extras: Any
+    ) -> Explanation:
+        if classes is None and scores.shape[0] != x.shape[0]:
+            raise InvalidTargetError(f"a callable target must return one score per image ({x.shape[0]})")
+        maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
+        delta = completeness_gap(raw, scores.float(), base_scores.float())
+        return Explanation(
+            maps=maps,
+            raw=raw,
+            target=classes,
+            scores=scores,
+            flat=flat,
+            method=self.key,
+            extras={"baseline_scores": base_scores, "delta": delta, **extras},
+        )
+
+
+@register_method("deepliftshap")
+class DeepLiftShap(DeepLift):
+    """DeepLiftShap: DeepLift averaged over a set of baselines (an approximation of SHAP values).
+
+    ``raw = mean_j DeepLift(x, b_j)`` over the baselines ``b_j`` [N, C, H, W]; it sums per
+    image to ``score(x) - mean_j score(b_j)`` (``extras["delta"]`` is the gap,
+    ``extras["baseline_scores"]`` the mean baseline score). Each baseline costs one
+    DeepLift call on the batch (one forward + one backward on the images, one single-image
+    forward on the baseline), so memory does not grow with N.
+
+    Args:
+        model: the model to explain.
+        baselines: [N, C, H, W] (or [C, H, W] for one), e.g. a few images of the data set;
+            ``None`` (the default) is one black image, which makes this plain DeepLift.
+        eps, output, keep_mode, input_index: as for :class:`DeepLift`.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(2, 1), nn.ReLU())
+        >>> with torch.no_grad():
+        ...     _ = net[1].weight.copy_(torch.tensor([[1.0, 2.0]]))
+        ...     _ = net[1].bias.fill_(-1.0)
+        >>> baselines = torch.tensor([[[[0.0, 0.0]]], [[[2.0, 1.0]]]])  # the second one is x itself
+        >>> e = camkit.DeepLiftShap(net, baselines).explain(torch.tensor([[[[2.0, 1.0]]]]), target=0)
+        >>> e.raw.tolist()  # half of DeepLift against the first baseline, nothing from the second
+        [[[[0.75, 0.75]]]]
+    """
+
+    cost: ClassVar[str] = "N_baselines x (1 forward + 1 backward + 1 single-image forward)"
+    use_when: ClassVar[str] = (
+        "You want DeepLift without betting on one baseline: attributions averaged over a sample of reference images."
+    )
+
+    def __init__(
+        self,
+        model: nn.Module,
+        baselines: Tensor | None = None,
+        *,
+        eps: float = 1e-10,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        input_index: InputIndex = 0,
+    ) -> None:
+        if baselines is None:
+            baselines = torch.zeros(1, 1, 1, 1)
+        if not isinstance(baselines, Tensor) or baselines.dim() not in (3, 4) or baselines.numel() == 0:
+            got = list(baselines.shape) if isinstance(baselines, Tensor) else type(baselines).__name__
+            raise InvalidInputError(f"baselines must be a tensor [N, C, H, W] (or [C, H, W]), got {got}")
+        super().__init__(model, baseline=0.0, eps=eps, output=output, keep_mode=keep_mode, input_index=input_index)
+        self.baselines = baselines.detach() if baselines.dim() == 4 else baselines.detach().unsqueeze(0)
+
+    def _explain(self, x: Tensor, target: Target) -> Explanation:
+        x = x.detach()
+        bases = self.baselines.to(device=x.device, dtype=x.dtype)
+        check_broadcasts(bases[:1], x, what="input", hint="pass baselines [N, C, H, W] with x's C, H, W.")
+        bases = bases.expand(bases.shape[0], *x.shape[1:])
+        total: Tensor | None = None
+        base_total: Tensor | None = None
+        classes: Tensor | None = None
+        scores = x.new_zeros(0)
+        resolved: Target = target
+        for j in range(bases.shape[0]):
+            base = bases[j : j + 1]
+            classes, scores, base_scores, grads = self._checked_multipliers(x, base, resolved)
+            if classes is not None:
+                resolved = classes  # every baseline explains the classes resolved on the first pass
+            diff = (x - base).float()
+            part = (diff.unsqueeze(1) if scores.dim() == 2 else diff) * grads.float()
+            total = part if total is None else total + part
+            base_total = base_scores.float() if base_total is None else base_total + base_scores.float()
+        count = bases.shape[0]
+        return self._finish(x, cast(Tensor, total) / count, classes, scores, cast(Tensor, base_total) / count, baselines=count)
