@@ -91,4 +91,9 @@ class DistContext:
     def finish(self) -> None:
         """Leave the process group if this context created it."""
         if self.owns_group and dist.is_initialized():
+            if self.world > 1:
+                # Every rank done with the last collective before any rank tears the group down:
+                # gloo aborts a process ("terminate called without an active exception") when a
+                # peer destroys the group while an exchange with it is still in flight.
+                dist.barrier()
             dist.destroy_process_group()
