@@ -268,8 +268,25 @@ class ShapleyValueSampling(RegionAttribution):
     cost: ClassVar[str] = "1 forward + at most samples x (M - 1) + 2 masked forwards"
     use_when: ClassVar[str] = "You want Shapley values of regions with exact efficiency and can afford many forwards."
 
-    def __init__(self, model: nn.Module, *, samples: int = 25, **kwargs: Any) -> None:
-        super().__init__(model, **kwargs)
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        samples: int = 25,
+        regions: RegionSpec = "grid",
+        cells: int | tuple[int, int] = 8,
+        segments: Mapping[str, Any] | None = None,
+        baseline: float | Tensor = 0.0,
+        batch_size: int = 32,
+        seed: int = 0,
+        progress: bool = False,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+    ) -> None:
+        super().__init__(
+            model, regions=regions, cells=cells, segments=segments, baseline=baseline, batch_size=batch_size,
+            seed=seed, progress=progress, output=output, keep_mode=keep_mode,
+        )  # fmt: skip
         self.samples = check_positive("samples", samples)
 
     def _plan(self, m: int, generator: torch.Generator) -> tuple[Tensor, Any]:
@@ -312,8 +329,25 @@ class KernelShap(RegionAttribution):
     cost: ClassVar[str] = "1 forward + at most samples + 2 masked forwards"
     use_when: ClassVar[str] = "You want Shapley-value estimates of regions from fewer forwards than permutation sampling."
 
-    def __init__(self, model: nn.Module, *, samples: int = 25, **kwargs: Any) -> None:
-        super().__init__(model, **kwargs)
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        samples: int = 25,
+        regions: RegionSpec = "grid",
+        cells: int | tuple[int, int] = 8,
+        segments: Mapping[str, Any] | None = None,
+        baseline: float | Tensor = 0.0,
+        batch_size: int = 32,
+        seed: int = 0,
+        progress: bool = False,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+    ) -> None:
+        super().__init__(
+            model, regions=regions, cells=cells, segments=segments, baseline=baseline, batch_size=batch_size,
+            seed=seed, progress=progress, output=output, keep_mode=keep_mode,
+        )  # fmt: skip
         self.samples = check_positive("samples", samples)
 
     def _plan(self, m: int, generator: torch.Generator) -> tuple[Tensor, Any]:
@@ -367,9 +401,26 @@ class Lime(RegionAttribution):
     use_when: ClassVar[str] = "You want a local linear surrogate over regions, as in the LIME paper."
 
     def __init__(
-        self, model: nn.Module, *, samples: int = 50, kernel_width: float = 0.25, alpha: float = 0.0, **kwargs: Any
+        self,
+        model: nn.Module,
+        *,
+        samples: int = 50,
+        kernel_width: float = 0.25,
+        alpha: float = 0.0,
+        regions: RegionSpec = "grid",
+        cells: int | tuple[int, int] = 8,
+        segments: Mapping[str, Any] | None = None,
+        baseline: float | Tensor = 0.0,
+        batch_size: int = 32,
+        seed: int = 0,
+        progress: bool = False,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
     ) -> None:
-        super().__init__(model, **kwargs)
+        super().__init__(
+            model, regions=regions, cells=cells, segments=segments, baseline=baseline, batch_size=batch_size,
+            seed=seed, progress=progress, output=output, keep_mode=keep_mode,
+        )  # fmt: skip
         self.samples = check_positive("samples", samples)
         if not kernel_width > 0:
             raise InvalidInputError(f"kernel_width must be > 0, got {kernel_width}")
