@@ -79,6 +79,72 @@ def test_rescale_multiplier_falls_back_to_the_slope():
     assert m.tolist() == [1.0, 0.5, 0.0]  # unchanged input: the slope; else (2 - 0) / 4
 
 
+ACTIVATIONS = {
+    "relu": (lambda t, inplace: F.relu(t, inplace=inplace), lambda t: (t > 0).float()),
+    "relu6": (lambda t, inplace: F.relu6(t, inplace=inplace), lambda t: ((t > 0) & (t < 6)).float()),
+    "leaky_relu": (lambda t, inplace: F.leaky_relu(t, 0.1, inplace=inplace), lambda t: torch.where(t > 0, 1.0, 0.1)),
+    "elu": (lambda t, inplace: F.elu(t, inplace=inplace), lambda t: torch.where(t > 0, 1.0, t.exp())),
+    "silu": (lambda t, inplace: F.silu(t, inplace=inplace), None),
+}
+
+
+class WeightedActivation(nn.Module):
+    """``score_k = sum(w_k * act(x))``: its DeepLift multipliers at the input are ``w_k * m``, m the activation's."""
+
+    def __init__(self, name: str, inplace: bool) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.act, self.inplace = ACTIVATIONS[name][0], inplace
+        self.weight = nn.Parameter(torch.randn(2, 3 * 4 * 4))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(self.act(x * 4.0, self.inplace).flatten(1), self.weight)
+
+
+@pytest.mark.parametrize("inplace", [False, True], ids=["out-of-place", "in-place"])
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_deeplift_multipliers_are_the_quotient_or_the_slope_where_the_input_did_not_move(name, inplace):
+    torch.manual_seed(6)
+    x = torch.randn(2, 3, 4, 4)
+    x0 = torch.randn(1, 3, 4, 4)
+    x[0, :, :2] = x0[0, :, :2]  # the top half of image 0 equals the baseline: there x - x0 = 0 exactly
+    explainer = camkit.DeepLift(WeightedActivation(name, inplace), baseline=x0)
+    _, _, _, multipliers = explainer._multipliers(x, x0, torch.tensor([1, 0]))
+    z, z0 = x * 4.0, x0 * 4.0
+    fn = lambda t: ACTIVATIONS[name][0](t.clone(), False)  # noqa: E731
+    slope_fn = ACTIVATIONS[name][1]
+    if slope_fn is None:
+        leaf = z.clone().requires_grad_(True)
+        (slope,) = torch.autograd.grad(fn(leaf).sum(), leaf)
+    else:
+        slope = slope_fn(z)
+    m = CF.rescale_multiplier(z - z0, fn(z) - fn(z0), slope)
+    weights = explainer.model.weight.detach()[torch.tensor([1, 0])].view(2, 3, 4, 4)
+    torch.testing.assert_close(multipliers, 4.0 * weights * m, atol=1e-5, rtol=1e-5)
+    # where the input did not move, the multiplier is the activation's slope, not 0/0
+    torch.testing.assert_close(multipliers[0, :, :2], 4.0 * weights[0, :, :2] * slope[0, :, :2], atol=1e-6, rtol=1e-6)
+    assert torch.isfinite(multipliers).all()
+
+
+def test_deeplift_max_pool_multipliers_route_the_plain_gradient_where_the_input_did_not_move():
+    torch.manual_seed(7)
+    x = torch.randn(1, 2, 4, 4)
+    x0 = x.clone()
+    x0[..., 2:] = torch.randn(1, 2, 4, 2)  # the left half did not move
+    net = nn.Sequential(nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 1))
+    explainer = camkit.DeepLift(net, baseline=x0)
+    _, _, _, multipliers = explainer._multipliers(x, x0, 0)
+    weights = net[2].weight.detach().view(1, 2, 2, 2)
+    leaf = x.clone().requires_grad_(True)
+    (plain,) = torch.autograd.grad(net(leaf).sum(), leaf)
+    # left half: the plain gradient (the weight at each window's maximum); right half: change / input change
+    torch.testing.assert_close(multipliers[..., :2], plain[..., :2])
+    y, y0 = F.max_pool2d(x, 2), F.max_pool2d(x0, 2)
+    per_window = ((x - x0) * multipliers)[..., 2:].reshape(1, 2, 2, 2, 2).sum(dim=(-2, -1))  # [1, C, window row]
+    torch.testing.assert_close(per_window, (weights * (y - y0))[..., 1])  # each window passes w * (y - y0)
+    assert (per_window.abs() > 1e-3).all()
+
+
 # ---------------------------------------------------------------------------------------------
 # DeepLift: summation-to-delta and every activation spelling
 # ---------------------------------------------------------------------------------------------
@@ -339,6 +405,25 @@ def test_lrp_epsilon_plus_uses_zplus_on_convs_and_epsilon_on_linear_layers():
     # the same net as _lrp_net with its first layer a convolution: z+ there, epsilon (0) on the linear layer
     explanation = camkit.LRP(conv, "epsilonplus", epsilon=1e-9).explain(LRP_X, 0)
     torch.testing.assert_close(_raw(explanation), torch.tensor([[[[7.0, 1.0]]]]))
+
+
+@pytest.mark.parametrize("rule", ["zplus", "alphabeta", "epsilonplus", "epsilonalpha2beta1"])
+def test_lrp_sign_split_rules_skip_nothing_that_matters_after_relus(rule, monkeypatch):
+    import camkit.methods.lrp as lrp_module
+
+    model, x = ResBlockNet().eval(), tiny_input(batch=2)
+    calls: list[bool] = []
+    real = lrp_module._known_non_negative
+
+    def spy(a: Tensor) -> bool:
+        calls.append(real(a))
+        return calls[-1]
+
+    monkeypatch.setattr(lrp_module, "_known_non_negative", spy)
+    fast = _raw(camkit.LRP(model, rule).explain(x, 1))
+    assert calls[0] is False and any(calls[1:]), "the image has negative values; later layers read ReLU outputs"
+    monkeypatch.setattr(lrp_module, "_known_non_negative", lambda a: False)  # every convolution split by sign
+    torch.testing.assert_close(fast, _raw(camkit.LRP(model, rule).explain(x, 1)), atol=1e-6, rtol=1e-5)
 
 
 class BiasFreeResNet(nn.Module):

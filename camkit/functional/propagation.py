@@ -80,6 +80,11 @@ def relevance_gradient(z: Tensor, parts: list[tuple[float, Tensor]], epsilon: fl
         (-0.5, [2.0, -3.0])
     """
     value = z.detach()
+    if len(parts) == 1 and parts[0][1] is z and parts[0][0] == 1.0 and epsilon > 0:
+        # The epsilon rule: same value, gradient times z / (z + epsilon * sign(z)). copysign picks
+        # -epsilon for z = -0.0 where stabilize picks +epsilon, but the scale is 0 there either way.
+        scale = torch.copysign(value.new_tensor(epsilon), value).add_(value)
+        return _ScaleGradient.apply(z, torch.div(value, scale, out=scale))
     rule: Tensor | None = None
     for weight, part in parts:
         denominator = stabilize(part.detach(), epsilon)

@@ -41,14 +41,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from .. import _syncs
 from .._checks import check_broadcasts
 from ..errors import InvalidInputError, InvalidTargetError, NoRuleWarning
 from ..explanation import Explanation
 from ..functional.attribution import completeness_gap
-from ..functional.propagation import rescale_multiplier
 from ..registry import register_method
 from ..targets import OutputSelector, Target, resolve_target, select_output
-from ._activations import Activation, match_activation, slope, unruled_name
+from ._activations import Activation, match_activation, unruled_name
+from ._activations import slope as activation_slope
 from .base import InputIndex
 from .pixel import GradientAttribution, score_gradients
 
@@ -57,21 +58,43 @@ __all__ = ["DeepLift", "DeepLiftShap"]
 Baseline = Union[float, Tensor]
 
 
+def _keep_slope(multiplier: Tensor, small: Tensor, slope: Callable[[], Tensor]) -> Tensor:
+    """``multiplier`` with ``slope()`` where ``small``; on the CPU nothing is done when no entry is small."""
+    if _syncs.reads_are_free(small) and not bool(small.any()):
+        return multiplier  # the common case: every input moved from its reference
+    return torch.where(small, slope(), multiplier, out=multiplier)
+
+
 class _Rescale(torch.autograd.Function):
+    """An activation whose backward multiplies by the Rescale multiplier ``(f(x) - f(x0)) / (x - x0)``.
+
+    Written for memory traffic: the reference's ``f(x0)`` comes from the reference pass, and the
+    multiplier is built in place (two full-size buffers), since these elementwise passes, not the
+    arithmetic, are what DeepLift adds to a saliency pass.
+    """
+
     @staticmethod
-    def forward(ctx: Any, x: Tensor, ref: Tensor, activation: Activation, eps: float) -> Tensor:
-        y = activation.fn(x)
-        multiplier = rescale_multiplier(x - ref, y - activation.fn(ref), slope(activation, x), eps)
-        ctx.save_for_backward(multiplier)
+    def forward(ctx: Any, x: Tensor, ref: Tensor, ref_out: Tensor, activation: Activation, eps: float) -> Tensor:
+        delta_in = torch.sub(x, ref)
+        relu = activation.name == "relu"
+        if relu:
+            y = torch.relu_(x) if activation.inplace else torch.relu(x)
+            slope: Callable[[], Tensor] = lambda: y > 0  # noqa: E731  (y > 0 exactly where x > 0)
+        else:
+            y = activation.fn(x)
+            slope = lambda: activation_slope(activation, x)  # noqa: E731  (x is still unchanged when it runs)
+        multiplier = torch.sub(y, ref_out).div_(delta_in)
+        ctx.save_for_backward(_keep_slope(multiplier, delta_in.abs_() < eps, slope))
         if activation.inplace:
+            if not relu:
+                y = x.copy_(y)
             ctx.mark_dirty(x)
-            return x.copy_(y)
         return y
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
         (multiplier,) = ctx.saved_tensors
-        return grad * multiplier, None, None, None
+        return grad * multiplier, None, None, None, None
 
 
 _POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
@@ -88,34 +111,45 @@ def _max_pool_call(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
     return call
 
 
-def _unpool(values: Tensor, index: Tensor, like: Tensor) -> Tensor:
-    """Scatter-add pooled ``values`` [B, C, h, w] back to the positions ``index`` picked in ``like`` [B, C, H, W]."""
-    out = torch.zeros(like.shape[0], like.shape[1], like.shape[2] * like.shape[3], dtype=values.dtype, device=values.device)
-    out.scatter_add_(2, index.expand_as(values).flatten(2), values.flatten(2))
-    return out.view(like.shape)
+def _pool(x: Tensor, call: dict[str, Any]) -> tuple[Tensor, Tensor]:
+    """``(values, indices)`` of the max-pooling ``call`` applied to ``x``."""
+    params = {k: v for k, v in call.items() if k != "input"}
+    values, index = F.max_pool2d(x, **params, return_indices=True)
+    return values, index
+
+
+def _unpool_add(out: Tensor, values: Tensor, index: Tensor) -> Tensor:
+    """Add pooled ``values`` [B, C, h, w] into ``out`` [B, C, H * W] at the flat positions ``index``."""
+    return out.scatter_add_(2, index.expand_as(values).flatten(2), values.flatten(2))
 
 
 class _RescaleMaxPool(torch.autograd.Function):
     """DeepLift's rule for max-pooling: the output change, split between the image's and the reference's maxima."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, ref: Tensor, call: dict[str, Any], eps: float) -> Tensor:
-        params = {k: v for k, v in call.items() if k != "input"}
-        y, index = F.max_pool2d(x, **params, return_indices=True)
-        y0, index0 = F.max_pool2d(ref, **params, return_indices=True)
-        ctx.save_for_backward(x - ref, y, y0.expand_as(y), index, index0)
+    def forward(ctx: Any, x: Tensor, ref: Tensor, ref_pool: tuple[Tensor, Tensor], call: dict[str, Any], eps: float) -> Tensor:
+        y, index = _pool(x, call)
+        y0, index0 = ref_pool
+        change = y - y0
+        # grad * (y - y0) = grad * max(y - y0, 0) [at the image's maxima] + grad * min(y - y0, 0) [at the reference's]
+        ctx.save_for_backward(x - ref, change.clamp_min(0), change.clamp_max_(0), index, index0)
         ctx.eps = eps
         return y
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
-        delta_in, y, y0, index, index0 = ctx.saved_tensors
-        top = torch.maximum(y, y0)
-        # grad * (y - y0) = grad * (top - y0) [at the image's maxima] + grad * (y - top) [at the reference's]
-        total = _unpool(grad * (top - y0), index, delta_in) + _unpool(grad * (y - top), index0, delta_in)
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
+        delta_in, rise, fall, index, index0 = ctx.saved_tensors
+        batch, channels, height, width = delta_in.shape
+        flat = grad.new_zeros(batch, channels, height * width)
+        _unpool_add(flat, grad * rise, index)
+        _unpool_add(flat, grad * fall, index0)
+        multiplied = flat.view(delta_in.shape).div_(delta_in)
         small = delta_in.abs() < ctx.eps
-        plain = _unpool(grad, index, delta_in)
-        return torch.where(small, plain, total / torch.where(small, 1.0, delta_in)), None, None, None
+        plain = lambda: _unpool_add(grad.new_zeros(flat.shape), grad, index).view(delta_in.shape)  # noqa: E731
+        return _keep_slope(multiplied, small, plain), None, None, None, None
+
+
+_Record = tuple[str, Tensor, Union[Tensor, tuple[Tensor, Tensor]]]
 
 
 class _Mismatch(Exception):
@@ -123,12 +157,16 @@ class _Mismatch(Exception):
 
 
 class _RescaleMode(TorchFunctionMode):
-    """Records activation inputs (``refs is None``) or applies the Rescale rule against them."""
+    """Records activation calls (``refs is None``) or applies the Rescale rule against them.
 
-    def __init__(self, refs: list[tuple[str, Tensor]] | None = None, eps: float = 1e-10) -> None:
+    A record is ``(name, x0, out0)``: the call's input on the reference and its output there
+    (for max-pooling, the pooled values and their indices).
+    """
+
+    def __init__(self, refs: list[_Record] | None = None, eps: float = 1e-10) -> None:
         super().__init__()
         self.refs = refs
-        self.recorded: list[tuple[str, Tensor]] = []
+        self.recorded: list[_Record] = []
         self.eps = eps
         self.index = 0
         self.unruled: set[str] = set()
@@ -147,11 +185,10 @@ class _RescaleMode(TorchFunctionMode):
             return func(*args, **kwargs)
         name_now, x = (activation.name, activation.x) if isinstance(activation, Activation) else ("max_pool2d", activation["input"])
         if self.refs is None:
-            self.recorded.append((name_now, x.detach().clone()))
-            return func(*args, **kwargs)
+            return self._record(name_now, x, activation, func, args, kwargs)
         if self.index >= len(self.refs):
             raise _Mismatch(f"the forward called more activations ({self.index + 1}+) than on the baseline")
-        name, ref = self.refs[self.index]
+        name, ref, ref_out = self.refs[self.index]
         self.index += 1
         if name != name_now or ref.shape[1:] != x.shape[1:] or ref.shape[0] not in (1, x.shape[0]):
             raise _Mismatch(
@@ -159,8 +196,28 @@ class _RescaleMode(TorchFunctionMode):
                 f"{name} on {list(ref.shape)} for the baseline"
             )
         if isinstance(activation, Activation):
-            return _Rescale.apply(x, ref.to(x.dtype), activation, self.eps)
-        return _RescaleMaxPool.apply(x, ref.to(x.dtype), activation, self.eps)
+            return _Rescale.apply(x, ref.to(x.dtype), cast(Tensor, ref_out).to(x.dtype), activation, self.eps)
+        values, index = cast(tuple[Tensor, Tensor], ref_out)
+        return _RescaleMaxPool.apply(x, ref.to(x.dtype), (values.to(x.dtype), index), activation, self.eps)
+
+    def _record(
+        self,
+        name: str,
+        x: Tensor,
+        activation: Activation | dict[str, Any],
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Run one call of the reference pass and keep copies of its input and output (later ops may change them)."""
+        x0 = x.detach().clone()
+        if isinstance(activation, Activation):
+            out = func(*args, **kwargs)
+            self.recorded.append((name, x0, out.detach().clone()))
+            return out
+        values, index = _pool(x, activation)
+        self.recorded.append((name, x0, (values.detach().clone(), index)))
+        return values
 
 
 def _caller_level() -> int:

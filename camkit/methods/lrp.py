@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from .. import _syncs
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.propagation import gamma_params, relevance_gradient, split_by_sign
@@ -66,6 +67,11 @@ _CONVS = {F.conv1d: "conv", F.conv2d: "conv", F.conv3d: "conv", F.linear: "linea
 _REFUSED = {F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d, F.bilinear}
 # Elementwise activations whose own gradient is LRP's rule (f(z) = f'(z) z).
 _PASSING = {"relu", "leaky_relu"}
+
+
+def _known_non_negative(a: Tensor) -> bool:
+    """Whether ``a`` has no negative entry, checked only where reading a value costs no device sync."""
+    return _syncs.reads_are_free(a) and not bool((a < 0).any())
 
 
 def _lookup(table: Any, func: Callable[..., Any]) -> Any:
@@ -133,13 +139,21 @@ class _LRPMode(TorchFunctionMode):
             w_g, b_g = gamma_params(weight, bias, lrp.gamma)
             parts = [(1.0, run(a, w_g, b_g))]
         elif rule in ("zplus", "alphabeta"):
-            a_pos, a_neg = split_by_sign(a)
             w_pos, w_neg = split_by_sign(weight)
-            positive = run(a_pos, w_pos, None) + run(a_neg, w_neg, None)
+            if _known_non_negative(a):  # after a ReLU: the a- terms are zero, skip their convolutions
+                a_pos, a_neg = a, None
+            else:
+                a_pos, a_neg = split_by_sign(a)
+
+            def both(first: Tensor, second: Tensor) -> Tensor:
+                out = run(a_pos, first, None)
+                return out if a_neg is None else out + run(a_neg, second, None)
+
+            positive = both(w_pos, w_neg)
             if rule == "zplus":
                 parts = [(1.0, positive)]
             else:
-                negative = run(a_pos, w_neg, None) + run(a_neg, w_pos, None)
+                negative = both(w_neg, w_pos)
                 if bias is not None:
                     b_pos, b_neg = split_by_sign(bias)
                     shape = (-1,) + (1,) * (z.dim() - 2) if kind == "conv" else (-1,)
