@@ -19,7 +19,17 @@ out = Path(sys.argv[1] if len(sys.argv) > 1 else "examples-out")
 torch.manual_seed(0)
 model = torchvision.models.resnet18(weights=None).eval()
 
-images = [data.chelsea(), data.astronaut(), data.coffee()]
+
+
+def centre_square(image):
+    """The largest centred square of an [H, W, 3] image, so that resizing to 160x160 does not squash it."""
+    height, width = image.shape[:2]
+    side = min(height, width)
+    top, left = (height - side) // 2, (width - side) // 2
+    return image[top : top + side, left : left + side]
+
+
+images = [centre_square(img) for img in (data.chelsea(), data.astronaut(), data.coffee())]
 shown = torch.stack([camkit.to_tensor(img, size=160) for img in images])  # [B, 3, H, W] in [0, 1]
 mean = torch.tensor(camkit.io.IMAGENET_MEAN).view(1, 3, 1, 1)
 std = torch.tensor(camkit.io.IMAGENET_STD).view(1, 3, 1, 1)
