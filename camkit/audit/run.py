@@ -32,7 +32,7 @@ from .explaining import TargetSpec, build_explainer, parse_target
 from .files import OVERLAY_FORMATS, atomic_write, refresh_umask, safe_name
 from .labels import LabelMapping, map_labels
 from .outdir import PARTS, AuditError, finished_keys, prepare_out
-from .stages import ExplainStage, Writer, default_threads, make_loader, spread_and_border
+from .stages import ExplainStage, ThreadPacer, Writer, default_threads, make_loader, spread_and_border
 
 __all__ = ["AuditError", "RunConfig", "atomic_write", "audit", "base_columns", "safe_name", "spread_and_border"]
 
@@ -243,7 +243,8 @@ def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: Loade
     pre = loaded.preprocess
     shape = pre.size or pre.crop or (0, 0)
     items = AuditDataset(dataset.records, shard, pre, shape, dataset.box_regions, dataset.mask_regions, cfg.max_pixels)
-    loader = make_loader(items, cfg.batch_size, cfg.loader_workers(), loaded.device)
+    workers = cfg.loader_workers()
+    loader = make_loader(items, cfg.batch_size, workers, loaded.device)
     explain = ExplainStage(
         build_explainer(cfg.method, loaded.model, cfg.layer), cfg.target, dataset, mapping.indices, mapping.names,
         loaded.device, faithfulness=cfg.faithfulness, steps=cfg.steps, keep_maps=cfg.save_maps,
@@ -257,10 +258,21 @@ def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: Loade
         desc=f"audit (rank 0 of {ctx.world})" if ctx.world > 1 else "audit",
     )  # fmt: skip
     try:
-        for seq, batch in enumerate(loader):
-            result = explain(batch)
-            writer.submit(result, cfg.out / PARTS / f"{session}-r{ctx.rank:03d}-{seq:06d}.jsonl")
-            bar.update(len(result.rows) * ctx.world)
+        with ThreadPacer(loaded.device, workers) as pacer:
+            batches = iter(loader)
+            seq = 0
+            while True:
+                asked = time.perf_counter()
+                batch = next(batches, None)
+                if batch is None:
+                    break
+                got = time.perf_counter()
+                result = explain(batch)
+                if seq:  # the first wait is the workers' start
+                    pacer.update(got - asked, time.perf_counter() - got)
+                writer.submit(result, cfg.out / PARTS / f"{session}-r{ctx.rank:03d}-{seq:06d}.jsonl")
+                bar.update(len(result.rows) * ctx.world)
+                seq += 1
     finally:
         try:
             writer.close()

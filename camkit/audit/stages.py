@@ -4,7 +4,8 @@
   images (:class:`~camkit.audit.data.AuditDataset`), ahead of the model.
 * **explain** (:class:`ExplainStage`): on the model's device, predictions, maps and every
   measure of the batch, moved to the host in one transfer; rows whose scores or maps are
-  not finite become error rows.
+  not finite become error rows. On the CPU it runs with the intra-op threads the decode
+  workers leave (:func:`explain_threads`).
 * **draw** (:func:`draw_overlays`): colour map and blend, batched. On a GPU it runs there
   (one small kernel per step, no host work); on the CPU it runs in the writer threads with
   OpenCV's vectorised look-up and blend, so the model never waits for it.
@@ -35,7 +36,10 @@ from .data import AuditDataset, Dataset
 from .explaining import TargetSpec, chooser, explain_batch
 from .files import atomic_write, encode_image, npy_bytes, safe_name
 
-__all__ = ["BatchResult", "ExplainStage", "Writer", "draw_overlays", "make_loader", "spread_and_border"]
+__all__ = [
+    "BatchResult", "ExplainStage", "ThreadPacer", "Writer", "draw_overlays", "explain_threads", "make_loader",
+    "spread_and_border",
+]  # fmt: skip
 
 
 def make_loader(items: AuditDataset, batch_size: int, workers: int, device: torch.device) -> Any:
@@ -65,13 +69,27 @@ def spread_and_border(maps: Tensor, top: float = 0.1, frame: float = 0.1) -> tup
     flat = maps.flatten(1).float()
     total = flat.sum(dim=1)
     k = max(1, math.ceil(top * height * width))
-    share = flat.topk(k, dim=1, sorted=False).values.sum(dim=1)
+    share = _top_sum(flat, k)
     edge = max(1, round(frame * min(height, width)))
     inner = maps[:, edge : height - edge, edge : width - edge].flatten(1).float().sum(dim=1)
     border = total - inner
     nan = torch.full_like(total, float("nan"))
     safe = torch.where(total > 0, total, torch.ones_like(total))
     return torch.where(total > 0, share / safe, nan), torch.where(total > 0, border / safe, nan)
+
+
+def _top_sum(flat: Tensor, k: int) -> Tensor:
+    """Per row of ``flat`` [B, N], the sum of its ``k`` largest values.
+
+    On the CPU numpy's selection (``np.partition``) is about 8x faster than ``Tensor.topk``
+    for the 10% of a 224x224 map (1.1 ms against 8.5 ms per batch of 32, one thread); the
+    sums agree to float32 rounding. Other devices use ``topk`` (no host transfer).
+    """
+    if flat.device.type != "cpu" or flat.shape[1] == 0:
+        return flat.topk(k, dim=1, sorted=False).values.sum(dim=1)
+    values = flat.detach().numpy()
+    cut = values.shape[1] - k
+    return torch.from_numpy(np.partition(values, cut, axis=1)[:, cut:].sum(axis=1, dtype=np.float32))
 
 
 def draw_overlays(shown: Tensor, maps: Tensor, alpha: float = 0.5, colormap: str = "jet") -> Tensor:
@@ -312,3 +330,81 @@ class Writer:
 def default_threads() -> int:
     """Writer threads: the machine's cores, at least 2 and at most 8."""
     return max(2, min(8, os.cpu_count() or 2))
+
+
+def _cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform says, else all)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
+def explain_threads(device: torch.device, workers: int, current: int | None = None) -> int:
+    """Intra-op threads for the explain stage while it waits for decoding: the cores the workers leave.
+
+    Each busy DataLoader worker keeps a core decoding; intra-op threads beyond the cores left
+    over only spin against them (on 2 cores with 2 workers and a near-free model, two
+    intra-op threads made the whole audit about 20% slower than one). Never more than
+    ``current`` (default: torch's setting now); unchanged on an accelerator, where the host
+    threads barely work, and without workers. :class:`ThreadPacer` applies it.
+
+    Example:
+        >>> import torch
+        >>> from camkit.audit.stages import explain_threads
+        >>> explain_threads(torch.device("cpu"), workers=1000, current=8)
+        1
+        >>> explain_threads(torch.device("cuda"), workers=1000, current=8)
+        8
+    """
+    current = torch.get_num_threads() if current is None else current
+    if device.type != "cpu" or workers <= 0:
+        return current
+    return max(1, min(current, _cores() - workers))
+
+
+class ThreadPacer:
+    """Intra-op threads of the explain stage on the CPU, set batch by batch by which stage waits.
+
+    A run starts with the cores the decode workers leave (:func:`explain_threads`). After each
+    batch but the first (whose wait includes the workers' start), :meth:`update` compares the
+    time the model waited for the batch with the time it worked on it: a wait under ``low``
+    of the work means decoding keeps up, so the model gets torch's own setting back; a wait
+    over ``high`` means the model is waiting for decoding, so it drops back to the leftover
+    cores. On an accelerator, or without workers, torch's setting is left alone. Used as a
+    context manager, it restores torch's setting on exit.
+
+    Example:
+        >>> import torch
+        >>> from camkit.audit.stages import ThreadPacer
+        >>> before = torch.get_num_threads()
+        >>> with ThreadPacer(torch.device("cpu"), workers=1000) as pacer:
+        ...     start = torch.get_num_threads()
+        ...     pacer.update(wait=0.0, work=1.0)  # the batch was ready: the model is the bottleneck
+        ...     model_bound = torch.get_num_threads()
+        >>> start, model_bound == before, torch.get_num_threads() == before
+        (1, True, True)
+    """
+
+    def __init__(self, device: torch.device, workers: int, *, low: float = 0.05, high: float = 0.25) -> None:
+        self.full = torch.get_num_threads()
+        self.few = explain_threads(device, workers, self.full)
+        self.low = low
+        self.high = high
+
+    def __enter__(self) -> ThreadPacer:
+        if self.few != self.full:
+            torch.set_num_threads(self.few)
+        return self
+
+    def update(self, wait: float, work: float) -> None:
+        """After a batch: ``wait`` seconds blocked on the loader, ``work`` seconds explaining it."""
+        if self.few == self.full:
+            return
+        now = torch.get_num_threads()
+        if wait < self.low * work and now != self.full:
+            torch.set_num_threads(self.full)
+        elif wait > self.high * work and now != self.few:
+            torch.set_num_threads(self.few)
+
+    def __exit__(self, *exc: object) -> None:
+        if torch.get_num_threads() != self.full:
+            torch.set_num_threads(self.full)

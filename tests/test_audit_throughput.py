@@ -1,0 +1,119 @@
+"""The audit's throughput choices keep its results: the CPU top-k sum, the thread limit, the encoder."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+from audit_helpers import make_images, read_rows
+
+import camkit
+from camkit.audit.files import encode_image
+from camkit.audit.stages import ThreadPacer, _top_sum, explain_threads, spread_and_border
+from camkit.errors import InvalidInputError
+
+stages = importlib.import_module("camkit.audit.stages")  # the module, not a name camkit.audit re-exports
+
+
+def test_spread_and_border_of_a_ramp_match_hand_computation():
+    ramp = torch.arange(1, 101, dtype=torch.float32).reshape(1, 10, 10)  # pixel (r, c) holds 10 r + c + 1
+    spread, border = spread_and_border(torch.cat([ramp, torch.zeros(1, 10, 10)]))
+    # top 10% = the 10 largest pixels, 91..100, sum 955, of a total 5050
+    assert spread[0].item() == pytest.approx(955 / 5050, rel=1e-6)
+    # a frame 1 pixel wide; the 8x8 inside sums 10 * 36 * 8 + 36 * 8 + 64 = 3232
+    assert border[0].item() == pytest.approx((5050 - 3232) / 5050, rel=1e-6)
+    assert torch.isnan(spread[1]) and torch.isnan(border[1])  # an all-zero map has no energy to share
+
+
+@pytest.mark.parametrize("k", [1, 7, 500, 1200])
+def test_cpu_top_sum_equals_topk(k):
+    flat = torch.rand(5, 1200, generator=torch.Generator().manual_seed(k))
+    expected = flat.double().topk(k, dim=1).values.sum(dim=1)
+    got = _top_sum(flat, k)
+    assert got.dtype == torch.float32 and got.shape == (5,)
+    assert torch.allclose(got.double(), expected, rtol=1e-5, atol=0)
+
+
+def test_explain_threads_leave_the_workers_their_cores(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(stages, "_cores", lambda: 2)
+    assert explain_threads(cpu, workers=2, current=2) == 1  # the benchmark machine: 2 cores, 2 workers
+    assert explain_threads(cpu, workers=0, current=2) == 2  # decoding in this process: torch keeps its threads
+    monkeypatch.setattr(stages, "_cores", lambda: 8)
+    assert explain_threads(cpu, workers=3, current=8) == 5
+    assert explain_threads(cpu, workers=3, current=2) == 2  # never more threads than the user set
+    assert explain_threads(cuda, workers=3, current=8) == 8
+
+
+def test_thread_pacer_follows_the_stage_that_waits(monkeypatch):
+    monkeypatch.setattr(stages, "_cores", lambda: 2)
+    cpu = torch.device("cpu")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen = []
+        with pytest.raises(RuntimeError, match="boom"), ThreadPacer(cpu, workers=2) as pacer:
+            seen.append(torch.get_num_threads())  # starts on the core the 2 workers leave
+            for wait in (0.001, 0.01, 0.03, 0.01, 0.004):  # against 0.1 s of work per batch
+                pacer.update(wait=wait, work=0.1)
+                seen.append(torch.get_num_threads())
+            raise RuntimeError("boom")
+        # 1% < 5%: model-bound, torch's 2; 10% between the marks: kept; 30% > 25%: back to 1; then 4% < 5%
+        assert seen == [1, 2, 2, 1, 1, 2]
+        assert torch.get_num_threads() == 2  # restored, also after an error
+        for device, workers in ((cpu, 0), (torch.device("cuda"), 2)):  # nothing to share, or a GPU model
+            with ThreadPacer(device, workers) as pacer:
+                pacer.update(wait=1.0, work=0.1)
+                assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_audit_runs_the_model_on_the_cores_workers_leave_then_restores(tmp_path, monkeypatch):
+    data = make_images(tmp_path / "data", classes=(), per_class=3)
+    monkeypatch.setattr(stages, "_cores", lambda: 2)
+    seen = []
+    call = stages.ExplainStage.__call__
+
+    def spy(self, batch):
+        seen.append(torch.get_num_threads())
+        return call(self, batch)
+
+    monkeypatch.setattr(stages.ExplainStage, "__call__", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        summary = camkit.audit(
+            data, "tinyfactory:tiny", out=tmp_path / "out", layer="conv2", size=32, device="cpu", workers=1,
+            batch_size=2, progress=False,
+        )  # fmt: skip
+        # 2 cores - 1 worker; the second batch keeps it (the first wait, the workers' start, is not a measure)
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+        assert summary["images"] == 3 and len(read_rows(tmp_path / "out" / "results.csv")) == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+def _decoded(path, data):
+    path.write_bytes(data)
+    return camkit.read_rgb(path)
+
+
+def test_encode_image_keeps_rgb_order_and_refuses_other_dtypes(tmp_path):
+    rgb = np.zeros((6, 8, 3), np.uint8)
+    rgb[:, :4] = (255, 0, 0)  # red left half
+    rgb[:, 4:] = (0, 0, 255)  # blue right half
+    png = _decoded(tmp_path / "a.png", encode_image(rgb, "png"))
+    assert np.array_equal(png, rgb)
+    wide = np.zeros((6, 16, 3), np.uint8)
+    wide[:, ::2] = rgb  # a strided view is encoded as the pixels it shows
+    assert np.array_equal(_decoded(tmp_path / "b.png", encode_image(wide[:, ::2], "png")), rgb)
+    jpg = _decoded(tmp_path / "c.jpg", encode_image(rgb, "jpg", 95)).astype(int)
+    assert jpg[:, 1, 0].min() > 230 and jpg[:, 1, 2].max() < 25  # red stays red
+    assert jpg[:, 6, 2].min() > 230 and jpg[:, 6, 0].max() < 25  # blue stays blue
+    with pytest.raises(InvalidInputError, match=r"uint8 RGB \[H, W, 3\], got float32 \[6, 8, 3\]"):
+        encode_image(rgb.astype(np.float32))
+    with pytest.raises(InvalidInputError, match=r"got uint8 \[6, 8\]"):
+        encode_image(rgb[:, :, 0])
