@@ -16,7 +16,12 @@ Three configurations, each its own goal of at least 0.8x:
   what a Grad-CAM pass needs and writes nothing: its row's camkit ratio is the cost of
   everything else (measures, overlays, files).
 * **near-free model** (CPU): a two-convolution model at 224x224, 448 JPEGs of 320x240,
-  batch 32, 2 workers: decoding and overlays dominate, as they do next to a GPU.
+  batch 32, 2 workers: decoding and overlays dominate, as they do next to a GPU. On the CPU
+  the audit runs its model with the intra-op threads the decoding workers leave while it
+  waits for them (one here, see :class:`camkit.audit.stages.ThreadPacer`) while the bare
+  loop keeps torch's default;
+  a third row, the bare loop with one intra-op thread, shows how much of the ratio that
+  setting accounts for (its "camkit ÷ this" column). The goal stays against the default loop.
 * **resnet50 on CUDA**: batch 64, 2048 JPEGs of 320x240, 8 workers; measured only when the
   device is a GPU (reported as not measured otherwise).
 
@@ -46,6 +51,7 @@ ORDER = 6
 
 BARE = "bare forward+backward loop"
 BARE_CAM = "bare Grad-CAM loop"
+BARE_ONE = "bare loop, 1 intra-op thread"
 CAMKIT = "camkit"
 GOAL = 0.8
 
@@ -77,7 +83,7 @@ class _TwoConv(torch.nn.Module):
 
 def _compare(ctx: Context, title: str, model: torch.nn.Module, name: str, layer: str, *, size: int, count: int,
              side: int | tuple[int, int], batch: int, workers: int, repeats: int,
-             bare_cam: bool = False) -> list[Row | Goal]:  # fmt: skip
+             bare_cam: bool = False, bare_one_thread: bool = False) -> list[Row | Goal]:  # fmt: skip
     root = Path(tempfile.mkdtemp(prefix="camkit-bench-audit-"))
     try:
         data = root / "data"
@@ -99,6 +105,15 @@ def _compare(ctx: Context, title: str, model: torch.nn.Module, name: str, layer:
                 logits.max(dim=1).values.sum().backward()
                 model.zero_grad(set_to_none=True)
 
+        def bare_one() -> None:
+            # the same loop with one intra-op thread, as the audit itself runs next to its workers here
+            before = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                bare()
+            finally:
+                torch.set_num_threads(before)
+
         def bare_gradcam() -> None:
             # the least a Grad-CAM pass needs: no autograd before layer4, gradient of the
             # top-1 scores w.r.t. layer4's output only (no parameter gradients), no output files
@@ -118,7 +133,10 @@ def _compare(ctx: Context, title: str, model: torch.nn.Module, name: str, layer:
                 batch_size=batch, workers=workers, progress=False,
             )  # fmt: skip
 
-        fns = {BARE: bare, **({BARE_CAM: bare_gradcam} if bare_cam else {}), CAMKIT: audit}
+        fns = {
+            BARE: bare, **({BARE_CAM: bare_gradcam} if bare_cam else {}), **({BARE_ONE: bare_one} if bare_one_thread else {}),
+            CAMKIT: audit,
+        }  # fmt: skip
         timings = ctx.time(fns, repeats=repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -148,7 +166,7 @@ def run(ctx: Context) -> list[Row | Goal]:
         size, count, batch, workers = (64, 16, 8, 0) if ctx.smoke else (224, 448, 32, 2)
         out += _compare(
             ctx, f"{TITLE} (near-free model)", _TwoConv().eval().to(ctx.device), "two-conv", "relu2", size=size,
-            count=count, side=(240, 320), batch=batch, workers=workers, repeats=repeats,
+            count=count, side=(240, 320), batch=batch, workers=workers, repeats=repeats, bare_one_thread=True,
         )  # fmt: skip
     if ctx.device.type == "cuda" and not ctx.smoke:
         out += _compare(
