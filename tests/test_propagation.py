@@ -12,6 +12,7 @@ from models import ResBlockNet, TinyNet, tiny_input
 from torch import Tensor, nn
 
 import camkit
+from camkit import _syncs
 from camkit import functional as CF
 
 # ---------------------------------------------------------------------------------------------
@@ -101,9 +102,12 @@ class WeightedActivation(nn.Module):
         return F.linear(self.act(x * 4.0, self.inplace).flatten(1), self.weight)
 
 
+@pytest.mark.parametrize("reads", ["free", "syncing"])
 @pytest.mark.parametrize("inplace", [False, True], ids=["out-of-place", "in-place"])
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
-def test_deeplift_multipliers_are_the_quotient_or_the_slope_where_the_input_did_not_move(name, inplace):
+def test_deeplift_multipliers_are_the_quotient_or_the_slope_where_the_input_did_not_move(name, inplace, reads, monkeypatch):
+    if reads == "syncing":  # the device path: no early read of the smallest input change, the mask always built
+        monkeypatch.setattr(_syncs, "reads_are_free", lambda tensor: False)
     torch.manual_seed(6)
     x = torch.randn(2, 3, 4, 4)
     x0 = torch.randn(1, 3, 4, 4)
@@ -126,7 +130,10 @@ def test_deeplift_multipliers_are_the_quotient_or_the_slope_where_the_input_did_
     assert torch.isfinite(multipliers).all()
 
 
-def test_deeplift_max_pool_multipliers_route_the_plain_gradient_where_the_input_did_not_move():
+@pytest.mark.parametrize("reads", ["free", "syncing"])
+def test_deeplift_max_pool_multipliers_route_the_plain_gradient_where_the_input_did_not_move(reads, monkeypatch):
+    if reads == "syncing":
+        monkeypatch.setattr(_syncs, "reads_are_free", lambda tensor: False)
     torch.manual_seed(7)
     x = torch.randn(1, 2, 4, 4)
     x0 = x.clone()

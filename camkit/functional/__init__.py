@@ -21,7 +21,7 @@ from .cam import (
 )
 from .maps import flat_maps, normalize_maps, upsample_maps
 from .overlay import colorize, colormap_lut, overlay_batch
-from .propagation import gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
+from .propagation import epsilon_scale, gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
 from .regions import (
     ablation_coalitions,
     coalition_masks,
@@ -61,6 +61,7 @@ __all__ = [
     "colormap_lut",
     "completeness_gap",
     "deconv_relu_grad",
+    "epsilon_scale",
     "exact_kernel_coalitions",
     "flat_maps",
     "gamma_params",

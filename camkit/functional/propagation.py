@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "epsilon_scale",
     "gamma_params",
     "relevance_gradient",
     "rescale_multiplier",
@@ -80,11 +81,8 @@ def relevance_gradient(z: Tensor, parts: list[tuple[float, Tensor]], epsilon: fl
         (-0.5, [2.0, -3.0])
     """
     value = z.detach()
-    if len(parts) == 1 and parts[0][1] is z and parts[0][0] == 1.0 and epsilon > 0:
-        # The epsilon rule: same value, gradient times z / (z + epsilon * sign(z)). copysign picks
-        # -epsilon for z = -0.0 where stabilize picks +epsilon, but the scale is 0 there either way.
-        scale = torch.copysign(value.new_tensor(epsilon), value).add_(value)
-        return _ScaleGradient.apply(z, torch.div(value, scale, out=scale))
+    if len(parts) == 1 and parts[0][1] is z and parts[0][0] == 1.0:
+        return _ScaleGradient.apply(z, epsilon_scale(value, epsilon))  # the epsilon rule
     rule: Tensor | None = None
     for weight, part in parts:
         denominator = stabilize(part.detach(), epsilon)
@@ -100,6 +98,28 @@ def relevance_gradient(z: Tensor, parts: list[tuple[float, Tensor]], epsilon: fl
     if rule is None:
         return z
     return rule + (value - rule.detach())
+
+
+def epsilon_scale(z: Tensor, epsilon: float) -> Tensor:
+    """The epsilon rule's gradient factor ``z / stabilize(z, epsilon)`` at a layer's output ``z``.
+
+    ``stabilize`` takes ``sign(0) = 1``; here ``-0.0`` gets ``-epsilon``, which changes nothing
+    since the factor is 0 there either way. With ``epsilon = 0`` it is 1 where ``z != 0`` and 0
+    where nothing can be shared. A gradient ``g`` at the layer's output becomes ``g * scale``.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import epsilon_scale
+        >>> epsilon_scale(torch.tensor([3.0, -1.0, 0.0]), 1.0)
+        tensor([0.7500, 0.5000, 0.0000])
+        >>> epsilon_scale(torch.tensor([3.0, -1.0, 0.0]), 0.0)
+        tensor([1., 1., 0.])
+    """
+    if epsilon == 0:
+        return (z != 0).to(z.dtype)
+    # One new buffer, filled in place: on the CPU a fresh large tensor costs page faults, not just a pass.
+    denominator = torch.copysign(z.new_tensor(epsilon), z).add_(z)  # -0.0 gets -epsilon: the scale is 0 either way
+    return torch.div(z, denominator, out=denominator)
 
 
 class _ScaleGradient(torch.autograd.Function):

@@ -58,11 +58,21 @@ __all__ = ["DeepLift", "DeepLiftShap"]
 Baseline = Union[float, Tensor]
 
 
-def _keep_slope(multiplier: Tensor, small: Tensor, slope: Callable[[], Tensor]) -> Tensor:
-    """``multiplier`` with ``slope()`` where ``small``; on the CPU nothing is done when no entry is small."""
-    if _syncs.reads_are_free(small) and not bool(small.any()):
-        return multiplier  # the common case: every input moved from its reference
-    return torch.where(small, slope(), multiplier, out=multiplier)
+def _where_still(values: Tensor, change: Tensor, eps: float, fill: Tensor | float | Callable[[], Tensor]) -> Tensor:
+    """``values`` with ``fill`` where the input change ``|change| < eps`` (in place on both).
+
+    ``change`` becomes its absolute value. On the CPU one reduction decides first whether any
+    entry is that small, which is rare: the mask and its pass are then skipped altogether.
+    """
+    magnitude = change.abs_()
+    if _syncs.reads_are_free(magnitude) and (magnitude.numel() == 0 or float(magnitude.amin()) >= eps):
+        return values  # the common case: every input moved from its reference
+    still = magnitude < eps
+    if callable(fill):
+        fill = fill()
+    if isinstance(fill, Tensor):
+        return torch.where(still, fill, values, out=values)
+    return values.masked_fill_(still, fill)
 
 
 class _Rescale(torch.autograd.Function):
@@ -84,7 +94,7 @@ class _Rescale(torch.autograd.Function):
             y = activation.fn(x)
             slope = lambda: activation_slope(activation, x)  # noqa: E731  (x is still unchanged when it runs)
         multiplier = torch.sub(y, ref_out).div_(delta_in)
-        ctx.save_for_backward(_keep_slope(multiplier, delta_in.abs_() < eps, slope))
+        ctx.save_for_backward(_where_still(multiplier, delta_in, eps, slope))
         if activation.inplace:
             if not relu:
                 y = x.copy_(y)
@@ -123,30 +133,48 @@ def _unpool_add(out: Tensor, values: Tensor, index: Tensor) -> Tensor:
     return out.scatter_add_(2, index.expand_as(values).flatten(2), values.flatten(2))
 
 
+def _at(t: Tensor, index: Tensor) -> Tensor:
+    """The entries of ``t`` [1 or B, C, H, W] at the flat positions ``index`` [B, C, h, w]."""
+    flat = t.flatten(2).expand(index.shape[0], -1, -1)
+    return flat.gather(2, index.flatten(2)).view(index.shape)
+
+
 class _RescaleMaxPool(torch.autograd.Function):
-    """DeepLift's rule for max-pooling: the output change, split between the image's and the reference's maxima."""
+    """DeepLift's rule for max-pooling: the output change, split between the image's and the reference's maxima.
+
+    At an input position ``i`` the multiplier is ``(sum of g * max(y - y0, 0) over the windows
+    whose image maximum is i + sum of g * min(y - y0, 0) over those whose reference maximum is
+    i) / (x_i - x0_i)``, and the plain gradient where ``|x_i - x0_i| < eps`` (captum's rule).
+    Only window maxima receive anything, so each window's share is divided by the input change
+    *at its maximum* before it is scattered: every pass but the final scatter runs at the
+    pooled size, not the input's.
+    """
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, ref: Tensor, ref_pool: tuple[Tensor, Tensor], call: dict[str, Any], eps: float) -> Tensor:
         y, index = _pool(x, call)
         y0, index0 = ref_pool
-        change = y - y0
-        # grad * (y - y0) = grad * max(y - y0, 0) [at the image's maxima] + grad * min(y - y0, 0) [at the reference's]
-        ctx.save_for_backward(x - ref, change.clamp_min(0), change.clamp_max_(0), index, index0)
-        ctx.eps = eps
+        index0 = index0.expand_as(index)
+        at_image = _at(ref, index)
+        torch.sub(y, at_image, out=at_image)  # x - x0 at each window's image maximum
+        at_reference = _at(x, index0).sub_(y0)  # ... and at its reference maximum
+        fall = torch.sub(y, y0)
+        # the image's maxima: the rise over their input change, or 1 (the plain gradient) where it did not move;
+        # the reference's maxima: the fall over their input change, nothing where it did not move
+        image_share = _where_still(fall.clamp_min(0).div_(at_image), at_image, eps, 1.0)
+        reference_share = _where_still(fall.clamp_max_(0).div_(at_reference), at_reference, eps, 0.0)
+        ctx.save_for_backward(image_share, reference_share, index, index0)
+        ctx.input_shape = x.shape
         return y
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
-        delta_in, rise, fall, index, index0 = ctx.saved_tensors
-        batch, channels, height, width = delta_in.shape
+        image_share, reference_share, index, index0 = ctx.saved_tensors
+        batch, channels, height, width = ctx.input_shape
         flat = grad.new_zeros(batch, channels, height * width)
-        _unpool_add(flat, grad * rise, index)
-        _unpool_add(flat, grad * fall, index0)
-        multiplied = flat.view(delta_in.shape).div_(delta_in)
-        small = delta_in.abs() < ctx.eps
-        plain = lambda: _unpool_add(grad.new_zeros(flat.shape), grad, index).view(delta_in.shape)  # noqa: E731
-        return _keep_slope(multiplied, small, plain), None, None, None, None
+        _unpool_add(flat, grad * image_share, index)
+        _unpool_add(flat, grad * reference_share, index0)
+        return flat.view(ctx.input_shape), None, None, None, None
 
 
 _Record = tuple[str, Tensor, Union[Tensor, tuple[Tensor, Tensor]]]
