@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._files import file_mode
 from .errors import InvalidInputError
 from .overlay import to_uint8_rgb
 
@@ -220,7 +221,8 @@ def load_image(
 def save_png(path: str | os.PathLike[str], image: Any) -> None:
     """Write an RGB image (anything :func:`camkit.to_uint8_rgb` accepts) as a PNG.
 
-    The file is written under a temporary name and renamed, so it is never left half-written.
+    The file is written under a temporary name and renamed, so it is never left half-written;
+    it gets the permissions ``open()`` would give (``0o666`` less the process umask).
 
     Example:
         >>> import os, tempfile
@@ -241,6 +243,7 @@ def save_png(path: str | os.PathLike[str], image: Any) -> None:
         raise InvalidInputError(f"could not encode an image of shape {arr.shape} as PNG")
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())  # what open() would give, not mkstemp's private 0o600
         with os.fdopen(fd, "wb") as handle:
             handle.write(buf.tobytes())
         os.replace(tmp, path)

@@ -102,3 +102,24 @@ def test_load_image_normalises(tmp_path):
     expected = (1 - torch.tensor(camkit.io.IMAGENET_MEAN)) / torch.tensor(camkit.io.IMAGENET_STD)
     torch.testing.assert_close(x[0, :, 0, 0], expected)
     assert (shown == 255).all()
+
+
+def test_save_png_honours_the_umask(tmp_path):
+    import os
+    import stat
+
+    from camkit._files import refresh_umask
+
+    old = os.umask(0o027)
+    try:
+        refresh_umask()
+        camkit.save_png(tmp_path / "a.png", np.zeros((4, 4, 3), np.uint8))
+        os.umask(0o002)
+        refresh_umask()
+        camkit.save_png(tmp_path / "b.png", np.zeros((4, 4, 3), np.uint8))
+    finally:
+        os.umask(old)
+        refresh_umask()
+    assert stat.S_IMODE((tmp_path / "a.png").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "b.png").stat().st_mode) == 0o664
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []

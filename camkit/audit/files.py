@@ -12,47 +12,17 @@ import io
 import os
 import re
 import tempfile
-import threading
 from pathlib import Path
 
 import numpy as np
 
+from .._files import file_mode, refresh_umask
 from ..errors import InvalidInputError
 
 __all__ = ["OVERLAY_FORMATS", "atomic_write", "encode_image", "file_mode", "npy_bytes", "refresh_umask", "safe_name"]
 
 OVERLAY_FORMATS = ("jpg", "png")
 """Overlay file formats: ``jpg`` (quality 90, the default: about 25x cheaper to encode than PNG) or ``png``."""
-
-_UMASK_LOCK = threading.Lock()
-_UMASK: int | None = None
-
-
-def file_mode() -> int:
-    """The mode a new file gets from ``open()`` in this process: ``0o666`` less the umask.
-
-    The umask is read once per process (reading it means setting it, which is not thread-safe).
-
-    Example:
-        >>> from camkit.audit.files import file_mode
-        >>> file_mode() & 0o600
-        384
-    """
-    global _UMASK
-    with _UMASK_LOCK:
-        if _UMASK is None:
-            _UMASK = os.umask(0o022)
-            os.umask(_UMASK)
-        return 0o666 & ~_UMASK
-
-
-def refresh_umask() -> None:
-    """Read the process umask again (an audit or explain run calls this once as it starts)."""
-    global _UMASK
-    with _UMASK_LOCK:
-        _UMASK = None
-    file_mode()
-
 
 def atomic_write(path: Path, data: bytes | str, *, sync: bool = False) -> None:
     """Write ``data`` to ``path`` under a temporary name in the same folder, then rename.
