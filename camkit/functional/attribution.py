@@ -65,7 +65,8 @@ def guided_relu_grad(grad_output: Tensor, output: Tensor) -> Tensor:
         >>> guided_relu_grad(torch.tensor([1.0, -1.0, 2.0]), torch.tensor([0.5, 0.5, 0.0]))
         tensor([1., 0., 0.])
     """
-    return torch.where(output > 0, grad_output.clamp_min(0), torch.zeros_like(grad_output))
+    # ReLU's own backward (where the output is positive), then the sign rule in place: one new buffer.
+    return torch.ops.aten.threshold_backward(grad_output, output, 0).clamp_min_(0)
 
 
 def deconv_relu_grad(grad_output: Tensor) -> Tensor:
