@@ -131,7 +131,7 @@ def prepare(impl: str, model: nn.Module, layer: str, x: Tensor, cls: int, chunk:
 def memory_job(device: torch.device, impl: str, layer: str, chunk: int, size: int) -> Callable[[], Any]:
     """Probe job: one Score-CAM call (or the bare masked forwards) on one image."""
     net = build_model(MODEL, device)
-    small = random_input(1, 32, device, seed=1)
+    small = random_input(1, 64, device, seed=1)  # 64: layer4 keeps 2x2 positions (1x1 maps are refused)
     warm, close = prepare(CAMKIT if impl == BARE else impl, net, layer, small, 0, chunk)
     warm()
     close()
