@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, required=True)
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
     import torch
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from torch import nn
@@ -128,7 +129,9 @@ def default_layer(model: nn.Module) -> str | None:
         'layer4'
     """
     model = unwrap_model(model)
-    for cls, rule, _ in _rules():
+    # A torchvision model (or a subclass) means torchvision.models is imported already; when it
+    # is not, importing it just to say no would cost hundreds of MiB (it pulls in torch._dynamo).
+    for cls, rule, _ in _rules() if "torchvision.models" in sys.modules else []:
         if isinstance(model, cls):
             try:
                 return rule(model)
@@ -235,8 +238,7 @@ def prefix_token_hint(model: nn.Module) -> int | None:
     count = prefix_tokens(model)  # transformers' ViT, DeiT, CLIP vision, DINOv2 (camkit.families)
     if count is not None:
         return count
-    from torchvision.models import VisionTransformer
-
-    if type(model) is VisionTransformer:
+    vision_transformer = sys.modules.get("torchvision.models.vision_transformer")  # never imported just to check
+    if vision_transformer is not None and type(model) is getattr(vision_transformer, "VisionTransformer", None):
         return 1
     return None

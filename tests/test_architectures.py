@@ -245,3 +245,20 @@ def test_multi_input_call_state_and_hooks_are_cleared_after_errors():
     vit = register_vit().eval()
     camkit.GradCAM(vit).explain(torch.randn(1, 3, 32, 72))
     assert all(not m._forward_hooks for m in vit.modules())
+
+
+def test_explaining_a_model_that_is_not_torchvisions_does_not_import_torchvision():
+    # Importing torchvision.models to check a type pulls in torch._dynamo (hundreds of MiB of
+    # resident memory in every audit of a non-torchvision model).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, camkit\n"
+        "from torch import nn\n"
+        "net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))\n"
+        "camkit.GradCAM(net).explain(torch.rand(2, 3, 16, 16))\n"
+        "print(sorted(m for m in ('torchvision', 'torch._dynamo') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
