@@ -189,7 +189,9 @@ class LayerCapture:
         self._prev_grad = torch.is_grad_enabled()
         try:
             for index, (name, module) in enumerate(self.layers):
-                self._scope.forward(module, self._make_hook(index, name), own_thread=True)
+                # First among the layer's forward hooks: those registered before (a NeuronTarget on
+                # this layer, the user's own) then see the copy that carries the gradient to ``recorded``.
+                self._scope.forward(module, self._make_hook(index, name), own_thread=True, prepend=True)
         except BaseException:
             self._scope.remove()
             raise

@@ -90,3 +90,23 @@ def test_matches_captum_neuron_methods():
     ours = camkit.GuidedBackprop(net).explain(x, target=target).raw
     theirs = captum_attr.NeuronGuidedBackprop(net, net.conv2).attribute(x, (3, 4, 2))
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("reduce", ["mean", "sum"])
+def test_gradcam_on_the_neurons_own_layer_is_that_channel_by_hand(reduce):
+    # The score is the mean (or sum) of channel 5 of conv2's output A, so dS/dA is a constant on
+    # channel 5 and zero elsewhere: Grad-CAM's weights pick that channel, and its map is relu(A_5)
+    # (up to a positive factor that normalisation removes). The target reads the layer through
+    # the capture's copy, so the gradient reaches the captured activation.
+    net = TinyNet().eval()
+    x = tiny_input()
+    explanation = camkit.GradCAM(net, "conv2").explain(x, target=camkit.NeuronTarget("conv2", 5, reduce=reduce))
+    with torch.no_grad():
+        act = _conv2(net, x)[:, 5].clamp_min(0)
+    low = act.amin(dim=(1, 2), keepdim=True)
+    high = act.amax(dim=(1, 2), keepdim=True)
+    expected = (act - low) / (high - low)
+    assert not explanation.flat.any()
+    torch.testing.assert_close(explanation.maps, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(explanation.scores, _conv2(net, x)[:, 5].mean(dim=(1, 2)) * (1 if reduce == "mean" else 64))
+    assert _hooks(net) == 0
