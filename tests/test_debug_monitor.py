@@ -218,3 +218,41 @@ def test_hooks_removed_after_exception_and_values_kept():
         model(tiny_input())
     assert hook_count(model) == 0
     assert [r["layer"] for r in monitor.rows()] == ["conv1"]
+
+
+def test_activation_stats_of_a_conv_output_by_hand():
+    import math
+
+    from camkit.debug.monitor import activation_stats
+
+    # [B=2, C=3, 2, 2]: channel 0 all zero (dead), channel 1 has one zero, channel 2 none
+    y = torch.zeros(2, 3, 2, 2)
+    y[:, 1] = torch.tensor([[0.0, 1.0], [2.0, 3.0]])
+    y[:, 2] = torch.tensor([[-1.0, 4.0], [5.0, 6.0]])
+    mean, std, lo, hi, zeros, dead, saturation = activation_stats(y).tolist()
+    values = [0.0] * 4 + [0.0, 1.0, 2.0, 3.0] + [-1.0, 4.0, 5.0, 6.0]
+    expected_mean = sum(values) / 12
+    assert mean == pytest.approx(expected_mean)
+    assert std == pytest.approx(math.sqrt(sum((v - expected_mean) ** 2 for v in values) / 12))
+    assert (lo, hi) == (-1.0, 6.0)
+    assert zeros == pytest.approx(5 / 12) and dead == pytest.approx(1 / 3) and math.isnan(saturation)
+
+
+def test_gradient_monitor_statistics_by_hand():
+    from torch import nn
+
+    from camkit.debug import GradientMonitor
+
+    net = nn.Sequential(nn.Linear(2, 3, bias=False))
+    weights = torch.tensor([1.0, -4.0, 2.0])
+    with GradientMonitor(net, ["0"], every=1) as monitor:
+        (net(torch.ones(2, 2)) * weights).sum().backward()  # the output's gradient: [[1, -4, 2]] * 2 rows
+        monitor.step()
+    row = monitor.rows()[0]
+    values = [1.0, -4.0, 2.0] * 2
+    mean = sum(values) / 6
+    assert row["mean"] == pytest.approx(mean) and row["max_abs"] == pytest.approx(4.0)
+    assert row["std"] == pytest.approx((sum((v - mean) ** 2 for v in values) / 6) ** 0.5)
+    assert row["norm"] == pytest.approx(sum(v * v for v in values) ** 0.5)
+    for p in net.parameters():
+        p.grad = None
