@@ -43,7 +43,7 @@ from torch.overrides import TorchFunctionMode
 from .. import _syncs
 from ..errors import InvalidInputError
 from ..explanation import Explanation
-from ..functional.propagation import gamma_params, relevance_gradient, split_by_sign
+from ..functional.propagation import epsilon_scale, gamma_params, relevance_gradient, split_by_sign
 from ..registry import register_method
 from ..targets import OutputSelector, Target, resolve_target, select_output
 from ._activations import match_activation, unruled_name
@@ -67,6 +67,35 @@ _CONVS = {F.conv1d: "conv", F.conv2d: "conv", F.conv3d: "conv", F.linear: "linea
 _REFUSED = {F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d, F.bilinear}
 # Elementwise activations whose own gradient is LRP's rule (f(z) = f'(z) z).
 _PASSING = {"relu", "leaky_relu"}
+
+
+class _EpsilonBatchNorm(torch.autograd.Function):
+    """Batch norm with running statistics whose backward follows the epsilon rule at its output."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: Tensor,
+        mean: Tensor,
+        var: Tensor,
+        weight: Tensor | None,
+        bias: Tensor | None,
+        bn_eps: float,
+        epsilon: float,
+    ) -> Tensor:
+        w = None if weight is None else weight.detach()
+        b = None if bias is None else bias.detach()
+        z = F.batch_norm(x, mean, var, w, b, False, 0.0, bn_eps)
+        slope = torch.rsqrt(var.detach().to(z.dtype) + bn_eps)
+        if w is not None:
+            slope = slope * w.to(z.dtype)
+        ctx.save_for_backward(epsilon_scale(z, epsilon), slope.view(1, -1, *([1] * (z.dim() - 2))))
+        return z
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        scale, slope = ctx.saved_tensors
+        return (grad * scale).mul_(slope), None, None, None, None, None, None
 
 
 def _known_non_negative(a: Tensor) -> bool:
@@ -168,6 +197,9 @@ class _LRPMode(TorchFunctionMode):
         return relevance_gradient(z, parts, lrp.epsilon)
 
     def _batch_norm(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        fused = self._eval_batch_norm(args, kwargs)
+        if fused is not None:
+            return fused
         z = func(*args, **kwargs)
         training = args[5] if len(args) > 5 else kwargs.get("training", False)
         if training:
@@ -176,6 +208,23 @@ class _LRPMode(TorchFunctionMode):
         if not isinstance(z, Tensor) or not z.requires_grad:
             return z
         return relevance_gradient(z, [(1.0, z)], self.lrp.epsilon)
+
+    def _eval_batch_norm(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
+        """An eval-mode batch norm with the epsilon rule in one autograd node, or ``None`` when the call is not one.
+
+        The layer's output is computed inside the node, so no copy of it is needed (a node that
+        returned its input would be a view that the in-place ReLU after it may not change), and
+        the backward is the rule's factor times the per-channel slope ``weight / sqrt(var + eps)``.
+        """
+        names = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+        call = dict(zip(names, args), **kwargs)
+        x, mean, var = call.get("input"), call.get("running_mean"), call.get("running_var")
+        weight, bias = call.get("weight"), call.get("bias")
+        if call.get("training", False) or not all(isinstance(t, Tensor) for t in (x, mean, var)):
+            return None
+        if not x.requires_grad or x.dim() < 2 or not x.is_floating_point():
+            return None
+        return _EpsilonBatchNorm.apply(x, mean, var, weight, bias, float(call.get("eps", 1e-5)), self.lrp.epsilon)
 
 
 @register_method("lrp")
