@@ -220,9 +220,9 @@ class _LRPMode(TorchFunctionMode):
         call = dict(zip(names, args), **kwargs)
         x, mean, var = call.get("input"), call.get("running_mean"), call.get("running_var")
         weight, bias = call.get("weight"), call.get("bias")
-        if call.get("training", False) or not all(isinstance(t, Tensor) for t in (x, mean, var)):
+        if call.get("training", False) or not isinstance(x, Tensor) or not isinstance(mean, Tensor):
             return None
-        if not x.requires_grad or x.dim() < 2 or not x.is_floating_point():
+        if not isinstance(var, Tensor) or not x.requires_grad or x.dim() < 2 or not x.is_floating_point():
             return None
         return _EpsilonBatchNorm.apply(x, mean, var, weight, bias, float(call.get("eps", 1e-5)), self.lrp.epsilon)
 
