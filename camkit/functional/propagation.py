@@ -82,7 +82,7 @@ def relevance_gradient(z: Tensor, parts: list[tuple[float, Tensor]], epsilon: fl
     """
     value = z.detach()
     if len(parts) == 1 and parts[0][1] is z and parts[0][0] == 1.0:
-        return _ScaleGradient.apply(z, epsilon_scale(value, epsilon))  # the epsilon rule
+        return _EpsilonGradient.apply(z, epsilon)  # the epsilon rule
     rule: Tensor | None = None
     for weight, part in parts:
         denominator = stabilize(part.detach(), epsilon)
@@ -91,8 +91,6 @@ def relevance_gradient(z: Tensor, parts: list[tuple[float, Tensor]], epsilon: fl
         else:  # a zero denominator: nothing to share there
             zero = denominator == 0
             scale = torch.where(zero, 0.0, value / torch.where(zero, 1.0, denominator))
-        if len(parts) == 1 and part is z and weight == 1.0:
-            return _ScaleGradient.apply(z, scale)  # the epsilon rule: same value, gradient times scale
         term = part * (scale * weight if weight != 1.0 else scale)
         rule = term if rule is None else rule + term
     if rule is None:
@@ -122,16 +120,26 @@ def epsilon_scale(z: Tensor, epsilon: float) -> Tensor:
     return torch.div(z, denominator, out=denominator)
 
 
-class _ScaleGradient(torch.autograd.Function):
+class _EpsilonGradient(torch.autograd.Function):
+    """``z`` in value; the gradient times :func:`epsilon_scale` of ``z``, computed in the backward.
+
+    The factor and the product share one buffer, built when the gradient arrives: the node
+    keeps ``z`` itself (which only it reads: the model gets the copy) instead of a factor.
+    """
+
     @staticmethod
-    def forward(ctx: Any, z: Tensor, scale: Tensor) -> Tensor:
-        ctx.save_for_backward(scale)
+    def forward(ctx: Any, z: Tensor, epsilon: float) -> Tensor:
+        ctx.save_for_backward(z)
+        ctx.epsilon = epsilon
         return z.clone()
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        (scale,) = ctx.saved_tensors
-        return grad * scale, None
+        (z,) = ctx.saved_tensors
+        if ctx.epsilon == 0:
+            return grad * (z != 0), None
+        out = torch.copysign(z.new_tensor(ctx.epsilon), z).add_(z)
+        return torch.div(z, out, out=out).mul_(grad), None
 
 
 def gamma_params(weight: Tensor, bias: Tensor | None, gamma: float) -> tuple[Tensor, Tensor | None]:
