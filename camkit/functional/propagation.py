@@ -136,10 +136,7 @@ class _EpsilonGradient(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         (z,) = ctx.saved_tensors
-        if ctx.epsilon == 0:
-            return grad * (z != 0), None
-        out = torch.copysign(z.new_tensor(ctx.epsilon), z).add_(z)
-        return torch.div(z, out, out=out).mul_(grad), None
+        return epsilon_scale(z, ctx.epsilon).mul_(grad), None
 
 
 def gamma_params(weight: Tensor, bias: Tensor | None, gamma: float) -> tuple[Tensor, Tensor | None]:

@@ -197,34 +197,28 @@ class _LRPMode(TorchFunctionMode):
         return relevance_gradient(z, parts, lrp.epsilon)
 
     def _batch_norm(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        fused = self._eval_batch_norm(args, kwargs)
-        if fused is not None:
-            return fused
-        z = func(*args, **kwargs)
-        training = args[5] if len(args) > 5 else kwargs.get("training", False)
-        if training:
-            self.unruled.add("batch_norm (training mode)")
-            return z
-        if not isinstance(z, Tensor) or not z.requires_grad:
-            return z
-        return relevance_gradient(z, [(1.0, z)], self.lrp.epsilon)
+        """Batch norm with running statistics: the epsilon rule, in one autograd node where it can be.
 
-    def _eval_batch_norm(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
-        """An eval-mode batch norm with the epsilon rule in one autograd node, or ``None`` when the call is not one.
-
-        The layer's output is computed inside the node, so no copy of it is needed (a node that
+        The node computes the layer's output itself, so no copy of it is needed (a node that
         returned its input would be a view that the in-place ReLU after it may not change), and
-        the backward is the rule's factor times the per-channel slope ``weight / sqrt(var + eps)``.
+        its backward is the rule's factor times the per-channel slope ``weight / sqrt(var + eps)``.
         """
         names = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
         call = dict(zip(names, args), **kwargs)
+        if call.get("training", False):
+            self.unruled.add("batch_norm (training mode)")
+            return func(*args, **kwargs)
         x, mean, var = call.get("input"), call.get("running_mean"), call.get("running_var")
-        weight, bias = call.get("weight"), call.get("bias")
-        if call.get("training", False) or not isinstance(x, Tensor) or not isinstance(mean, Tensor):
-            return None
-        if not isinstance(var, Tensor) or not x.requires_grad or x.dim() < 2 or not x.is_floating_point():
-            return None
-        return _EpsilonBatchNorm.apply(x, mean, var, weight, bias, float(call.get("eps", 1e-5)), self.lrp.epsilon)
+        if (
+            isinstance(x, Tensor) and isinstance(mean, Tensor) and isinstance(var, Tensor)
+            and x.requires_grad and x.dim() >= 2 and x.is_floating_point()
+        ):  # fmt: skip
+            eps = float(call.get("eps", 1e-5))
+            return _EpsilonBatchNorm.apply(x, mean, var, call.get("weight"), call.get("bias"), eps, self.lrp.epsilon)
+        z = func(*args, **kwargs)
+        if not isinstance(z, Tensor) or not z.requires_grad:
+            return z
+        return relevance_gradient(z, [(1.0, z)], self.lrp.epsilon)
 
 
 @register_method("lrp")
