@@ -33,6 +33,7 @@ class Machine:
     load_start: tuple[float, float, float] | None = None
     load_end: tuple[float, float, float] | None = None
     extra: list[str] = field(default_factory=list)
+    allocator: str = "unknown"
 
 
 def cpu_model() -> str:
@@ -43,6 +44,23 @@ def cpu_model() -> str:
         return platform.processor() or "unknown"
     match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
     return match.group(1).strip() if match else (platform.processor() or "unknown")
+
+
+def allocator() -> str:
+    """How CPU memory is allocated in this process: a preloaded allocator, or malloc and its settings.
+
+    On Linux, glibc returns large freed blocks to the kernel under its default settings, so
+    methods that keep many activation-sized buffers page-fault them in again on every call;
+    the setting changes the CPU timings of those methods (see docs/guide/performance.md).
+    """
+    preload = [Path(p).name for p in os.environ.get("LD_PRELOAD", "").split() if p]
+    tuned = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "THP_MEM_ALLOC_ENABLE")
+    tunables = os.environ.get("GLIBC_TUNABLES")
+    if tunables:
+        tuned.append(f"GLIBC_TUNABLES={tunables}")
+    parts = [f"preloaded {', '.join(preload)}"] if preload else []
+    parts.append("malloc settings " + " ".join(tuned) if tuned else "the C library's malloc with its default settings")
+    return "; ".join(parts)
 
 
 def load_average() -> tuple[float, float, float] | None:
@@ -67,6 +85,7 @@ def describe_machine(devices: Sequence[torch.device]) -> Machine:
         versions=versions,
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         load_start=load_average(),
+        allocator=allocator(),
     )
 
 
@@ -166,6 +185,7 @@ def write_markdown(
         "",
         f"- CPU: {machine.cpu}, {machine.cores} logical cores, torch threads: {machine.threads}",
         f"- Devices: {', '.join(machine.devices)}",
+        f"- CPU memory allocator: {machine.allocator}",
         f"- Python {machine.python}; " + ", ".join(f"{k} {val}" for k, val in v.items()),
     ]
     if machine.load_start is not None:

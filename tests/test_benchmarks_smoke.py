@@ -7,6 +7,7 @@ Nothing here writes into ``benchmarks/``: reports go to pytest's ``tmp_path``.
 from __future__ import annotations
 
 import doctest
+import os
 import sys
 from pathlib import Path
 
@@ -239,6 +240,7 @@ def test_runner_smoke_end_to_end_writes_only_to_the_given_directory(tmp_path, mo
     assert code == 0
     text = (tmp_path / "RESULTS.md").read_text()
     assert "mode: **smoke**" in text
+    assert "- CPU memory allocator: " in text
     assert "### Grad-CAM" in text
     assert "| camkit | resnet18 | 4 | cpu | 11.0 | 1.10x vs no-grad forward |" in text
     assert "peak memory above the model (resnet18, 64x64, batch 4) | 1.10x | **met** |" in text
@@ -264,3 +266,18 @@ def test_busy_takes_the_runs_own_threads_off_the_end_load():
     assert not busy(machine(0.4, 1.99))  # the run's own two threads, nothing else
     assert busy(machine(0.4, 3.5))  # 1.5 more than the run's own threads
     assert busy(machine(1.2, 2.0))  # busy before the run started
+
+
+def test_allocator_names_what_changes_cpu_timings(monkeypatch):
+    for name in [k for k in os.environ if k.startswith("MALLOC_") or k in ("LD_PRELOAD", "GLIBC_TUNABLES")]:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    assert _report.allocator() == "the C library's malloc with its default settings"
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "4294967296")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "33554432")
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    assert _report.allocator() == (
+        "preloaded libjemalloc.so.2; malloc settings MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296"
+    )
+    machine = _report.describe_machine([torch.device("cpu")])
+    assert machine.allocator == _report.allocator()
