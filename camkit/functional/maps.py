@@ -55,9 +55,8 @@ def normalize_maps(maps: Tensor) -> tuple[Tensor, Tensor]:
     low = maps.amin(dim=(-2, -1), keepdim=True)
     span = maps.amax(dim=(-2, -1), keepdim=True) - low
     flat = span <= 0
-    out = (maps - low) / torch.where(flat, torch.ones_like(span), span)
-    out = torch.where(flat, torch.zeros_like(out), out)
-    return out, flat[..., 0, 0]
+    out = (maps - low) / span.masked_fill(flat, 1.0)
+    return out.masked_fill_(flat, 0.0), flat[..., 0, 0]  # out is new: filled in place, one pass
 
 
 def flat_maps(maps: Tensor, rtol: float = FLAT_RTOL) -> Tensor:

@@ -62,7 +62,7 @@ def finish_maps(
     for raw in raws:
         flat = flat_maps(raw)
         maps, _ = normalize_maps(upsample_maps(raw, size))
-        finished.append(torch.where(flat[..., None, None], torch.zeros_like(maps), maps))
+        finished.append(maps.masked_fill_(flat[..., None, None], 0.0))  # maps is new: one pass, no zeros
         flats.append(flat)
     if len(raws) == 1:
         return finished[0], flats[0]
@@ -91,7 +91,7 @@ def make_explanation(
     if not _syncs.reads_are_free(x):
         bad = ~torch.isfinite(x).flatten(1).all(dim=1)
         shape = (-1,) + (1,) * (maps.dim() - 1)
-        maps = torch.where(bad.view(shape), torch.full_like(maps, float("nan")), maps)
+        maps = maps.masked_fill(bad.view(shape), float("nan"))
         flat = flat & ~bad.view((-1,) + (1,) * (flat.dim() - 1))
     return Explanation(
         maps=maps,
