@@ -68,7 +68,7 @@ def finish_maps(
         return finished[0], flats[0]
     fused, _ = normalize_maps(torch.stack(finished).mean(dim=0))
     flat = torch.stack(flats).all(dim=0)
-    return torch.where(flat[..., None, None], torch.zeros_like(fused), fused), flat
+    return fused.masked_fill_(flat[..., None, None], 0.0), flat  # fused is new, as above
 
 
 def make_explanation(
