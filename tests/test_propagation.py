@@ -630,6 +630,123 @@ def test_captum_deeplift_refuses_a_relu_module_used_twice():
         captum_attr.DeepLift(copy.deepcopy(model)).attribute(PARITY_X.clone(), target=2)
 
 
+class ShapNet(nn.Module):
+    """Every rule DeepLiftShap's shared passes must pair row by row: in-place and functional ReLU, GELU, max-pooling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.conv1, self.bn = nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6)
+        self.conv2, self.conv3 = nn.Conv2d(6, 6, 3, padding=1), nn.Conv2d(6, 5, 3, padding=1)
+        self.relu, self.pool, self.fc = nn.ReLU(inplace=True), nn.MaxPool2d(2), nn.Linear(5, 4)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.2, 0.2)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.pool(self.relu(self.bn(self.conv1(x))))
+        x = F.relu(self.conv3(F.gelu(self.conv2(x))))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+def _passes(monkeypatch) -> list[tuple[int, int]]:
+    """Record (image rows, baseline rows) of every DeepLift pass that follows."""
+    seen: list[tuple[int, int]] = []
+    run = camkit.DeepLift._multipliers
+
+    def spy(self, x, base, target, images=None):
+        seen.append((x.shape[0], base.shape[0]))
+        return run(self, x, base, target, images)
+
+    monkeypatch.setattr(camkit.DeepLift, "_multipliers", spy)
+    return seen
+
+
+def _same_explanation(ours: camkit.Explanation, reference: camkit.Explanation) -> None:
+    torch.testing.assert_close(_raw(ours), _raw(reference), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ours.scores, reference.scores, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ours.extras["baseline_scores"], reference.extras["baseline_scores"], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ours.extras["delta"], reference.extras["delta"], atol=1e-5, rtol=0)
+    assert (ours.target is None) == (reference.target is None)
+    if ours.target is not None:
+        assert torch.equal(ours.target, reference.target)
+
+
+SHAP_X, SHAP_BASES = tiny_input(batch=3, seed=5), tiny_input(batch=5, seed=6) * 0.5
+
+
+@pytest.mark.parametrize(
+    "target", [None, 2, [1, 0, 3], torch.tensor([3, 3, 1]), torch.tensor([[0, 2], [1, 3], [2, 2]])],
+    ids=["top1", "int", "list", "tensor", "k-columns"],
+)
+def test_deepliftshap_shared_passes_equal_one_baseline_per_pass(target, monkeypatch):
+    model = ShapNet().eval()
+    reference = camkit.DeepLiftShap(model, SHAP_BASES, max_batch=1).explain(SHAP_X, target)
+    passes = _passes(monkeypatch)
+    shared = camkit.DeepLiftShap(model, SHAP_BASES, max_batch=7).explain(SHAP_X, target)
+    assert passes == [(6, 2), (6, 2), (3, 1)]  # 7 // 3 = 2 baselines per pass: 2 + 2 + 1
+    _same_explanation(shared, reference)
+    # the shared passes keep DeepLiftShap's defining property: summation to score(x) - mean score(b)
+    torch.testing.assert_close(shared.extras["delta"], torch.zeros_like(shared.extras["delta"]), atol=1e-5, rtol=0)
+
+
+def test_deepliftshap_passes_one_baseline_at_a_time_where_sharing_is_unsafe(monkeypatch):
+    bases = SHAP_BASES[:3]
+
+    class Gated(ShapNet):
+        def forward(self, x: Tensor, gate: Tensor | None = None) -> Tensor:
+            out = super().forward(x)
+            return out if gate is None else out * gate
+
+    def callable_target(out: Tensor) -> Tensor:
+        return out[:, 1] - out[:, 2]
+
+    cases = {
+        "callable target": (ShapNet().eval(), {"target": callable_target}, {}),
+        "keyword inputs": (Gated().eval(), {"target": 1, "kwargs": {"gate": torch.tensor([1.0, 2.0, 3.0, 4.0])}}, {}),
+        "training module": (ShapNet().train(), {"target": 1}, {"keep_mode": True}),
+        "target rows": (ShapNet().eval(), {"target": torch.tensor([1, 2, 3, 0])}, {}),
+    }
+    for name, (model, call, options) in cases.items():
+        passes = _passes(monkeypatch)
+        explainer = camkit.DeepLiftShap(model, bases, max_batch=32, **options)
+        if name == "target rows":  # four targets for three images: the usual error, from the plain path
+            with pytest.raises(camkit.errors.InvalidTargetError):
+                explainer.explain(SHAP_X, **call)
+            assert passes == [(3, 1)], name
+            continue
+        shared = explainer.explain(SHAP_X, **call)
+        assert passes == [(3, 1)] * 3, name
+        monkeypatch.undo()
+        one_by_one = camkit.DeepLiftShap(model, bases, max_batch=1, **options).explain(SHAP_X, **call)
+        _same_explanation(shared, one_by_one)
+
+
+def test_deepliftshap_shared_passes_on_a_model_that_moves_the_batch_dimension(monkeypatch):
+    class Tokens(ShapNet):
+        """Channels-first tokens [HW, B, C] through a ReLU: the reference's rows are no longer its first dim."""
+
+        def forward(self, x: Tensor) -> Tensor:
+            x = self.pool(self.relu(self.bn(self.conv1(x))))
+            tokens = F.relu(x.flatten(2).permute(2, 0, 1) - 0.1)  # [HW, B, C]
+            return self.fc(self.conv3(tokens.permute(1, 2, 0).unflatten(2, x.shape[2:])).mean(dim=(2, 3)))
+
+    model = Tokens().eval()
+    reference = camkit.DeepLiftShap(model, SHAP_BASES, max_batch=1).explain(SHAP_X, 1)
+    passes = _passes(monkeypatch)
+    shared = camkit.DeepLiftShap(model, SHAP_BASES, max_batch=9).explain(SHAP_X, 1)
+    # 3 baselines per pass; the first try's reference [HW, 3, C] does not pair with [HW, 9, C], so each
+    # pass runs again with each image's baseline in its own row
+    assert passes == [(9, 3), (9, 9), (6, 2), (6, 6)]
+    _same_explanation(shared, reference)
+
+
+def test_deepliftshap_refuses_a_bad_max_batch():
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(camkit.errors.InvalidInputError, match="max_batch"):
+            camkit.DeepLiftShap(ShapNet(), SHAP_BASES, max_batch=bad)
+
+
 def test_deepliftshap_matches_captum():
     captum_attr = pytest.importorskip("captum.attr")
     model = ParityCNN().eval()

@@ -75,6 +75,11 @@ def _where_still(values: Tensor, change: Tensor, eps: float, fill: Tensor | floa
     return values.masked_fill_(still, fill)
 
 
+def _grouped(t: Tensor, rows: int) -> Tensor:
+    """``t`` [N, ...] viewed as [rows, N / rows, ...]: the row groups that share one reference row."""
+    return t.unflatten(0, (rows, -1))
+
+
 class _Rescale(torch.autograd.Function):
     """An activation whose backward multiplies by the Rescale multiplier ``(f(x) - f(x0)) / (x - x0)``.
 
@@ -85,16 +90,17 @@ class _Rescale(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, ref: Tensor, ref_out: Tensor, activation: Activation, eps: float) -> Tensor:
-        delta_in = torch.sub(x, ref)
+        rows = ref.shape[0]  # x's rows come in `rows` equal groups, the i-th paired with the reference's row i
+        delta_in = torch.sub(_grouped(x, rows), ref.unsqueeze(1))
         relu = activation.name == "relu"
         if relu:
             y = torch.relu_(x) if activation.inplace else torch.relu(x)
-            slope: Callable[[], Tensor] = lambda: y > 0  # noqa: E731  (y > 0 exactly where x > 0)
+            slope: Callable[[], Tensor] = lambda: _grouped(y, rows) > 0  # noqa: E731  (y > 0 exactly where x > 0)
         else:
             y = activation.fn(x)
-            slope = lambda: activation_slope(activation, x)  # noqa: E731  (x is still unchanged when it runs)
-        multiplier = torch.sub(y, ref_out).div_(delta_in)
-        ctx.save_for_backward(_where_still(multiplier, delta_in, eps, slope))
+            slope = lambda: _grouped(activation_slope(activation, x), rows)  # noqa: E731  (x still unchanged then)
+        multiplier = torch.sub(_grouped(y, rows), ref_out.unsqueeze(1)).div_(delta_in)
+        ctx.save_for_backward(_where_still(multiplier, delta_in, eps, slope).flatten(0, 1))
         if activation.inplace:
             if not relu:
                 y = x.copy_(y)
@@ -191,9 +197,10 @@ class _RescaleMode(TorchFunctionMode):
     (for max-pooling, the pooled values and their indices).
     """
 
-    def __init__(self, refs: list[_Record] | None = None, eps: float = 1e-10) -> None:
+    def __init__(self, refs: list[_Record] | None = None, eps: float = 1e-10, group: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.refs = refs
+        self.group = group
         self.recorded: list[_Record] = []
         self.eps = eps
         self.index = 0
@@ -218,7 +225,7 @@ class _RescaleMode(TorchFunctionMode):
             raise _Mismatch(f"the forward called more activations ({self.index + 1}+) than on the baseline")
         name, ref, ref_out = self.refs[self.index]
         self.index += 1
-        if name != name_now or ref.shape[1:] != x.shape[1:] or ref.shape[0] not in (1, x.shape[0]):
+        if name != name_now or ref.shape[1:] != x.shape[1:] or not self._paired(ref.shape[0], x.shape[0]):
             raise _Mismatch(
                 f"activation call {self.index} is {name_now} on {list(x.shape)} for the images but "
                 f"{name} on {list(ref.shape)} for the baseline"
@@ -226,7 +233,19 @@ class _RescaleMode(TorchFunctionMode):
         if isinstance(activation, Activation):
             return _Rescale.apply(x, ref.to(x.dtype), cast(Tensor, ref_out).to(x.dtype), activation, self.eps)
         values, index = cast(tuple[Tensor, Tensor], ref_out)
+        if ref.shape[0] not in (1, x.shape[0]):  # grouped references: the pooling rule takes them row by row
+            copies = x.shape[0] // ref.shape[0]
+            ref, values, index = (t.repeat_interleave(copies, dim=0) for t in (ref, values, index))
         return _RescaleMaxPool.apply(x, ref.to(x.dtype), (values.to(x.dtype), index), activation, self.eps)
+
+    def _paired(self, ref_rows: int, rows: int) -> bool:
+        """Whether a reference activation with ``ref_rows`` rows pairs with one of ``rows`` rows.
+
+        One reference row serves every row, or each row has its own; with ``group = (r, n)``
+        (several baselines in one pass) a reference of exactly ``r`` rows also pairs with an
+        activation of exactly ``n`` rows, group by group.
+        """
+        return ref_rows in (1, rows) or (self.group is not None and (ref_rows, rows) == self.group)
 
     def _record(
         self,
@@ -349,28 +368,57 @@ class DeepLift(GradientAttribution):
         return resolve_target(target, select_output(raw, self.output), batch=batch)
 
     def _reference_scores(self, raw: Any, classes: Tensor | None, target: Target, batch: int, rows: int) -> Tensor:
-        """The target scores of the reference pass's output ``raw`` ([rows] images), expanded to ``batch``."""
+        """The target scores of the reference pass's output ``raw`` ([rows] images), one per image of ``batch``.
+
+        Image ``i`` goes with reference row ``i // (batch / rows)`` (one row for all, one each, or groups).
+        """
         if classes is None:
             _, scores = self._resolve(raw, target, rows)
             return scores.expand(batch, *scores.shape[1:])
         refs = select_output(raw, self.output)
+        refs = refs.expand(batch, *refs.shape[1:]) if rows == 1 else refs.repeat_interleave(batch // rows, dim=0)
         chosen = classes if classes.dim() == 2 else classes[:, None]
-        scores = refs.expand(batch, *refs.shape[1:]).gather(1, chosen)
+        scores = refs.gather(1, chosen)
         return scores if classes.dim() == 2 else scores[:, 0]
 
-    def _multipliers(self, x: Tensor, base: Tensor, target: Target) -> tuple[Tensor | None, Tensor, Tensor, Tensor]:
-        """``(classes, scores, baseline_scores, m)`` for one baseline batch ``base`` ([1] or [B])."""
+    def _resolve_grouped(self, raw: Any, target: Target, images: int) -> tuple[Tensor, Tensor]:
+        """``(classes, scores)`` for a batch of copies of ``images`` images, resolved on the first copy.
+
+        ``target`` is checked against the ``images`` images as in any call; the classes found
+        are then repeated for every copy. Only class targets come here (see :class:`DeepLiftShap`).
+        """
+        out = select_output(raw, self.output)
+        resolved, _ = resolve_target(target, out[:images], batch=images)
+        first = cast(Tensor, resolved)  # a class target: callables never share passes
+        classes = first.repeat(out.shape[0] // images, *([1] * (first.dim() - 1)))
+        chosen = classes if classes.dim() == 2 else classes[:, None]
+        scores = out.gather(1, chosen)
+        return classes, scores if classes.dim() == 2 else scores[:, 0]
+
+    def _multipliers(
+        self, x: Tensor, base: Tensor, target: Target, images: int | None = None
+    ) -> tuple[Tensor | None, Tensor, Tensor, Tensor]:
+        """``(classes, scores, baseline_scores, m)`` for the baseline batch ``base``.
+
+        ``base`` has one row for the whole batch ``x``, or one per image; or, with ``images``
+        set, ``x`` is ``base.shape[0]`` copies of ``images`` images, copy ``j`` explained
+        against baseline row ``j``.
+        """
         recorder = _RescaleMode()
         with torch.no_grad(), recorder:
             raw_ref = self._call_model(base)
         leaf = x.detach().clone().requires_grad_(True)
-        mode = _RescaleMode(recorder.recorded, self.eps)
+        group = None if images is None else (base.shape[0], x.shape[0])
+        mode = _RescaleMode(recorder.recorded, self.eps, group)
         with torch.enable_grad():
             with mode:
                 raw = self._call_model(leaf.clone())
             if mode.index != len(recorder.recorded):
                 raise _Mismatch(f"the forward called {mode.index} activations, the baseline's {len(recorder.recorded)}")
-            classes, scores = self._resolve(raw, target, x.shape[0])
+            if images is None:
+                classes, scores = self._resolve(raw, target, x.shape[0])
+            else:
+                classes, scores = self._resolve_grouped(raw, target, images)
             grads = score_gradients(scores, leaf)
         with torch.no_grad():
             base_scores = self._reference_scores(raw_ref, classes, target, x.shape[0], base.shape[0])
@@ -381,14 +429,18 @@ class DeepLift(GradientAttribution):
         )
         return classes, scores.detach(), base_scores.detach(), grads
 
-    def _checked_multipliers(self, x: Tensor, base: Tensor, target: Target) -> tuple[Tensor | None, Tensor, Tensor, Tensor]:
+    def _checked_multipliers(
+        self, x: Tensor, base: Tensor, target: Target, images: int | None = None
+    ) -> tuple[Tensor | None, Tensor, Tensor, Tensor]:
         try:
-            return self._multipliers(x, base, target)
+            return self._multipliers(x, base, target, images)
         except _Mismatch as err:
-            if base.shape[0] == 1 and x.shape[0] > 1:
-                # The model moves the batch dimension: run the reference at the images' batch size.
+            if base.shape[0] < x.shape[0]:
+                # The model moves the batch dimension: run the reference at the images' batch size, each image's
+                # baseline in its row, so that the two passes line up whatever the model does with the rows.
                 try:
-                    return self._multipliers(x, base.expand_as(x).contiguous(), target)
+                    rows = base.repeat_interleave(x.shape[0] // base.shape[0], dim=0)
+                    return self._multipliers(x, rows, target, images)
                 except _Mismatch:
                     pass
             raise InvalidInputError(
@@ -429,14 +481,24 @@ class DeepLiftShap(DeepLift):
 
     ``raw = mean_j DeepLift(x, b_j)`` over the baselines ``b_j`` [N, C, H, W]; it sums per
     image to ``score(x) - mean_j score(b_j)`` (``extras["delta"]`` is the gap,
-    ``extras["baseline_scores"]`` the mean baseline score). Each baseline costs one
-    DeepLift call on the batch (one forward + one backward on the images, one single-image
-    forward on the baseline), so memory does not grow with N.
+    ``extras["baseline_scores"]`` the mean baseline score).
+
+    Several baselines share one pass: the B images are repeated once per baseline, up to
+    ``max_batch`` images at a time, and the reference pass runs on those baselines together,
+    so a call costs ``ceil(N / k)`` DeepLift passes, ``k = max(1, max_batch // B)`` baselines
+    each: memory is bounded by ``max_batch`` (or B, if larger), not by N. One baseline per pass
+    (plain DeepLift for each, in turn) is used instead when the passes could not be shared
+    safely: for a callable target (it scores the batch it is given), for per-call model
+    inputs (``kwargs=``), for a model with a module in training mode (``keep_mode=True``:
+    batch statistics would mix the baselines), or when B alone reaches ``max_batch``.
+    Sharing assumes that the model keeps the rows of a batch in their order (no layer sorts
+    or shuffles images); the result does not depend on ``max_batch`` up to float rounding.
 
     Args:
         model: the model to explain.
         baselines: [N, C, H, W] (or [C, H, W] for one), e.g. a few images of the data set;
             ``None`` (the default) is one black image, which makes this plain DeepLift.
+        max_batch: the most images (repeated images) run through the model at once (default 32).
         eps, output, keep_mode, input_index: as for :class:`DeepLift`.
 
     Example:
@@ -453,7 +515,10 @@ class DeepLiftShap(DeepLift):
         [[[[0.75, 0.75]]]]
     """
 
-    cost: ClassVar[str] = "N_baselines x (1 forward + 1 backward + 1 single-image forward)"
+    cost: ClassVar[str] = (
+        "ceil(N_baselines / k) x (1 forward + 1 backward on k copies of the batch + 1 forward of k baselines), "
+        "k = max(1, max_batch // B)"
+    )
     use_when: ClassVar[str] = (
         "You want DeepLift without betting on one baseline: attributions averaged over a sample of reference images."
     )
@@ -463,6 +528,7 @@ class DeepLiftShap(DeepLift):
         model: nn.Module,
         baselines: Tensor | None = None,
         *,
+        max_batch: int = 32,
         eps: float = 1e-10,
         output: OutputSelector = None,
         keep_mode: bool = False,
@@ -473,27 +539,52 @@ class DeepLiftShap(DeepLift):
         if not isinstance(baselines, Tensor) or baselines.dim() not in (3, 4) or baselines.numel() == 0:
             got = list(baselines.shape) if isinstance(baselines, Tensor) else type(baselines).__name__
             raise InvalidInputError(f"baselines must be a tensor [N, C, H, W] (or [C, H, W]), got {got}")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise InvalidInputError(f"max_batch must be a positive int, got {max_batch!r}")
         super().__init__(model, baseline=0.0, eps=eps, output=output, keep_mode=keep_mode, input_index=input_index)
         self.baselines = baselines.detach() if baselines.dim() == 4 else baselines.detach().unsqueeze(0)
+        self.max_batch = max_batch
+
+    def _per_pass(self, target: Target, batch: int, count: int) -> int:
+        """How many baselines share one pass (1: plain DeepLift for each in turn)."""
+        shared = min(count, self.max_batch // batch)
+        if shared < 2 or self._call is not None or any(m.training for m in self.model.modules()):
+            return 1
+        if callable(target) and not isinstance(target, Tensor):
+            return 1  # a callable scores the batch it gets: it may hold per-image data for B rows
+        if isinstance(target, Tensor) and target.dim() > 0 and target.shape[0] != batch:
+            return 1  # leave the error message to the plain path
+        if isinstance(target, Sequence) and len(target) != batch:
+            return 1
+        return shared
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         x = x.detach()
         bases = self.baselines.to(device=x.device, dtype=x.dtype)
         check_broadcasts(bases[:1], x, what="input", hint="pass baselines [N, C, H, W] with x's C, H, W.")
         bases = bases.expand(bases.shape[0], *x.shape[1:])
+        count, batch = bases.shape[0], x.shape[0]
+        per_pass = self._per_pass(target, batch, count)
         total: Tensor | None = None
         base_total: Tensor | None = None
         classes: Tensor | None = None
         scores = x.new_zeros(0)
         resolved: Target = target
-        for j in range(bases.shape[0]):
-            base = bases[j : j + 1]
-            classes, scores, base_scores, grads = self._checked_multipliers(x, base, resolved)
+        for start in range(0, count, per_pass):
+            base = bases[start : start + per_pass]
+            rows = base.shape[0]
+            if per_pass == 1:
+                classes, scores, base_scores, grads = self._checked_multipliers(x, base, resolved)
+            else:
+                copies = x.repeat(rows, *([1] * (x.dim() - 1)))
+                classes, scores, base_scores, grads = self._checked_multipliers(copies, base, resolved, images=batch)
+                classes, scores = cast(Tensor, classes)[:batch], scores[:batch]
             if classes is not None:
                 resolved = classes  # every baseline explains the classes resolved on the first pass
-            diff = (x - base).float()
-            part = (diff.unsqueeze(1) if scores.dim() == 2 else diff) * grads.float()
+            diff = (x.unsqueeze(0) - base.unsqueeze(1)).float()  # [rows, B, C, H, W]: image i against baseline j
+            grads = grads.float().unflatten(0, (rows, batch))
+            part = ((diff.unsqueeze(2) if scores.dim() == 2 else diff) * grads).sum(dim=0)
+            base_part = base_scores.float().unflatten(0, (rows, batch)).sum(dim=0)
             total = part if total is None else total + part
-            base_total = base_scores.float() if base_total is None else base_total + base_scores.float()
-        count = bases.shape[0]
+            base_total = base_part if base_total is None else base_total + base_part
         return self._finish(x, cast(Tensor, total) / count, classes, scores, cast(Tensor, base_total) / count, baselines=count)
