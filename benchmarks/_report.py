@@ -34,6 +34,7 @@ class Machine:
     load_end: tuple[float, float, float] | None = None
     extra: list[str] = field(default_factory=list)
     allocator: str = "unknown"
+    blas_threads: str = "unknown"
 
 
 def cpu_model() -> str:
@@ -63,6 +64,12 @@ def allocator() -> str:
     return "; ".join(parts)
 
 
+def blas_threads() -> str:
+    """numpy's BLAS thread setting (``OPENBLAS_NUM_THREADS``): an anchor's scikit-learn calls run on it."""
+    value = os.environ.get("OPENBLAS_NUM_THREADS")
+    return f"OPENBLAS_NUM_THREADS={value}" if value else "OpenBLAS's default (one thread per core)"
+
+
 def load_average() -> tuple[float, float, float] | None:
     try:
         return os.getloadavg()
@@ -86,6 +93,7 @@ def describe_machine(devices: Sequence[torch.device]) -> Machine:
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         load_start=load_average(),
         allocator=allocator(),
+        blas_threads=blas_threads(),
     )
 
 
@@ -186,6 +194,7 @@ def write_markdown(
         f"- CPU: {machine.cpu}, {machine.cores} logical cores, torch threads: {machine.threads}",
         f"- Devices: {', '.join(machine.devices)}",
         f"- CPU memory allocator: {machine.allocator}",
+        f"- numpy's BLAS threads (scikit-learn inside an anchor): {machine.blas_threads}",
         f"- Python {machine.python}; " + ", ".join(f"{k} {val}" for k, val in v.items()),
     ]
     if machine.load_start is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import doctest
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -281,3 +282,31 @@ def test_allocator_names_what_changes_cpu_timings(monkeypatch):
     )
     machine = _report.describe_machine([torch.device("cpu")])
     assert machine.allocator == _report.allocator()
+
+
+def test_blas_threads_names_numpys_setting(monkeypatch):
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert _report.blas_threads() == "OpenBLAS's default (one thread per core)"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert _report.blas_threads() == "OPENBLAS_NUM_THREADS=1"
+    assert _report.describe_machine([torch.device("cpu")]).blas_threads == "OPENBLAS_NUM_THREADS=1"
+
+
+def test_python_m_benchmarks_runs_numpys_blas_on_one_thread():
+    pytest.importorskip("threadpoolctl")
+    script = (
+        "import runpy, sys\n"
+        "sys.argv = ['benchmarks', '--list']\n"
+        "try:\n"
+        "    runpy.run_module('benchmarks', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import threadpoolctl\n"
+        "print('BLAS', sorted({i['num_threads'] for i in threadpoolctl.threadpool_info() if i['internal_api'] == 'openblas'}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    last = out.stdout.strip().splitlines()[-1]
+    if last == "BLAS []":
+        pytest.skip("numpy does not use OpenBLAS here")
+    assert last == "BLAS [1]"
