@@ -347,6 +347,18 @@ def test_gradientshap_seeded_converges_to_its_expectation():
     assert not torch.equal(few, other_seed)
 
 
+def test_gradientshap_without_noise_draws_none_and_keeps_the_other_draws():
+    x = tiny_input(batch=2)
+    bases = tiny_input(batch=3, seed=2)
+    quiet, noisy = camkit.GradientShap(TinyNet(), bases, samples=5), camkit.GradientShap(TinyNet(), bases, samples=5, stdev=0.3)
+    index0, alpha0, noise0 = quiet.draws(x, 7)
+    index1, alpha1, noise1 = noisy.draws(x, 7)
+    assert torch.equal(index0, index1) and torch.equal(alpha0, alpha1)  # the noise comes last from the generator
+    assert noise0.shape == noise1.shape == (5, *x.shape[1:])
+    assert noise0.stride() == (0, 0, 0, 0) and not noise0.any()  # a zero expanded: nothing drawn, nothing stored
+    assert noise1.abs().max() > 0
+
+
 def test_gradientshap_on_a_linear_model_is_exact_per_draw():
     net = nn.Sequential(nn.Flatten(), nn.Linear(2, 1, bias=False))
     with torch.no_grad():

@@ -99,12 +99,20 @@ class GradientShap(GradientAttribution):
         return super()._bind_inputs(x, inputs, kwargs)
 
     def draws(self, x: Tensor, seed: int) -> tuple[Tensor, Tensor, Tensor]:
-        """The shared draws for input shape ``x``: baseline indices [S], path points [S], noise [S, C, H, W]."""
+        """The shared draws for input shape ``x``: baseline indices [S], path points [S], noise [S, C, H, W].
+
+        The noise is drawn last, so ``stdev`` does not change the other draws; with ``stdev=0``
+        none is drawn and the noise is a zero tensor expanded to [S, C, H, W] (no memory).
+        """
         generator = torch.Generator(device="cpu").manual_seed(seed)
         index = torch.randint(0, self.baselines.shape[0], (self.samples,), generator=generator)
         alpha = torch.rand(self.samples, generator=generator, dtype=torch.float64)
-        noise = torch.randn(self.samples, *x.shape[1:], generator=generator, dtype=torch.float64) * self.stdev
-        return index.to(x.device), alpha.to(device=x.device, dtype=x.dtype), noise.to(device=x.device, dtype=x.dtype)
+        if self.stdev == 0:
+            noise = torch.zeros((), device=x.device, dtype=x.dtype).expand(self.samples, *x.shape[1:])
+        else:
+            drawn = torch.randn(self.samples, *x.shape[1:], generator=generator, dtype=torch.float64) * self.stdev
+            noise = drawn.to(device=x.device, dtype=x.dtype)
+        return index.to(x.device), alpha.to(device=x.device, dtype=x.dtype), noise
 
     def _scores(self, output: Tensor, classes: Tensor | None, target: Target, rows: Tensor) -> Tensor:
         if classes is None:
@@ -131,7 +139,7 @@ class GradientShap(GradientAttribution):
         for start in range(0, batch * samples, self.max_batch):
             rows = torch.arange(start, min(start + self.max_batch, batch * samples), device=x.device)
             image, draw = rows // samples, rows % samples
-            noisy = x[image] + noise[draw]
+            noisy = x[image] if self.stdev == 0 else x[image] + noise[draw]
             base = bases[index[draw]]
             step = noisy - base
             point = (base + alphas[draw].view(-1, 1, 1, 1) * step).requires_grad_(True)
