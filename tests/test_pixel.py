@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -306,6 +307,39 @@ def test_integrated_gradients_tensor_baselines():
         camkit.IntegratedGradients(model, baseline=torch.zeros(3, 4, 4)).explain(x)
     with pytest.raises(camkit.InvalidInputError, match="'blur'"):
         camkit.IntegratedGradients(model, baseline="noise")
+
+
+def _forward_rows(model: nn.Module) -> list[int]:
+    """The batch size of every forward of ``model`` from now on."""
+    rows: list[int] = []
+    model.register_forward_pre_hook(lambda _module, args: rows.append(args[0].shape[0]))
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("baseline", "target", "keep_mode", "first"),
+    [
+        (0.25, 1, False, [4]),  # the 3 images and the shared baseline's one row in one forward
+        (torch.full((3, 3, 8, 8), 0.25), torch.tensor([1, 1, 1]), False, [6]),  # each image's baseline row
+        (0.25, lambda out: out[:, 1], False, [3, 3]),  # a callable scores the batch it gets: apart
+        (0.25, 1, True, [3, 3]),  # batch norm in training mode would mix the rows: apart
+    ],
+    ids=["shared", "per-image", "callable", "training"],
+)
+def test_integrated_gradients_scores_both_ends_in_one_forward_where_rows_cannot_mix(baseline, target, keep_mode, first):
+    model, x = TinyNet(), tiny_input()
+    model.train(keep_mode)
+    rows = _forward_rows(model)
+    explanation = camkit.IntegratedGradients(model, steps=6, baseline=baseline, keep_mode=keep_mode, max_batch=18)
+    result = explanation.explain(x, target)
+    assert rows[: len(first)] == first and rows[len(first) :] == [18]  # then the 18 path images, one chunk
+    if keep_mode:
+        return  # batch statistics: a batch of 3 images is not the reference's batch
+    # against the plain two-forward path (baseline 0.25 given as a number there too: the same values)
+    plain = camkit.IntegratedGradients(copy.deepcopy(model), steps=6, baseline=0.25).explain(x, lambda out: out[:, 1])
+    torch.testing.assert_close(result.scores, plain.scores, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(result.extras["baseline_scores"], plain.extras["baseline_scores"], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(result.raw, plain.raw, atol=1e-6, rtol=1e-5)
 
 
 def test_blur_baseline_matches_the_functional_blur():

@@ -13,7 +13,7 @@ from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..functional.attribution import IntegrationRule, blur, completeness_gap, integration_points
 from ..registry import register_method
-from ..targets import OutputSelector, Target
+from ..targets import OutputSelector, Target, resolve_target, select_output
 from .base import InputIndex
 from .pixel import GradientAttribution, score_gradients
 
@@ -113,7 +113,7 @@ class IntegratedGradients(GradientAttribution):
         if isinstance(self.baseline, str):
             sigma = self.blur_sigma if self.blur_sigma is not None else max(x.shape[-2:]) / 10.0
             return blur(x, sigma)
-        return torch.full_like(x, float(self.baseline))
+        return torch.full((1, *x.shape[1:]), float(self.baseline), dtype=x.dtype, device=x.device).expand_as(x)
 
     def _points(self, device: torch.device) -> tuple[Tensor, Tensor]:
         """The quadrature's nodes and weights on ``device``, copied there once per device."""
@@ -138,12 +138,34 @@ class IntegratedGradients(GradientAttribution):
             return output.gather(1, chosen)
         return output.gather(1, chosen[:, None])[:, 0]
 
+    def _endpoint_scores(self, x: Tensor, base: Tensor, target: Target) -> tuple[Tensor | None, Tensor, Tensor]:
+        """``(classes, scores, baseline_scores)``: the target resolved on ``x``, scored at both ends of the path.
+
+        One forward of the images with the baseline's distinct rows beneath them (one row for
+        a shared baseline), where rows cannot influence each other's scores: class targets, no
+        per-call model inputs, no module in training mode. Otherwise two forwards, as the target
+        or the model may read the whole batch.
+        """
+        shared = base.stride(0) == 0 or base.shape[0] == 1
+        if (
+            (callable(target) and not isinstance(target, Tensor))
+            or self._call is not None
+            or any(m.training for m in self.model.modules())
+        ):
+            classes, scores = self._target_scores(x, target)
+            return classes, scores, self._scores(self._forward(base), classes, target, None)
+        batch = x.shape[0]
+        ends = torch.cat([x, base[:1] if shared else base])
+        out = select_output(self._call_model(ends), self.output)
+        classes, scores = resolve_target(target, out[:batch], batch=batch)
+        refs = out[batch:].expand(batch, *out.shape[1:]) if shared else out[batch:]
+        return classes, scores, self._scores(refs, classes, target, None)
+
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         x = x.detach()
         base = self._baseline(x)
         with torch.no_grad():
-            classes, scores = self._target_scores(x, target)
-            base_scores = self._scores(self._forward(base), classes, target, None)
+            classes, scores, base_scores = self._endpoint_scores(x, base, target)
         alphas, weights = self._points(x.device)
         batch = x.shape[0]
         per_row = (batch, *scores.shape[1:], *x.shape[1:])
