@@ -170,18 +170,23 @@ class IntegratedGradients(GradientAttribution):
         batch = x.shape[0]
         per_row = (batch, *scores.shape[1:], *x.shape[1:])
         total = torch.zeros(per_row, dtype=torch.float32, device=x.device)
+        change = x - base
+        shared = base[:1] if base.stride(0) == 0 else None  # one baseline row for all: broadcast, not gathered
         for start in range(0, batch * self.steps, self.max_batch):
             index = torch.arange(start, min(start + self.max_batch, batch * self.steps), device=x.device)
             sample, step = index // self.steps, index % self.steps
             alpha = alphas[step].view(-1, 1, 1, 1).to(x.dtype)
-            leaf = (base[sample] + alpha * (x[sample] - base[sample])).requires_grad_(True)
+            # base + alpha * (x - base), in one pass over the path images
+            leaf = torch.addcmul(base[sample] if shared is None else shared, alpha, change[sample]).requires_grad_(True)
             with torch.enable_grad():
                 with self._rule():
                     chunk_scores = self._scores(self._forward(leaf.clone()), classes, target, sample)
-                grads = score_gradients(chunk_scores, leaf).float()
-            weight = weights[step].view(-1, *([1] * (grads.dim() - 1)))
-            total.index_add_(0, sample, grads * weight)
-        diff = (x - base).float()
+                # the quadrature weight scales each path image's score: its gradient comes out weighted
+                weight = weights[step].to(chunk_scores.dtype)
+                weighted = chunk_scores * (weight[:, None] if chunk_scores.dim() == 2 else weight)
+                grads = score_gradients(weighted, leaf).float()
+            total.index_add_(0, sample, grads)
+        diff = change.float()
         raw = (diff.unsqueeze(1) if scores.dim() == 2 else diff) * total
         maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
         gap = completeness_gap(raw, scores.float(), base_scores.float())
