@@ -342,6 +342,22 @@ def test_integrated_gradients_scores_both_ends_in_one_forward_where_rows_cannot_
     torch.testing.assert_close(result.raw, plain.raw, atol=1e-6, rtol=1e-5)
 
 
+def test_integrated_gradients_scores_a_neuron_at_both_ends_in_one_forward():
+    model, x = TinyNet().eval(), tiny_input()
+    rows = _forward_rows(model)
+    result = camkit.IntegratedGradients(model, steps=6, baseline=0.25, max_batch=18).explain(
+        x, camkit.NeuronTarget("conv2", 4, position=(2, 5))
+    )
+    assert rows == [4, 18]  # the 3 images and the baseline's row, then the path images
+    seen: list[Tensor] = []
+    handle = model.conv2.register_forward_hook(lambda _m, _a, out: seen.append(out.detach()))
+    with torch.no_grad():
+        model(x), model(torch.full_like(x, 0.25))
+    handle.remove()
+    torch.testing.assert_close(result.scores, seen[0][:, 4, 2, 5], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(result.extras["baseline_scores"], seen[1][:, 4, 2, 5], atol=1e-6, rtol=1e-6)
+
+
 def test_blur_baseline_matches_the_functional_blur():
     model, x = TinyNet().eval(), tiny_input()
     by_name = camkit.IntegratedGradients(model, steps=5, baseline="blur", blur_sigma=1.5).explain(x, 0)

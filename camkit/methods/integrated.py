@@ -12,6 +12,7 @@ from .._checks import check_broadcasts
 from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..functional.attribution import IntegrationRule, blur, completeness_gap, integration_points
+from ..neuron import NeuronTarget
 from ..registry import register_method
 from ..targets import OutputSelector, Target, resolve_target, select_output
 from .base import InputIndex
@@ -142,13 +143,14 @@ class IntegratedGradients(GradientAttribution):
         """``(classes, scores, baseline_scores)``: the target resolved on ``x``, scored at both ends of the path.
 
         One forward of the images with the baseline's distinct rows beneath them (one row for
-        a shared baseline), where rows cannot influence each other's scores: class targets, no
-        per-call model inputs, no module in training mode. Otherwise two forwards, as the target
-        or the model may read the whole batch.
+        a shared baseline), where rows cannot influence each other's scores: class targets or a
+        :class:`~camkit.NeuronTarget`, no per-call model inputs, no module in training mode.
+        Otherwise two forwards, as the target or the model may read the whole batch.
         """
         shared = base.stride(0) == 0 or base.shape[0] == 1
+        neuron = isinstance(target, NeuronTarget)  # a callable, but one that scores each row on its own
         if (
-            (callable(target) and not isinstance(target, Tensor))
+            (callable(target) and not isinstance(target, Tensor) and not neuron)
             or self._call is not None
             or any(m.training for m in self.model.modules())
         ):
@@ -156,6 +158,10 @@ class IntegratedGradients(GradientAttribution):
             return classes, scores, self._scores(self._forward(base), classes, target, None)
         batch = x.shape[0]
         ends = torch.cat([x, base[:1] if shared else base])
+        if neuron:
+            _, both = self._target_scores(ends, target)
+            refs = both[batch:]
+            return None, both[:batch], refs.expand(batch, *refs.shape[1:]) if shared else refs
         out = select_output(self._call_model(ends), self.output)
         classes, scores = resolve_target(target, out[:batch], batch=batch)
         refs = out[batch:].expand(batch, *out.shape[1:]) if shared else out[batch:]
