@@ -187,10 +187,14 @@ class IntegratedGradients(GradientAttribution):
             with torch.enable_grad():
                 with self._rule():
                     chunk_scores = self._scores(self._forward(leaf.clone()), classes, target, sample)
-                # the quadrature weight scales each path image's score: its gradient comes out weighted
-                weight = weights[step].to(chunk_scores.dtype)
-                weighted = chunk_scores * (weight[:, None] if chunk_scores.dim() == 2 else weight)
-                grads = score_gradients(weighted, leaf).float()
+                weight = weights[step]
+                folded = chunk_scores.dtype in (torch.float32, torch.float64)
+                if folded:  # the weight scales each path image's score, so its gradient comes out weighted
+                    weight = weight.to(chunk_scores.dtype)
+                    chunk_scores = chunk_scores * (weight[:, None] if chunk_scores.dim() == 2 else weight)
+                grads = score_gradients(chunk_scores, leaf).float()
+            if not folded:  # half precision: weighted after the backward, in float32
+                grads = grads * weight.view(-1, *([1] * (grads.dim() - 1)))
             total.index_add_(0, sample, grads)
         diff = change.float()
         raw = (diff.unsqueeze(1) if scores.dim() == 2 else diff) * total
