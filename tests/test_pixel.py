@@ -342,6 +342,17 @@ def test_integrated_gradients_scores_both_ends_in_one_forward_where_rows_cannot_
     torch.testing.assert_close(result.raw, plain.raw, atol=1e-6, rtol=1e-5)
 
 
+def test_integrated_gradients_on_a_bfloat16_model_weights_in_float32():
+    model, x = ResBlockNet().eval(), tiny_input(size=10)
+    full = camkit.IntegratedGradients(model, steps=16).explain(x, 2)
+    half = camkit.IntegratedGradients(copy.deepcopy(model).to(torch.bfloat16), steps=16).explain(x, 2)
+    assert half.raw.dtype == torch.float32
+    scale = full.raw.abs().max()
+    assert (half.raw - full.raw).abs().max() < 0.05 * scale  # bf16 activations: a few per cent
+    delta = half.scores.float() - half.extras["baseline_scores"].float()
+    assert (half.extras["completeness_gap"].abs() <= 0.05 * delta.abs() + 1e-3).all()
+
+
 def test_integrated_gradients_scores_a_neuron_at_both_ends_in_one_forward():
     model, x = TinyNet().eval(), tiny_input()
     rows = _forward_rows(model)
