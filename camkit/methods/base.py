@@ -180,6 +180,14 @@ class Explainer:
         """The running call's binding in this thread (``None``: the model runs as ``model(x)``)."""
         return current_call(self)
 
+    def _rows_can_join(self) -> bool:
+        """Whether rows of other images may share this call's batch without changing any image's result.
+
+        Not with per-call model inputs (they have the images' rows) or with a module in training
+        mode (batch statistics would mix the rows).
+        """
+        return self._call is None and not any(m.training for m in self.model.modules())
+
     @contextmanager
     def _lend_call(self, *others: Explainer) -> Iterator[None]:
         """Run explainers this one wraps with this call's model inputs (same thread, same call)."""

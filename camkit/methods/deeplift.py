@@ -267,6 +267,12 @@ class _RescaleMode(TorchFunctionMode):
         return values
 
 
+def _class_scores(output: Tensor, classes: Tensor) -> Tensor:
+    """``output``'s entries at ``classes`` row by row: [N] for classes [N], [N, K] for [N, K]."""
+    scores = output.gather(1, classes if classes.dim() == 2 else classes[:, None])
+    return scores if classes.dim() == 2 else scores[:, 0]
+
+
 def _caller_level() -> int:
     """The ``stacklevel`` of the first frame outside the camkit package (the user's call)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -377,9 +383,7 @@ class DeepLift(GradientAttribution):
             return scores.expand(batch, *scores.shape[1:])
         refs = select_output(raw, self.output)
         refs = refs.expand(batch, *refs.shape[1:]) if rows == 1 else refs.repeat_interleave(batch // rows, dim=0)
-        chosen = classes if classes.dim() == 2 else classes[:, None]
-        scores = refs.gather(1, chosen)
-        return scores if classes.dim() == 2 else scores[:, 0]
+        return _class_scores(refs, classes)
 
     def _resolve_grouped(self, raw: Any, target: Target, images: int) -> tuple[Tensor, Tensor]:
         """``(classes, scores)`` for a batch of copies of ``images`` images, resolved on the first copy.
@@ -391,9 +395,7 @@ class DeepLift(GradientAttribution):
         resolved, _ = resolve_target(target, out[:images], batch=images)
         first = cast(Tensor, resolved)  # a class target: callables never share passes
         classes = first.repeat(out.shape[0] // images, *([1] * (first.dim() - 1)))
-        chosen = classes if classes.dim() == 2 else classes[:, None]
-        scores = out.gather(1, chosen)
-        return classes, scores if classes.dim() == 2 else scores[:, 0]
+        return classes, _class_scores(out, classes)
 
     def _multipliers(
         self, x: Tensor, base: Tensor, target: Target, images: int | None = None
@@ -548,7 +550,7 @@ class DeepLiftShap(DeepLift):
     def _per_pass(self, target: Target, batch: int, count: int) -> int:
         """How many baselines share one pass (1: plain DeepLift for each in turn)."""
         shared = min(count, self.max_batch // batch)
-        if shared < 2 or self._call is not None or any(m.training for m in self.model.modules()):
+        if shared < 2 or not self._rows_can_join():
             return 1
         if callable(target) and not isinstance(target, Tensor):
             return 1  # a callable scores the batch it gets: it may hold per-image data for B rows

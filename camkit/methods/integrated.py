@@ -139,45 +139,43 @@ class IntegratedGradients(GradientAttribution):
             return output.gather(1, chosen)
         return output.gather(1, chosen[:, None])[:, 0]
 
-    def _endpoint_scores(self, x: Tensor, base: Tensor, target: Target) -> tuple[Tensor | None, Tensor, Tensor]:
+    def _endpoint_scores(
+        self, x: Tensor, base: Tensor, shared: Tensor | None, target: Target
+    ) -> tuple[Tensor | None, Tensor, Tensor]:
         """``(classes, scores, baseline_scores)``: the target resolved on ``x``, scored at both ends of the path.
 
-        One forward of the images with the baseline's distinct rows beneath them (one row for
-        a shared baseline), where rows cannot influence each other's scores: class targets or a
+        One forward of the images with the baseline's distinct rows beneath them (``shared``, its
+        one row, when every image has the same baseline), where rows cannot influence each other's scores: class targets or a
         :class:`~camkit.NeuronTarget`, no per-call model inputs, no module in training mode.
         Otherwise two forwards, as the target or the model may read the whole batch.
         """
-        shared = base.stride(0) == 0 or base.shape[0] == 1
         neuron = isinstance(target, NeuronTarget)  # a callable, but one that scores each row on its own
-        if (
-            (callable(target) and not isinstance(target, Tensor) and not neuron)
-            or self._call is not None
-            or any(m.training for m in self.model.modules())
-        ):
+        if (callable(target) and not isinstance(target, Tensor) and not neuron) or not self._rows_can_join():
             classes, scores = self._target_scores(x, target)
             return classes, scores, self._scores(self._forward(base), classes, target, None)
         batch = x.shape[0]
-        ends = torch.cat([x, base[:1] if shared else base])
+        ends = torch.cat([x, base if shared is None else shared])
         if neuron:
             _, both = self._target_scores(ends, target)
             refs = both[batch:]
-            return None, both[:batch], refs.expand(batch, *refs.shape[1:]) if shared else refs
+            return None, both[:batch], refs if shared is None else refs.expand(batch, *refs.shape[1:])
         out = select_output(self._call_model(ends), self.output)
         classes, scores = resolve_target(target, out[:batch], batch=batch)
-        refs = out[batch:].expand(batch, *out.shape[1:]) if shared else out[batch:]
+        refs = out[batch:] if shared is None else out[batch:].expand(batch, *out.shape[1:])
         return classes, scores, self._scores(refs, classes, target, None)
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         x = x.detach()
         base = self._baseline(x)
+        # one baseline row for all images: broadcast, not gathered, and scored once
+        shared = base[:1] if base.stride(0) == 0 or base.shape[0] == 1 else None
         with torch.no_grad():
-            classes, scores, base_scores = self._endpoint_scores(x, base, target)
+            classes, scores, base_scores = self._endpoint_scores(x, base, shared, target)
         alphas, weights = self._points(x.device)
         batch = x.shape[0]
         per_row = (batch, *scores.shape[1:], *x.shape[1:])
         total = torch.zeros(per_row, dtype=torch.float32, device=x.device)
         change = x - base
-        shared = base[:1] if base.stride(0) == 0 else None  # one baseline row for all: broadcast, not gathered
         for start in range(0, batch * self.steps, self.max_batch):
             index = torch.arange(start, min(start + self.max_batch, batch * self.steps), device=x.device)
             sample, step = index // self.steps, index % self.steps
