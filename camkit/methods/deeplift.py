@@ -83,14 +83,17 @@ def _grouped(t: Tensor, rows: int) -> Tensor:
 class _Rescale(torch.autograd.Function):
     """An activation whose backward multiplies by the Rescale multiplier ``(f(x) - f(x0)) / (x - x0)``.
 
-    Written for memory traffic: the reference's ``f(x0)`` comes from the reference pass, and the
-    multiplier is built in place (two full-size buffers), since these elementwise passes, not the
-    arithmetic, are what DeepLift adds to a saliency pass.
+    Written for memory traffic: the multiplier is built in place (two full-size buffers), since
+    these elementwise passes, not the arithmetic, are what DeepLift adds to a saliency pass. The
+    reference's ``f(x0)`` is recomputed from ``x0`` here rather than kept from the reference pass:
+    it costs one pass at the reference's size (usually one row) and spares holding a second
+    reference-sized buffer per activation between the passes.
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, ref: Tensor, ref_out: Tensor, activation: Activation, eps: float) -> Tensor:
+    def forward(ctx: Any, x: Tensor, ref: Tensor, activation: Activation, eps: float) -> Tensor:
         rows = ref.shape[0]  # x's rows come in `rows` equal groups, the i-th paired with the reference's row i
+        ref_out = activation.fn(ref)
         delta_in = torch.sub(_grouped(x, rows), ref.unsqueeze(1))
         relu = activation.name == "relu"
         if relu:
@@ -108,9 +111,9 @@ class _Rescale(torch.autograd.Function):
         return y
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (multiplier,) = ctx.saved_tensors
-        return grad * multiplier, None, None, None, None
+        return grad * multiplier, None, None, None
 
 
 _POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
@@ -183,7 +186,7 @@ class _RescaleMaxPool(torch.autograd.Function):
         return flat.view(ctx.input_shape), None, None, None, None
 
 
-_Record = tuple[str, Tensor, Union[Tensor, tuple[Tensor, Tensor]]]
+_Record = tuple[str, Tensor, Union[tuple[Tensor, Tensor], None]]
 
 
 class _Mismatch(Exception):
@@ -193,8 +196,9 @@ class _Mismatch(Exception):
 class _RescaleMode(TorchFunctionMode):
     """Records activation calls (``refs is None``) or applies the Rescale rule against them.
 
-    A record is ``(name, x0, out0)``: the call's input on the reference and its output there
-    (for max-pooling, the pooled values and their indices).
+    A record is ``(name, x0, pooled)``: the call's input on the reference and, for max-pooling,
+    the pooled values and their indices there (``None`` for an activation, whose output at
+    ``x0`` the main pass recomputes).
     """
 
     def __init__(self, refs: list[_Record] | None = None, eps: float = 1e-10, group: tuple[int, int] | None = None) -> None:
@@ -223,7 +227,7 @@ class _RescaleMode(TorchFunctionMode):
             return self._record(name_now, x, activation, func, args, kwargs)
         if self.index >= len(self.refs):
             raise _Mismatch(f"the forward called more activations ({self.index + 1}+) than on the baseline")
-        name, ref, ref_out = self.refs[self.index]
+        name, ref, pooled = self.refs[self.index]
         self.index += 1
         if name != name_now or ref.shape[1:] != x.shape[1:] or not self._paired(ref.shape[0], x.shape[0]):
             raise _Mismatch(
@@ -231,8 +235,8 @@ class _RescaleMode(TorchFunctionMode):
                 f"{name} on {list(ref.shape)} for the baseline"
             )
         if isinstance(activation, Activation):
-            return _Rescale.apply(x, ref.to(x.dtype), cast(Tensor, ref_out).to(x.dtype), activation, self.eps)
-        values, index = cast(tuple[Tensor, Tensor], ref_out)
+            return _Rescale.apply(x, ref.to(x.dtype), activation, self.eps)
+        values, index = cast(tuple[Tensor, Tensor], pooled)
         if ref.shape[0] not in (1, x.shape[0]):  # grouped references: the pooling rule takes them row by row
             copies = x.shape[0] // ref.shape[0]
             ref, values, index = (t.repeat_interleave(copies, dim=0) for t in (ref, values, index))
@@ -256,12 +260,11 @@ class _RescaleMode(TorchFunctionMode):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        """Run one call of the reference pass and keep copies of its input and output (later ops may change them)."""
+        """Run one call of the reference pass and keep a copy of its input (later ops may change it)."""
         x0 = x.detach().clone()
         if isinstance(activation, Activation):
-            out = func(*args, **kwargs)
-            self.recorded.append((name, x0, out.detach().clone()))
-            return out
+            self.recorded.append((name, x0, None))
+            return func(*args, **kwargs)
         values, index = _pool(x, activation)
         self.recorded.append((name, x0, (values.detach().clone(), index)))
         return values
