@@ -753,26 +753,31 @@ def test_deepliftshap_shared_passes_on_a_model_that_moves_the_batch_dimension(mo
     _same_explanation(shared, reference)
 
 
-def test_deeplift_keeps_only_the_references_inputs_between_its_passes(monkeypatch):
-    """With a baseline per image the reference pass is batch-sized: it keeps each activation's input, not its output too."""
+def test_deeplift_keeps_only_the_references_inputs_and_drops_each_after_use(monkeypatch):
+    """With a baseline per image the reference pass is batch-sized: it keeps each activation's input, not its output
+    too, and the main pass lets each record go once it has used it."""
     import camkit.methods.deeplift as deeplift
 
-    recorders: list[deeplift._RescaleMode] = []
+    handed: list[list] = []  # the records as the main pass received them
+    modes: list[deeplift._RescaleMode] = []
 
     class Spy(deeplift._RescaleMode):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            recorders.append(self)
+        def __init__(self, refs=None, *args, **kwargs) -> None:
+            super().__init__(refs, *args, **kwargs)
+            if refs is not None:
+                handed.append(list(refs))
+                modes.append(self)
 
     monkeypatch.setattr(deeplift, "_RescaleMode", Spy)
     model = ShapNet().eval()  # ReLU module, max-pooling, GELU and F.relu
     per_image = SHAP_BASES[:3]
     batch = camkit.DeepLift(model, baseline=per_image).explain(SHAP_X, 1)
-    (recorder,) = [r for r in recorders if r.refs is None]
-    assert [name for name, _, _ in recorder.recorded] == ["relu", "max_pool2d", "gelu", "relu"]
-    for name, x0, pooled in recorder.recorded:
+    ((records,), (mode,)) = handed, modes
+    assert [name for name, _, _ in records] == ["relu", "max_pool2d", "gelu", "relu"]
+    for name, x0, pooled in records:
         assert x0.shape[0] == 3
         assert (pooled is None) == (name != "max_pool2d")  # pooling keeps its maxima and their positions
+    assert mode.refs == [None] * 4  # nothing of the reference is held once the pass is over
     # the outputs at x0, now recomputed in the main pass, still give each image its own exact answer
     for i in range(3):
         one = camkit.DeepLift(model, baseline=per_image[i]).explain(SHAP_X[i : i + 1], 1)

@@ -198,14 +198,15 @@ class _RescaleMode(TorchFunctionMode):
 
     A record is ``(name, x0, pooled)``: the call's input on the reference and, for max-pooling,
     the pooled values and their indices there (``None`` for an activation, whose output at
-    ``x0`` the main pass recomputes).
+    ``x0`` the main pass recomputes). The main pass uses each record once and drops it from
+    ``refs`` as it goes, so the reference's memory is given back during the pass, not after it.
     """
 
-    def __init__(self, refs: list[_Record] | None = None, eps: float = 1e-10, group: tuple[int, int] | None = None) -> None:
+    def __init__(self, refs: list[_Record | None] | None = None, eps: float = 1e-10, group: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.refs = refs
         self.group = group
-        self.recorded: list[_Record] = []
+        self.recorded: list[_Record | None] = []
         self.eps = eps
         self.index = 0
         self.unruled: set[str] = set()
@@ -227,7 +228,8 @@ class _RescaleMode(TorchFunctionMode):
             return self._record(name_now, x, activation, func, args, kwargs)
         if self.index >= len(self.refs):
             raise _Mismatch(f"the forward called more activations ({self.index + 1}+) than on the baseline")
-        name, ref, pooled = self.refs[self.index]
+        name, ref, pooled = cast(_Record, self.refs[self.index])  # each main pass comes with fresh records
+        self.refs[self.index] = None  # used once: its memory goes as soon as this call is done with it
         self.index += 1
         if name != name_now or ref.shape[1:] != x.shape[1:] or not self._paired(ref.shape[0], x.shape[0]):
             raise _Mismatch(
