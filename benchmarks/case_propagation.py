@@ -12,10 +12,9 @@ Every implementation gets the same explicit classes (the top-1 of a no-grad forw
 Two sets of interleaved rounds: camkit's four methods alone, which the goals and camkit's rows
 come from; then, when captum is installed, captum's implementations beside camkit's Saliency,
 DeepLift and LRP epsilon, which captum's rows come from (their ratio to Saliency, and camkit's
-matching method ÷ theirs). Timing them all in one set of rounds let captum's LRP, which
-allocates several GiB a call, change glibc's heap so that camkit's Saliency faulted its memory
-in afresh too, which made DeepLift's and LRP's ratios to it look better than a user calling
-them gets (docs/guide/performance.md).
+matching method ÷ theirs). In one set of rounds, captum's LRP, which allocates several GiB a
+call, made camkit's Saliency fault its memory in afresh too under glibc's default settings, and
+DeepLift's ratio to it measured that (docs/guide/performance.md).
 
 Agreement: captum's attributions [B, C, H, W] are given camkit's pixel contract
 (``max_c |attr|``, then per-map min-max; :func:`camkit.methods.pixel.pixel_maps`) and
@@ -164,8 +163,8 @@ def run(ctx: Context) -> list[Row | Goal]:
             diffs[theirs] = max_abs_diff(pixel_maps(outputs[ours], size2)[0], pixel_maps(outputs[theirs], size2)[0])
             ctx.log(f"    max |{ours} - {theirs}| maps = {diffs[theirs]:.2e}")
     outputs.clear()
-    # camkit's methods in rounds of their own, which the goals come from: with captum's calls between
-    # them, glibc's heap (see docs/guide/performance.md) made Saliency fault as well and flattered the ratios
+    # camkit's methods in rounds of their own, which the goals come from: captum's calls between them change
+    # glibc's heap under camkit's (see the module docstring)
     ours = {impl: fn for impl, fn in fns.items() if impl.startswith("camkit ")}
     timings = ctx.time(ours)
     if SALIENCY not in timings:
