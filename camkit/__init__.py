@@ -1,12 +1,14 @@
 """camkit: see what PyTorch image models look at.
 
 The public API is flat: explainers (``camkit.GradCAM`` ...), the registry
-(``camkit.get_method``), layers and targets helpers, overlays and image IO.
-Pure tensor math lives in :mod:`camkit.functional`; the hook layer in :mod:`camkit.hooks`.
+(``camkit.get_method``), layers and targets helpers, overlays and image IO. Behind it, one
+wing per concern: :mod:`camkit.layers` (which layer, and how its output lies on the input),
+:mod:`camkit.targets` (what is scored), :mod:`camkit.viz` (what people look at), pure tensor
+math in :mod:`camkit.functional`, the hook layer in :mod:`camkit.hooks`, the explainers in
+:mod:`camkit.methods`. CONTRIBUTING.md draws the map and says who may import whom.
 """
 
 from ._version import __version__
-from .architectures import default_layer, unwrap_model
 from .audit import audit
 from .debug.features import extract_features
 from .errors import (
@@ -23,11 +25,10 @@ from .errors import (
     UnknownMethodError,
 )
 from .explanation import Explanation
-from .figures import ExplanationFigure, figure
 from .functional.views import attribution_view
 from .hooks import HookScope, LayerCapture
-from .io import denormalize, load_image, read_rgb, save_png, to_tensor
-from .layers import auto_layer, list_layers, resolve_layers
+from .io import denormalize, load_image, read_rgb, save_png, to_tensor, to_uint8_rgb
+from .layers import auto_layer, default_layer, list_layers, resolve_layers, unwrap_model
 from .methods import (  # issue 18: pytorch-grad-cam methods
     CAM,
     FEM,
@@ -77,11 +78,18 @@ from .methods import (  # issue 18: pytorch-grad-cam methods
     factorization_image,
 )
 from .modelload import ModelLoadError, load_model
-from .neuron import NeuronTarget
-from .overlay import overlay, to_uint8_rgb
 from .registry import get_method, list_methods, register_method
-from .target_fns import BinaryTarget, DetectionTarget, RegressionTarget, SegmentationTarget, SimilarityTarget
-from .targets import resolve_target, select_output
+from .targets import (
+    BinaryTarget,
+    DetectionTarget,
+    NeuronTarget,
+    RegressionTarget,
+    SegmentationTarget,
+    SimilarityTarget,
+    resolve_target,
+    select_output,
+)
+from .viz import ExplanationFigure, figure, overlay
 
 __all__ = [
     "CAM",

@@ -14,6 +14,7 @@ __all__ = [
     "InvalidTargetError",
     "LayerNotFoundError",
     "LayerNotReachedError",
+    "ModelLoadError",
     "NoReLUWarning",
     "NoRuleWarning",
     "OutputSelectionError",
@@ -168,6 +169,19 @@ class InferenceModeError(CamkitError, RuntimeError):
         ...     except camkit.InferenceModeError:
         ...         print("raised")
         raised
+    """
+
+
+class ModelLoadError(CamkitError, ValueError):
+    """A model description, weights file or preprocessing option that cannot be used.
+
+    Example:
+        >>> import camkit
+        >>> try:
+        ...     camkit.load_model("resnet18")  # not one of the forms load_model reads
+        ... except camkit.ModelLoadError as err:
+        ...     print(err)
+        --model 'resnet18' is not torchvision:NAME, package.module:factory, or an existing file
     """
 
 

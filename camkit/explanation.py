@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from .figures import ExplanationFigure
+from .viz.figures import ExplanationFigure, figure
 
 __all__ = ["Explanation"]
 
@@ -98,6 +97,4 @@ class Explanation:
             >>> fig.titles[(0, "map: gradcam")].splitlines()[1].split(":")[0]
             'dog'
         """
-        from .figures import figure
-
         return figure(images, self, classes=classes, **options)

@@ -1,4 +1,9 @@
-"""Reading images into model-ready tensors and writing PNGs."""
+"""Images in and out: reading them into model-ready tensors, the pixel conversions, writing PNGs.
+
+The pixel conversions live here, in one place, for every module that draws or writes:
+:func:`denormalize` (a normalised model input back to [0, 1]), :func:`to_uint8_rgb` (any
+single image to a new uint8 RGB array) and :func:`check_unit_range`.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._files import file_mode
+from ._internal.files import file_mode
 from .errors import InvalidInputError
-from .overlay import to_uint8_rgb
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "denormalize", "load_image", "read_rgb", "save_png", "to_tensor"]
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "check_unit_range",
+    "denormalize",
+    "load_image",
+    "read_rgb",
+    "save_png",
+    "to_tensor",
+    "to_uint8_rgb",
+]
 
 # torchvision's ImageNet normalisation (the ``transforms()`` of its pretrained classifiers).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -60,6 +74,59 @@ def denormalize(
     m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(shape)
     s = torch.tensor(std, dtype=torch.float32, device=x.device).view(shape)
     return x.float() * s + m
+
+
+def to_uint8_rgb(image: Any) -> np.ndarray:
+    """Convert an image to a new uint8 RGB array [H, W, 3]; the input is never modified.
+
+    Accepts a uint8 array [H, W, 3] (or [H, W] grayscale), a PIL image, or a float tensor
+    [3, H, W] (or [1, H, W]) with values in [0, 1].
+
+    Example:
+        >>> import torch
+        >>> from camkit import to_uint8_rgb
+        >>> to_uint8_rgb(torch.ones(3, 1, 2)).tolist()
+        [[[255, 255, 255], [255, 255, 255]]]
+    """
+    if isinstance(image, Tensor):
+        if image.dim() == 4:
+            raise InvalidInputError("pass individual images, not batches (use camkit.functional.overlay_batch)")
+        if image.dim() != 3 or image.shape[0] not in (1, 3):
+            raise InvalidInputError(f"a tensor image must be [3, H, W] or [1, H, W], got shape {list(image.shape)}")
+        if image.dtype == torch.uint8:
+            arr = image.detach().cpu().numpy()
+        else:
+            arr = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy()
+        arr = np.repeat(arr, 3, axis=0) if arr.shape[0] == 1 else arr
+        return np.ascontiguousarray(arr.transpose(1, 2, 0))
+    if hasattr(image, "convert") and hasattr(image, "size"):  # PIL.Image
+        return np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
+    arr = np.asarray(image)
+    if arr.dtype != np.uint8:
+        raise InvalidInputError(
+            f"a numpy image must be uint8 [H, W, 3], got dtype {arr.dtype}; scale floats with "
+            "(img * 255).round().astype('uint8') or pass a float tensor [3, H, W]"
+        )
+    if arr.ndim == 2:
+        return np.repeat(arr[:, :, None], 3, axis=2)
+    if arr.ndim == 3 and arr.shape[2] == 3:
+        return arr.copy()
+    if arr.ndim == 4:
+        raise InvalidInputError("pass individual images, not batches (use camkit.functional.overlay_batch)")
+    raise InvalidInputError(f"a numpy image must be [H, W, 3] or [H, W], got shape {list(arr.shape)}")
+
+
+def check_unit_range(image: Tensor) -> None:
+    """Refuse a float image outside [0, 1] (a normalised input, most likely)."""
+    if image.dtype == torch.uint8 or image.numel() == 0:
+        return
+    low, high = float(image.min()), float(image.max())
+    if low < -1e-3 or high > 1 + 1e-3:
+        raise InvalidInputError(
+            f"the image's values span [{low:.3g}, {high:.3g}], outside [0, 1]: it looks normalised, and would be "
+            "clipped and oversaturated; pass camkit.denormalize(x) (ImageNet mean/std by default), or "
+            "overlay(image, heatmap, mean=..., std=...) with the values used to normalise it"
+        )
 
 
 def read_rgb(path: str | os.PathLike[str]) -> np.ndarray:

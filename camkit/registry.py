@@ -69,21 +69,9 @@ class MethodInfo(NamedTuple):
 
 
 def _family(cls: type[Explainer]) -> str:
-    own = getattr(cls, "family", None)
+    own = getattr(cls, "family", None)  # each base class says its kind (methods.base, _forward, pixel)
     if isinstance(own, str) and own:
         return own
-    from .methods._forward import ForwardCAM
-    from .methods.base import CAMExplainer, GradientCAM
-    from .methods.pixel import GradientAttribution
-
-    if issubclass(cls, GradientCAM):
-        return "CAM (gradient)"
-    if issubclass(cls, ForwardCAM):
-        return "CAM (forward only)"
-    if issubclass(cls, CAMExplainer):
-        return "CAM"
-    if issubclass(cls, GradientAttribution):
-        return "gradient attribution"
     return "attribution" if cls.needs_grad else "perturbation"
 
 

@@ -10,7 +10,8 @@ import torch
 import torchvision
 from tinyfactory import Tiny
 
-from camkit.modelload import ModelLoadError, Preprocess, _preprocess_from_weights, load_model, resolve_device
+from camkit.modelload import ModelLoadError, Preprocess, load_model, resolve_device
+from camkit.modelload.torchvision import preprocess_from_weights as _preprocess_from_weights
 
 
 def _same_params(a: torch.nn.Module, b: torch.nn.Module) -> bool:
@@ -119,7 +120,7 @@ def test_size_overrides_and_mean_std(tmp_path):
 def test_shared_arguments_round_trip(tmp_path):
     import argparse
 
-    from camkit.modelload import add_model_arguments, model_from_args
+    from camkit.cli.models import add_model_arguments, model_from_args
 
     torch.save(Tiny(seed=2).state_dict(), tmp_path / "w.pt")
     full, slim = argparse.ArgumentParser(), argparse.ArgumentParser()

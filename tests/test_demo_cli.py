@@ -9,7 +9,7 @@ import re
 import pytest
 
 from camkit.cli import main
-from camkit.demo.cli import headline
+from camkit.demo.run import headline
 
 
 def test_headline_picks_the_class_with_most_watermark_energy() -> None:

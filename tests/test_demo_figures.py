@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from camkit.cli import main
-from camkit.demo.cli import _accuracy_lines
+from camkit.demo.run import _accuracy_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 TAGGED = re.compile(r"(?P<number>\d+(?:\.\d+)?)%(?:\*\*)?<!-- demo:(?P<key>[\w.+]+) -->")

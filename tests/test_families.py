@@ -1,4 +1,4 @@
-"""camkit.families: timm / transformers families recognised by class name and structure, without importing either."""
+"""camkit.layers.families: timm / transformers families recognised by class name and structure, without importing either."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ import torch
 from torch import nn
 
 import camkit
-from camkit import families
-from camkit.architectures import default_layer, default_layer_table, prefix_token_hint
 from camkit.errors import OutputSelectionError
+from camkit.layers import default_layer, default_layer_table, families, prefix_token_hint
 from camkit.targets import select_output
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +143,7 @@ def test_layer_layout_only_for_the_family_default():
 
 def test_camkit_does_not_import_timm_or_transformers():
     code = (
-        "import sys, camkit, camkit.families; "
+        "import sys, camkit, camkit.layers.families; "
         "camkit.default_layer(__import__('torch').nn.Linear(2, 2)); "
         "print(sorted(m for m in ('timm', 'transformers') if m in sys.modules))"
     )

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import camkit
-import camkit.families
+import camkit.layers.families
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
@@ -349,7 +349,7 @@ GENERIC: dict[str, tuple[str, Callable[[Any], nn.Module], Reshape]] = {
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_generic_rule_alone_gives_a_right_map_or_asks_for_a_layer(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(camkit.families, "family_rule", lambda model: None)
+    monkeypatch.setattr(camkit.layers.families, "family_rule", lambda model: None)
     model = _model(case.id)
     assert camkit.default_layer(model) is None
     x = _input(case, 2)
@@ -374,7 +374,7 @@ def test_generic_rule_alone_gives_a_right_map_or_asks_for_a_layer(case: Case, mo
      ("hf-dinov2-registers", 5), ("timm-deit_tiny_distilled", 2), ("hf-swin", 0), ("hf-resnet", None)],
 )
 def test_prefix_tokens_from_the_model(case_id: str, prefix: int | None) -> None:
-    assert camkit.architectures.prefix_token_hint(_model(case_id)) == prefix
+    assert camkit.layers.layout.prefix_token_hint(_model(case_id)) == prefix
 
 
 def _patch_token_gradient(model: nn.Module, module: nn.Module, x: Tensor, prefix: int) -> Tensor:

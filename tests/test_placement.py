@@ -17,8 +17,8 @@ from models import TinyNet
 from torch import Tensor, nn
 
 import camkit
-from camkit import _placement
 from camkit.hooks import HookScope
+from camkit.methods import _placement
 
 FAR = torch.device("cuda", 7)
 

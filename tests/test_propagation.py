@@ -12,8 +12,8 @@ from models import ResBlockNet, TinyNet, tiny_input
 from torch import Tensor, nn
 
 import camkit
-from camkit import _syncs
 from camkit import functional as CF
+from camkit._internal import syncs as _syncs
 
 # ---------------------------------------------------------------------------------------------
 # A fixed-weight net small enough to propagate by hand (the one of test_pixel.py):

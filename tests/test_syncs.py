@@ -1,7 +1,7 @@
 """No host sync inside an explain call when the target is a tensor on the device.
 
-On the CPU, :func:`camkit._syncs.record_syncs` records the aten ops that would make a CUDA
-device wait for the host, and ``camkit._syncs.reads_are_free`` is replaced so that camkit
+On the CPU, :func:`camkit._internal.syncs.record_syncs` records the aten ops that would make a CUDA
+device wait for the host, and ``camkit._internal.syncs.reads_are_free`` is replaced so that camkit
 takes the paths it takes on a GPU (a CPU tensor is otherwise free to read). The CUDA form
 runs every method under ``torch.cuda.set_sync_debug_mode("error")`` (skipped without a GPU).
 """
@@ -14,8 +14,8 @@ from factories import FACTORIES
 from models import TinyNet
 
 import camkit
-from camkit import _syncs
-from camkit._syncs import record_syncs
+from camkit._internal import syncs as _syncs
+from camkit._internal.syncs import record_syncs
 
 # Methods that sync on a device by the nature of their solver, documented in docs/guide/gpu.md:
 XFAIL: dict[str, str] = {

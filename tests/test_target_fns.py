@@ -11,7 +11,7 @@ from models import TinyNet, tiny_input
 from torch import Tensor, nn
 
 import camkit
-from camkit.target_fns import box_iou
+from camkit.targets.tasks import box_iou
 
 LOGITS = torch.tensor([[1.0, 5.0, 2.0], [4.0, 0.0, 3.0]])
 

@@ -9,7 +9,7 @@ from torchvision.ops.misc import Permute
 
 import camkit
 import camkit.functional as CF
-from camkit.architectures import known_channels_last, prefix_token_hint
+from camkit.layers import known_channels_last, prefix_token_hint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import camkit
-from camkit.colormaps import ANCHORS, anchor_lut
 from camkit.functional import (
     alpha_scaling,
     attribution_view,
@@ -18,6 +17,7 @@ from camkit.functional import (
     outlier_threshold,
     scale_attribution,
 )
+from camkit.viz.colormaps import ANCHORS, anchor_lut
 
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device")])]  # fmt: skip

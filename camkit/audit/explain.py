@@ -24,7 +24,7 @@ from torch import nn
 from .._version import __version__
 from ..methods.base import CAMExplainer
 from ..modelload import load_model, warn_random_weights
-from ..overlay import overlay
+from ..viz.overlay import overlay
 from .data import _reason, read_checked
 from .explaining import build_explainer, chooser, explain_batch, parse_target
 from .files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name

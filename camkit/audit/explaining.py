@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .._state import eval_mode
+from .._internal.state import eval_mode
 from ..errors import InvalidInputError, InvalidTargetError
 from ..methods.base import Explainer, GradientCAM
 from ..registry import get_method

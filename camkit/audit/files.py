@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._files import file_mode, refresh_umask
+from .._internal.files import file_mode, refresh_umask
 from ..errors import InvalidInputError
 
 __all__ = ["OVERLAY_FORMATS", "atomic_write", "encode_image", "file_mode", "npy_bytes", "refresh_umask", "safe_name"]

@@ -8,7 +8,7 @@ from typing import Any, Union
 from torch import Tensor, nn
 
 from ..errors import LayerNotFoundError
-from ..layers import resolve_layers
+from ..layers.resolve import resolve_layers
 
 __all__ = ["ModuleSelection", "iter_tensors", "module_names", "select_modules"]
 

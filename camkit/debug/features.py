@@ -8,10 +8,10 @@ from typing import Any, Union
 import torch
 from torch import Tensor, nn
 
-from .._state import eval_mode
+from .._internal.state import eval_mode
 from ..errors import InvalidInputError
 from ..hooks import LayerCapture
-from ..layers import resolve_layers
+from ..layers.resolve import resolve_layers
 
 __all__ = ["extract_features", "extract_features_batched"]
 

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInputError, LayerNotFoundError
 from ..hooks import HookScope
-from ..layers import resolve_layers
+from ..layers.resolve import resolve_layers
 from ._walk import iter_tensors
 
 __all__ = ["GradientEditor"]

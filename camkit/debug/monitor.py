@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .. import _syncs
+from .._internal import syncs as _syncs
 from ..errors import CamkitError, InvalidInputError, LayerNotFoundError
 from ..hooks import HookScope
 from ._walk import ModuleSelection, iter_tensors, select_modules

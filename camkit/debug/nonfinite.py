@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from ..errors import CamkitError, InvalidInputError
 from ..hooks import HookScope
-from ..targets import OutputSelector, Target, resolve_target, select_output
+from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from ._walk import iter_tensors, module_names
 
 __all__ = ["NonFiniteError", "NonFiniteEvent", "NonFiniteTracer", "find_nonfinite"]

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple, overload
 import torch
 from torch import nn
 
-from .._state import eval_mode
+from .._internal.state import eval_mode
 from ..hooks import HookScope
 from ._walk import iter_tensors
 

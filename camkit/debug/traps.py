@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from .._state import eval_mode
+from .._internal.state import eval_mode
 from ..errors import CamkitWarning
 from ..hooks import HookScope
 from ._walk import iter_tensors, module_names

@@ -15,7 +15,7 @@ __all__ = ["colorize", "colormap_lut", "overlay_batch"]
 
 @functools.lru_cache(maxsize=32)
 def _lut_numpy(name: str) -> np.ndarray:
-    from ..colormaps import anchor_lut, colormap_names
+    from ..viz.colormaps import anchor_lut, colormap_names
 
     own = anchor_lut(name)
     if own is not None:
@@ -40,7 +40,7 @@ def colormap_lut(name: str = "jet", device: torch.device | str | None = None) ->
 
     ``name`` is one of camkit's anchor-defined tables (diverging ``bwr``, ``seismic``,
     ``rdbu``, ``rdbu_r``, ``rdwhgn``; sequential ``reds``, ``blues``, ``greens``: see
-    :mod:`camkit.colormaps`) or any OpenCV colormap (``jet``, ``viridis``, ``turbo``...).
+    :mod:`camkit.viz.colormaps`) or any OpenCV colormap (``jet``, ``viridis``, ``turbo``...).
 
     Example:
         >>> from camkit.functional import colormap_lut

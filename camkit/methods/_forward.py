@@ -7,7 +7,7 @@ Private: the public classes live in :mod:`camkit.methods.scorecam`, ``eigen``, `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -15,7 +15,7 @@ from torch import Tensor
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..hooks import LayerCapture
-from ..targets import OutputSelector, Target, resolve_target, select_output
+from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from .base import CAMExplainer, Explainer, make_explanation
 
 __all__ = [
@@ -197,6 +197,8 @@ class ForwardCAM(CAMExplainer):
     Subclasses implement :meth:`_raw`: the raw map [B, h, w] (or [B, K, h, w]) of one layer;
     they may add read-only values to ``extras``.
     """
+
+    family: ClassVar[str | None] = "CAM (forward only)"
 
     needs_grad = False
 

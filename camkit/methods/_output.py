@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _syncs
+from .._internal import syncs as _syncs
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.maps import flat_maps, normalize_maps, upsample_maps
@@ -84,7 +84,7 @@ def make_explanation(
 
     On an accelerator, where camkit does not stop the device to look at values, samples
     whose input holds NaN or Inf get NaN maps and ``flat=False`` (on the CPU such inputs
-    are refused before anything runs; see :func:`camkit._checks.check_finite`).
+    are refused before anything runs; see :func:`camkit._internal.checks.check_finite`).
     """
     maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]), batch=x.shape[0], names=layers)
     maps, flat = maps.to(x.device), flat.to(x.device)

@@ -12,21 +12,23 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
-from .. import _syncs
-from .._checks import check_finite, check_image_batch
-from .._placement import Placement
-from .._state import eval_mode, preserve_running_stats
-from ..architectures import prefix_token_hint, unwrap_model
+from .._internal import syncs as _syncs
+from .._internal.checks import check_finite, check_image_batch
+from .._internal.state import eval_mode, preserve_running_stats
 from ..errors import InferenceModeError, InvalidInputError
 from ..explanation import Explanation
 from ..functional.perturbation import eigen_projection
 from ..hooks import LayerCapture
-from ..layers import LayerSpec, auto_layer, default_score, resolve_layers
-from ..layout import layer_grid
-from ..neuron import bind_target
-from ..targets import OutputSelector, Target, resolve_target, select_output
+from ..layers.auto import auto_layer, default_score
+from ..layers.defaults import unwrap_model
+from ..layers.layout import layer_grid, prefix_token_hint
+from ..layers.names import LayerSpec
+from ..layers.resolve import resolve_layers
+from ..targets.classes import OutputSelector, Target, resolve_target, select_output
+from ..targets.neuron import bind_target
 from ._binding import Call, InputIndex, bind_inputs, bound, current_call, run_model
 from ._output import finish_maps, make_explanation
+from ._placement import Placement
 
 __all__ = ["CAMExplainer", "Explainer", "GradientCAM", "Reshape", "finish_maps", "make_explanation"]
 
@@ -83,6 +85,9 @@ class Explainer:
     #: Method metadata for ``camkit.list_methods(details=True)``: passes per call, and when to use the method.
     cost: ClassVar[str] = ""
     use_when: ClassVar[str] = ""
+    #: The kind shown by ``list_methods(details=True)``; ``None``: "attribution" when the method
+    #: needs gradients, else "perturbation". Base classes set theirs, so the registry imports none.
+    family: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -133,7 +138,7 @@ class Explainer:
         Args:
             x: float input [B, C, H, W] on the model's device: the image explained.
             target: ``None`` (top-1), an int, B ints, a [B, K] LongTensor, or a callable
-                ``f(output) -> Tensor[B]``; see :mod:`camkit.targets` and :mod:`camkit.target_fns`.
+                ``f(output) -> Tensor[B]``; see :mod:`camkit.targets` and :mod:`camkit.targets.tasks`.
             inputs: for a model taking several positional inputs, all of them, with ``x``
                 itself at position ``input_index`` (or a list of ``x``'s images there, for
                 models that take a list of images). The model runs as ``model(*inputs, **kwargs)``.
@@ -248,7 +253,7 @@ class CAMExplainer(Explainer):
     Args:
         model: the model to explain.
         layer: a dotted name, a module, or a list of them; ``None``: the architecture's
-            default (:func:`camkit.architectures.default_layer`), else the last layer that
+            default (:func:`camkit.layers.defaults.default_layer`), else the last layer that
             qualifies as a CAM layer for the first input (:func:`camkit.layers.auto_layer`:
             found by a dry run on the first call, then kept).
         call: for a module that runs several times in one forward, which call to use
@@ -274,6 +279,8 @@ class CAMExplainer(Explainer):
         >>> explainer.layers(torch.rand(1, 3, 8, 8))[0][0]
         '1'
     """
+
+    family: ClassVar[str | None] = "CAM"
 
     def __init__(
         self,
@@ -316,7 +323,7 @@ class CAMExplainer(Explainer):
     def to_grid(self, tensors: Sequence[Tensor], x: Tensor) -> list[Tensor]:
         """Bring each layer's output (or gradient) to a channel-first grid [B, C, h, w].
 
-        ``reshape=`` when given; otherwise :func:`camkit.layout.layer_grid`: tokens [B, N, D]
+        ``reshape=`` when given; otherwise :func:`camkit.layers.layout.layer_grid`: tokens [B, N, D]
         lose their prefix tokens and go onto the grid inferred from N and ``x``'s aspect
         ratio (prefix count taken from the model when it says); 4-D outputs are read as
         channel-first or channel-last from their shape, and only when both fit, from the
@@ -385,6 +392,8 @@ class GradientCAM(CAMExplainer):
         >>> GradientNormCAM(net, "1")(torch.rand(2, 3, 8, 8)).shape
         torch.Size([2, 8, 8])
     """
+
+    family: ClassVar[str | None] = "CAM (gradient)"
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         """The raw map [B, h, w] from float32 activations and gradients [B, C, h, w].

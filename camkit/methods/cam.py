@@ -7,12 +7,13 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
-from .. import _syncs
+from .._internal import syncs as _syncs
 from ..errors import InvalidInputError, InvalidTargetError, LayerNotFoundError
 from ..functional.cam import weighted_maps
-from ..layers import LayerSpec, resolve_layers
+from ..layers.names import LayerSpec
+from ..layers.resolve import resolve_layers
 from ..registry import register_method
-from ..targets import OutputSelector, Target
+from ..targets.classes import OutputSelector, Target
 from ._forward import Captured, ForwardCAM, expand_targets
 
 __all__ = ["CAM"]

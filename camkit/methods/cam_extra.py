@@ -14,9 +14,10 @@ from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional import cam_extra as CX
 from ..hooks import LayerCapture
-from ..layers import LayerSpec, resolve_layers
+from ..layers.names import LayerSpec
+from ..layers.resolve import resolve_layers
 from ..registry import get_method, register_method
-from ..targets import OutputSelector, Target, resolve_target, select_output
+from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from ._forward import Captured, ForwardCAM
 from .base import Explainer, GradientCAM, InputIndex, make_explanation
 

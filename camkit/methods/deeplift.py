@@ -41,13 +41,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from .. import _syncs
-from .._checks import check_broadcasts
+from .._internal import syncs as _syncs
+from .._internal.checks import check_broadcasts
 from ..errors import InvalidInputError, InvalidTargetError, NoRuleWarning
 from ..explanation import Explanation
 from ..functional.attribution import completeness_gap
 from ..registry import register_method
-from ..targets import OutputSelector, Target, resolve_target, select_output
+from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from ._activations import Activation, match_activation, unruled_name
 from ._activations import slope as activation_slope
 from .base import InputIndex

@@ -13,10 +13,11 @@ from torch import Tensor, nn
 from ..errors import InvalidInputError, InvalidTargetError, LayerNotFoundError
 from ..functional.cam_extra import nmf
 from ..functional.maps import normalize_maps, upsample_maps
-from ..layers import LayerSpec, resolve_layers
-from ..overlay import to_uint8_rgb
+from ..io import to_uint8_rgb
+from ..layers.names import LayerSpec
+from ..layers.resolve import resolve_layers
 from ..registry import register_method
-from ..targets import OutputSelector, Target
+from ..targets.classes import OutputSelector, Target
 from ._forward import Captured, ForwardCAM, check_positive
 
 __all__ = ["DeepFeatureFactorization", "factorization_image"]

@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from .. import _syncs
+from .._internal import syncs as _syncs
 from ..functional.perturbation import eigen_projection
 from ..registry import register_method
-from ..targets import Target
+from ..targets.classes import Target
 from ._forward import Captured, ForwardCAM
 from .base import GradientCAM
 

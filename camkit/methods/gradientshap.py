@@ -9,11 +9,11 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_broadcasts
+from .._internal.checks import check_broadcasts
 from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..registry import register_method
-from ..targets import OutputSelector, Target
+from ..targets.classes import OutputSelector, Target
 from .base import InputIndex
 from .pixel import GradientAttribution, score_gradients
 

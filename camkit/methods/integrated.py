@@ -8,13 +8,13 @@ from typing import Any, ClassVar, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_broadcasts
+from .._internal.checks import check_broadcasts
 from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..functional.attribution import IntegrationRule, blur, completeness_gap, integration_points
-from ..neuron import NeuronTarget
 from ..registry import register_method
-from ..targets import OutputSelector, Target, resolve_target, select_output
+from ..targets.classes import OutputSelector, Target, resolve_target, select_output
+from ..targets.neuron import NeuronTarget
 from .base import InputIndex
 from .pixel import GradientAttribution, score_gradients
 

@@ -19,14 +19,14 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_broadcasts
+from .._internal.checks import check_broadcasts
 from ..errors import InvalidInputError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional.attribution import IntegrationRule, integration_points
 from ..hooks import HookScope, LayerCapture
-from ..layers import LayerSpec
+from ..layers.names import LayerSpec
 from ..registry import register_method
-from ..targets import OutputSelector, Target
+from ..targets.classes import OutputSelector, Target
 from ._forward import RowScorer, capture_forward, check_positive, chunks, expand_targets, refuse_extra_inputs
 from .base import CAMExplainer, Reshape, finish_maps
 from .pixel import score_gradients

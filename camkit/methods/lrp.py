@@ -40,12 +40,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from .. import _syncs
+from .._internal import syncs as _syncs
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.propagation import epsilon_scale, gamma_params, relevance_gradient, split_by_sign
 from ..registry import register_method
-from ..targets import OutputSelector, Target, resolve_target, select_output
+from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from ._activations import match_activation, unruled_name
 from .base import InputIndex
 from .deeplift import warn_unruled

@@ -11,7 +11,7 @@ from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.perturbation import occlusion_map, rise_masks, window_indicators
 from ..registry import register_method
-from ..targets import OutputSelector, Target
+from ..targets.classes import OutputSelector, Target
 from ._forward import (
     RowScorer,
     check_positive,

@@ -23,9 +23,9 @@ from ..errors import InvalidTargetError, NoReLUWarning
 from ..explanation import Explanation
 from ..functional.attribution import reduce_channels
 from ..functional.maps import normalize_maps, upsample_maps
-from ..layers import LayerSpec
+from ..layers.names import LayerSpec
 from ..registry import register_method
-from ..targets import OutputSelector, Target
+from ..targets.classes import OutputSelector, Target
 from .base import CAMExplainer, Explainer, InputIndex, Reshape
 from .gradcam import GradCAM
 from .guided import ReLURule, relu_rule
@@ -103,6 +103,8 @@ class GradientAttribution(Explainer):
         >>> tuple(e.raw.shape), tuple(e.maps.shape)
         ((2, 3, 8, 8), (2, 8, 8))
     """
+
+    family: ClassVar[str | None] = "gradient attribution"
 
     relu: ClassVar[ReLURule | None] = None
 

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_broadcasts
+from .._internal.checks import check_broadcasts
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.perturbation import unique_rows
@@ -49,7 +49,7 @@ from ..functional.regions import (
     weighted_linear_fit,
 )
 from ..registry import register_method
-from ..targets import OutputSelector, Target
+from ..targets.classes import OutputSelector, Target
 from ._forward import (
     RowScorer,
     check_positive,

@@ -9,15 +9,15 @@ from typing import Any, ClassVar, Literal, Union
 import torch
 from torch import Tensor, nn
 
-from .. import _syncs
+from .._internal import syncs as _syncs
 from ..errors import CamkitWarning, InvalidInputError
 from ..functional.cam import weighted_maps
 from ..functional.maps import normalize_maps
 from ..functional.perturbation import channel_masks, unique_rows
 from ..hooks import HookScope
-from ..layers import LayerSpec
+from ..layers.names import LayerSpec
 from ..registry import register_method
-from ..targets import OutputSelector, Target, select_output
+from ..targets.classes import OutputSelector, Target, select_output
 from ._forward import Captured, ForwardCAM, RowScorer, check_positive, chunks, expand_targets
 
 __all__ = ["AblationCAM", "ScoreCAM"]

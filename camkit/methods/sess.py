@@ -12,7 +12,7 @@ from torch import Tensor
 from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..functional.maps import normalize_maps
-from ..targets import Target
+from ..targets.classes import Target
 from ._forward import check_positive, chunks
 from .base import Explainer
 from .smooth import _Wrapper

@@ -22,7 +22,7 @@ from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.attribution import SmoothKind, aggregate_samples
 from ..functional.maps import normalize_maps, upsample_maps
-from ..targets import Target
+from ..targets.classes import Target
 from .base import Explainer, finish_maps
 
 __all__ = ["AugSmooth", "SmoothGrad"]

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_image_batch
+from .._internal.checks import check_image_batch
 from ..errors import InvalidInputError, InvalidTargetError
-from ..targets import OutputSelector, Target, resolve_target, select_output
+from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 
 __all__ = [
     "ChunkScorer",

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_broadcasts
-from .._state import eval_mode
+from .._internal.checks import check_broadcasts
+from .._internal.state import eval_mode
 from ..errors import InvalidInputError
-from ..targets import OutputSelector, Target
+from ..targets.classes import OutputSelector, Target
 from ._common import ChunkScorer, check_images, check_maps, chunks, nan_maps, pixel_ranks
 
 __all__ = [

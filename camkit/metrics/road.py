@@ -15,9 +15,9 @@ from itertools import pairwise
 import torch
 from torch import Tensor, nn
 
-from .._state import eval_mode
+from .._internal.state import eval_mode
 from ..errors import InvalidInputError
-from ..targets import OutputSelector, Target
+from ..targets.classes import OutputSelector, Target
 from ._common import ChunkScorer, check_images, check_maps, chunks, count_for_fraction, nan_maps, pixel_ranks
 
 __all__ = ["noisy_linear_imputation", "road_curve"]

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._state import eval_mode
+from .._internal.state import eval_mode
 from ..errors import InvalidInputError, LayerNotFoundError
 from ..hooks import HookScope
-from ..targets import OutputSelector, Target, select_output
+from ..targets.classes import OutputSelector, Target, select_output
 from ._common import check_images, check_model
 
 __all__ = ["RandomizationResult", "randomization_check", "spearman", "ssim"]

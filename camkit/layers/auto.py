@@ -1,164 +1,32 @@
-"""Find target layers: by dotted name, by module, or automatically."""
+"""The automatic layer rule: the last layer whose output is a spatial map of the input that feeds the score."""
 
 from __future__ import annotations
 
-import difflib
 import threading
-import warnings
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Union
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from ._state import eval_mode
-from .architectures import default_layer
-from .errors import CamkitWarning, InvalidInputError, LayerNotFoundError
-from .hooks import HookScope
+from .._internal.state import eval_mode
+from ..errors import LayerNotFoundError
+from ..functional.tokens import infer_token_grid
+from ..hooks import HookScope
+from .layout import grid_shape, prefix_token_hint, token_prefix
+from .names import _names
 
-__all__ = ["LayerInfo", "LayerSpec", "auto_layer", "list_layers", "qualifying_layers", "resolve_layers"]
-
-LayerSpec = Union[str, nn.Module, Sequence[Union[str, nn.Module]], None]
-
-
-class LayerInfo(NamedTuple):
-    """One module call seen in a forward pass."""
-
-    name: str
-    type: str
-    output_shape: tuple[int, ...] | None
-
-    def __str__(self) -> str:
-        shape = "x".join(map(str, self.output_shape)) if self.output_shape is not None else "-"
-        return f"{self.name:<40} {self.type:<24} {shape}"
+__all__ = ["auto_layer", "default_score", "is_spatial_here", "qualifying_layers"]
 
 
-def _names(model: nn.Module) -> dict[str, nn.Module]:
-    return {name: module for name, module in model.named_modules() if name}
-
-
-_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
-
-
-def _strip_wrappers(name: str, names: dict[str, nn.Module]) -> str | None:
-    # DataParallel / DistributedDataParallel add "module.", torch.compile adds "_orig_mod.":
-    # a name written for the wrapper resolves on the bare model and the other way round.
-    if name in names:
-        return name
-    for prefix in _WRAPPER_PREFIXES:
-        if prefix + name in names:
-            return prefix + name
-        if name.startswith(prefix):
-            found = _strip_wrappers(name[len(prefix) :], names)
-            if found is not None:
-                return found
-    return None
-
-
-def _resolve_one(model: nn.Module, spec: str | nn.Module, names: dict[str, nn.Module]) -> tuple[str, nn.Module]:
-    if isinstance(spec, nn.Module):
-        for name, module in names.items():
-            if module is spec:
-                return name, module
-        if spec is model:
-            raise LayerNotFoundError(
-                "the target layer is the whole model; pass one of its submodules "
-                "(see camkit.list_layers(model, x))."
-            )
-        raise LayerNotFoundError(
-            f"the module {type(spec).__name__} passed as layer is not part of the model; pass a "
-            "submodule of the model you explain, or its dotted name."
-        )
-    if not isinstance(spec, str):
-        raise TypeError(
-            f"each layer must be a dotted name (str) or a module of the model, got {type(spec).__name__} {spec!r}"
-        )
-    found = _strip_wrappers(spec, names)
-    if found is None:
-        close = difflib.get_close_matches(spec, list(names), n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise LayerNotFoundError(
-            f"no layer '{spec}' in {type(model).__name__}{hint} See camkit.list_layers(model, x)."
-        )
-    return found, names[found]
-
-
-def resolve_layers(
-    model: nn.Module,
-    layer: LayerSpec,
-    example: Tensor | None = None,
-    *,
-    forward: Callable[[Tensor], Any] | None = None,
-    score: Callable[[Any], Tensor] | None = None,
-) -> list[tuple[str, nn.Module]]:
-    """Turn a layer argument into ``(dotted name, module)`` pairs.
-
-    Names written for a ``DataParallel`` (``module.``) or ``torch.compile`` (``_orig_mod.``)
-    wrapper resolve on the bare model and the other way round.
-
-    Args:
-        model: the model to explain.
-        layer: a dotted name from ``model.named_modules()``, a module, a list of either, or
-            ``None``: the architecture's default layer for known torchvision families (see
-            :func:`camkit.architectures.default_layer`), else :func:`auto_layer` (which
-            needs ``example``).
-        example: an input batch, used only when ``layer`` is ``None``.
-        forward: how to run the model on ``example`` for the dry run (default ``model(example)``).
-        score: what the dry run differentiates (see :func:`qualifying_layers`).
-
-    Example:
-        >>> from torch import nn
-        >>> from camkit.layers import resolve_layers
-        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
-        >>> resolve_layers(net, "0")[0][0]
-        '0'
-    """
-    names = _names(model)
-    if layer is None:
-        known = default_layer(model)
-        found = None if known is None else _strip_wrappers(known, names)
-        if found is not None and (example is None or _is_spatial_here(model, found, names[found], example, forward)):
-            return [(found, names[found])]
-        if example is None:
-            raise InvalidInputError("layer=None needs an example input to find a layer automatically")
-        chosen = auto_layer(model, example, forward=forward, score=score)
-        if found is not None:
-            warnings.warn(
-                f"{type(model).__name__}'s default layer '{found}' gives no spatial map on this "
-                f"{example.shape[-2]}x{example.shape[-1]} input (1x1, say); using '{chosen[0]}', the last layer that "
-                "does. Pass layer= to choose.",
-                CamkitWarning,
-                stacklevel=3,
-            )
-        return [chosen]
-    if isinstance(layer, (str, nn.Module)):
-        specs: list[str | nn.Module] = [layer]
-    elif isinstance(layer, (list, tuple)):
-        specs = list(layer)
-    else:
-        raise TypeError(
-            f"layer must be a dotted name (str), a module of the model, a list of them, or None (automatic), "
-            f"got {type(layer).__name__} {layer!r}; see camkit.list_layers(model, x) for the names."
-        )
-    if not specs:
-        raise LayerNotFoundError("layer is an empty list; give at least one layer")
-    resolved = [_resolve_one(model, spec, names) for spec in specs]
-    seen = set()
-    for name, _ in resolved:
-        if name in seen:
-            raise LayerNotFoundError(f"layer '{name}' is listed twice")
-        seen.add(name)
-    return resolved
-
-
-def _is_spatial_here(
+def is_spatial_here(
     model: nn.Module, name: str, module: nn.Module, x: Tensor, forward: Callable[[Tensor], Any] | None
 ) -> bool:
-    # One no-grad forward (the first image, or the batch of a multi-input call) to check that the
-    # architecture's default layer is a map of more than one position for this input size.
-    from .architectures import prefix_token_hint
-    from .layout import grid_shape
+    """Whether ``module`` (an architecture's default layer) gives a map of more than one position for ``x``.
 
+    One no-grad forward in eval mode: the first image, or the whole batch of a multi-input
+    call run through ``forward``. An output that is not a tensor is not judged here (``True``).
+    """
     seen: list[object] = []
     with HookScope() as hooks, torch.no_grad(), eval_mode(model):
         hooks.forward(module, lambda m, i, o: seen.append(o), own_thread=True)
@@ -168,25 +36,6 @@ def _is_spatial_here(
     size = (int(x.shape[-2]), int(x.shape[-1]))
     grid = grid_shape(module, tuple(seen[-1].shape), size, prefix_token_hint(model))
     return grid is None or grid[0] * grid[1] > 1
-
-
-def _trace(
-    model: nn.Module, x: Tensor, forward: Callable[[Tensor], Any] | None = None
-) -> list[tuple[str, nn.Module, Tensor | object]]:
-    names = _names(model)
-    seen: list[tuple[str, nn.Module, Tensor | object]] = []
-    with HookScope() as hooks, torch.no_grad(), eval_mode(model):
-        for name, module in names.items():
-            hooks.forward(module, lambda m, i, o, name=name: seen.append((name, m, o)), own_thread=True)
-        if forward is None:
-            model(x)
-        else:
-            forward(x)
-    return seen
-
-
-def _shape(output: object) -> tuple[int, ...] | None:
-    return tuple(output.shape) if isinstance(output, Tensor) else None
 
 
 _PASS_THROUGH = {"Identity", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "DropPath", "DropBlock2d"}
@@ -257,7 +106,7 @@ def qualifying_layers(
 
     A layer qualifies when its output (its last call's) is a spatial map of *this* input:
     ``[B, C, h, w]``, ``[B, h, w, C]`` or ``[B, N, D]`` tokens that lie on a grid of more than
-    one position matching the input (:func:`camkit.layout.grid_shape`), with the batch's
+    one position matching the input (:func:`camkit.layers.layout.grid_shape`), with the batch's
     size, different for different images (so not a parameter or a position table), outside
     any attention module (q/k/v, head norms, position biases), and feeding the score: the
     gradient of the score reaches its grid positions (it does not at a ViT's patch tokens
@@ -282,9 +131,6 @@ def qualifying_layers(
         >>> [name for name, _ in qualifying_layers(net, torch.rand(1, 3, 8, 8))]
         ['0', '1']
     """
-    from .architectures import prefix_token_hint
-    from .layout import grid_shape
-
     probe = x.detach() if forward is not None else _probe(x)
     batch = probe.shape[0]
     distinct = batch > 1 and not torch.equal(probe[0], probe[1])
@@ -351,13 +197,9 @@ _REASONS = {
 
 
 def _reaches_grid(cand: _Candidate, grad: Tensor, size: tuple[int, int], hint: int | None) -> bool:
-    from .layout import token_prefix
-
     if grad.dim() == 3:
         prefix = token_prefix(grad.shape[1], size, hint)
         if prefix is None:
-            from .functional.tokens import infer_token_grid
-
             prefix = infer_token_grid(grad.shape[1], size)[0]
         grad = grad[:, prefix:]
     return bool(grad.detach().ne(0).any())
@@ -375,7 +217,7 @@ def auto_layer(
     So never a module inside attention, never the stem or patch embedding when later layers
     qualify, never a layer after global pooling (its grid has one position), never a layer
     whose output does not follow the batch or the image. Known architectures have
-    per-family defaults that come first (:func:`camkit.architectures.default_layer`).
+    per-family defaults that come first (:func:`camkit.layers.defaults.default_layer`).
 
     Raises:
         LayerNotFoundError: when no layer qualifies; pass ``layer=``.
@@ -398,20 +240,3 @@ def auto_layer(
     )
 
 
-def list_layers(model: nn.Module, example_input: Tensor | None = None) -> list[LayerInfo]:
-    """List the model's named modules, with output shapes when an example input is given.
-
-    With an input, modules appear in the order their calls finish in a forward pass
-    (a module called twice appears twice); modules that did not run are left out.
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> from camkit import list_layers
-        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
-        >>> [(i.name, i.output_shape) for i in list_layers(net, torch.zeros(1, 3, 5, 5))]
-        [('0', (1, 4, 3, 3)), ('1', (1, 4, 3, 3))]
-    """
-    if example_input is None:
-        return [LayerInfo(n, type(m).__name__, None) for n, m in _names(model).items()]
-    return [LayerInfo(n, type(m).__name__, _shape(o)) for n, m, o in _trace(model, example_input)]

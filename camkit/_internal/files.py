@@ -21,7 +21,7 @@ def file_mode() -> int:
     The umask is read once per process (reading it means setting it, which is not thread-safe).
 
     Example:
-        >>> from camkit._files import file_mode
+        >>> from camkit._internal.files import file_mode
         >>> file_mode() & 0o600
         384
     """

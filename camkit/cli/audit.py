@@ -13,8 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from ..cli import command
-from ..modelload import add_model_arguments
+from ._commands import command
+from .models import add_model_arguments
 
 __all__: list[str] = []
 
@@ -71,7 +71,7 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 @command("explain", "explain image files: overlay PNGs, maps (.npy) and manifest.json", _explain_arguments)
 def run_explain(args: argparse.Namespace) -> int:
-    from .explain import explain_files
+    from ..audit.explain import explain_files
 
     manifest = explain_files(
         args.images, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
@@ -89,7 +89,7 @@ def run_explain(args: argparse.Namespace) -> int:
 
 @command("audit", "audit where a model looks over a dataset: results.csv, summary.json, report.html", _audit_arguments)
 def run_audit(args: argparse.Namespace) -> int:
-    from .run import AuditError, audit
+    from ..audit.run import AuditError, audit
 
     classes = None
     if args.classes:

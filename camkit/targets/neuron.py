@@ -16,9 +16,9 @@ from typing import Any, ClassVar, Literal
 
 from torch import Tensor, nn
 
-from .errors import InvalidTargetError
-from .hooks import HookScope
-from .layers import resolve_layers
+from ..errors import InvalidTargetError
+from ..hooks import HookScope
+from ..layers.resolve import resolve_layers
 
 __all__ = ["NeuronTarget", "bind_target"]
 
@@ -142,7 +142,7 @@ def bind_target(target: object, model: nn.Module) -> AbstractContextManager[Any]
     Example:
         >>> import torch
         >>> from torch import nn
-        >>> from camkit.neuron import NeuronTarget, bind_target
+        >>> from camkit.targets.neuron import NeuronTarget, bind_target
         >>> net = nn.Sequential(nn.Linear(2, 3))
         >>> target = NeuronTarget("0", 2)
         >>> with bind_target(target, net):

@@ -1,4 +1,8 @@
-"""The ``camkit`` command line: ``camkit demo`` and the other subcommands.
+"""The ``camkit`` command line: ``camkit demo``, ``camkit explain``, ``camkit audit``, ``camkit layers``.
+
+One module per subcommand (:mod:`camkit.cli.audit`, :mod:`camkit.cli.debug`, :mod:`camkit.cli.demo`),
+the model options they share in :mod:`camkit.cli.models`. Only this package knows argparse: the
+audit, the demo and the debugging tools are called from here and never call back.
 
 Exit codes shared by the subcommands: 0 done; 1 done, but some items failed (the command
 says which); 2 could not start or could not go on (bad arguments, an output folder in use,
@@ -11,31 +15,20 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Sequence
 from typing import TextIO
+
+from .._version import __version__
+from ..errors import CamkitError, CamkitWarning
+from ._commands import COMMANDS
 
 __all__ = ["main"]
 
-# Subcommands register here: name -> (help, add_arguments, run). Each run returns an exit code.
-_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-
-
-def command(
-    name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None]
-) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
-    """Register a subcommand (used by the modules that implement them)."""
-
-    def decorate(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-        _COMMANDS[name] = (help, add_arguments, run)
-        return run
-
-    return decorate
-
-
 def _load_commands() -> None:
-    from . import demo  # noqa: F401  (registers "demo")
-
-    for optional in ("camkit.audit.cli", "camkit.debug.cli"):
+    # Each subcommand module registers itself with @command when imported; they load here, on
+    # first use, so that ``import camkit`` does not pay for argparse set-up.
+    for optional in ("camkit.cli.audit", "camkit.cli.debug", "camkit.cli.demo"):
         try:
             __import__(optional)
         except ModuleNotFoundError as err:
@@ -44,13 +37,11 @@ def _load_commands() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ._version import __version__
-
     _load_commands()
     parser = argparse.ArgumentParser(prog="camkit", description="See what PyTorch image models look at.")
     parser.add_argument("--version", action="version", version=f"camkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (help_text, add_arguments, _) in sorted(_COMMANDS.items()):
+    for name, (help_text, add_arguments, _) in sorted(COMMANDS.items()):
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(command_parser)
         command_parser.add_argument(
@@ -67,8 +58,6 @@ def error_line(err: BaseException) -> str:
         >>> error_line(ValueError("bad" + chr(10) + "thing")), error_line(KeyError("k"))
         ('ValueError: bad', "KeyError: 'k'")
     """
-    from .errors import CamkitError
-
     text = str(err).strip()
     first = text.splitlines()[0] if text else ""
     if isinstance(err, CamkitError):
@@ -82,10 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    import warnings
-
-    from .errors import CamkitWarning
-
     shown = warnings.showwarning
 
     def show(
@@ -99,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.showwarning = show
     try:
-        return _COMMANDS[args.command][2](args)
+        return COMMANDS[args.command][2](args)
     except KeyboardInterrupt:
         print(f"\ncamkit {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -11,14 +11,14 @@ import sys
 
 import torch
 
-from ..cli import command
 from ..errors import CamkitError
+from ._commands import command
 
 __all__ = ["run"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..modelload import add_model_arguments
+    from .models import add_model_arguments
 
     add_model_arguments(parser, preprocessing=False)
     parser.add_argument(
@@ -36,8 +36,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @command("layers", "print every module call of a model: name, type, shapes, dtypes, parameters", _add_arguments)
 def run(args: argparse.Namespace) -> int:
-    from .shapes import ShapeTable, trace_shapes
-    from .traps import inspect
+    from ..debug.shapes import ShapeTable, trace_shapes
+    from ..debug.traps import inspect
 
     try:
         shape = tuple(int(v) for v in args.input_shape.split(","))
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             f"camkit layers: --input-shape {args.input_shape!r} must be integers separated by commas", file=sys.stderr
         )
         return 2
-    from ..modelload import model_from_args
+    from .models import model_from_args
 
     try:
         loaded = model_from_args(args)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .errors import InvalidTargetError, OutputSelectionError
+from ..errors import InvalidTargetError, OutputSelectionError
 
 __all__ = ["BinaryTarget", "DetectionTarget", "RegressionTarget", "SegmentationTarget", "SimilarityTarget"]
 
@@ -229,7 +229,7 @@ def box_iou(boxes: Tensor, reference: Tensor) -> Tensor:
 
     Example:
         >>> import torch
-        >>> from camkit.target_fns import box_iou
+        >>> from camkit.targets.tasks import box_iou
         >>> box_iou(torch.tensor([[0.0, 0.0, 2.0, 2.0], [1.0, 0.0, 3.0, 2.0]]), torch.tensor([0.0, 0.0, 2.0, 2.0]))
         tensor([1.0000, 0.3333])
     """

@@ -1,7 +1,7 @@
 """Where an explainer runs a ``DataParallel`` / ``DistributedDataParallel`` model, and where results go.
 
 camkit explains the eager module inside these wrappers (see
-:func:`camkit.architectures.unwrap_model`). Their users feed them inputs on the CPU (or on
+:func:`camkit.layers.defaults.unwrap_model`). Their users feed them inputs on the CPU (or on
 any GPU) and let the wrapper's ``forward`` move them; the module inside does not move
 anything. So for a wrapped model an explain call:
 
@@ -20,7 +20,7 @@ inputs must already be on their device, as for a plain ``model(x)``.
 Example:
     >>> import torch
     >>> from torch import nn
-    >>> from camkit._placement import Placement
+    >>> from camkit.methods._placement import Placement
     >>> wrapped = nn.DataParallel(nn.Linear(2, 2))  # on a CPU-only machine the module stays on the CPU
     >>> Placement.of(wrapped, torch.zeros(1, 2)) is None  # nothing to move
     True
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .explanation import Explanation
+from ..explanation import Explanation
 
 __all__ = ["Placement", "module_device"]
 

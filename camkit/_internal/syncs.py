@@ -26,7 +26,7 @@ CPU both are no-ops that dispatch nothing. The CUDA form of the test catches tho
 
 Example:
     >>> import torch
-    >>> from camkit._syncs import record_syncs
+    >>> from camkit._internal.syncs import record_syncs
     >>> x = torch.tensor([1.0, -2.0, 3.0])
     >>> with record_syncs() as syncs:
     ...     y = x.clamp_min(0).sum()  # no sync
@@ -87,7 +87,7 @@ _HOST_READS: dict[Callable[..., Any], str] = {
     Tensor.numpy: "Tensor.numpy",
     Tensor.__array__: "Tensor.__array__",
 }
-_HERE = os.path.dirname(os.path.abspath(__file__))
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the camkit package
 
 
 def reads_are_free(tensor: Tensor) -> bool:
@@ -99,7 +99,7 @@ def reads_are_free(tensor: Tensor) -> bool:
 
     Example:
         >>> import torch
-        >>> from camkit._syncs import reads_are_free
+        >>> from camkit._internal.syncs import reads_are_free
         >>> reads_are_free(torch.zeros(2)), reads_are_free(torch.zeros(2, device="meta"))
         (True, False)
     """

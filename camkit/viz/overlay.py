@@ -9,63 +9,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import InvalidInputError
-from .functional.overlay import _lut_numpy
+from ..errors import InvalidInputError
+from ..functional.overlay import _lut_numpy
+from ..io import check_unit_range, denormalize, to_uint8_rgb
 
-__all__ = ["overlay", "to_uint8_rgb"]
-
-
-def to_uint8_rgb(image: Any) -> np.ndarray:
-    """Convert an image to a new uint8 RGB array [H, W, 3]; the input is never modified.
-
-    Accepts a uint8 array [H, W, 3] (or [H, W] grayscale), a PIL image, or a float tensor
-    [3, H, W] (or [1, H, W]) with values in [0, 1].
-
-    Example:
-        >>> import torch
-        >>> from camkit import to_uint8_rgb
-        >>> to_uint8_rgb(torch.ones(3, 1, 2)).tolist()
-        [[[255, 255, 255], [255, 255, 255]]]
-    """
-    if isinstance(image, Tensor):
-        if image.dim() == 4:
-            raise InvalidInputError("pass individual images, not batches (use camkit.functional.overlay_batch)")
-        if image.dim() != 3 or image.shape[0] not in (1, 3):
-            raise InvalidInputError(f"a tensor image must be [3, H, W] or [1, H, W], got shape {list(image.shape)}")
-        if image.dtype == torch.uint8:
-            arr = image.detach().cpu().numpy()
-        else:
-            arr = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy()
-        arr = np.repeat(arr, 3, axis=0) if arr.shape[0] == 1 else arr
-        return np.ascontiguousarray(arr.transpose(1, 2, 0))
-    if hasattr(image, "convert") and hasattr(image, "size"):  # PIL.Image
-        return np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
-    arr = np.asarray(image)
-    if arr.dtype != np.uint8:
-        raise InvalidInputError(
-            f"a numpy image must be uint8 [H, W, 3], got dtype {arr.dtype}; scale floats with "
-            "(img * 255).round().astype('uint8') or pass a float tensor [3, H, W]"
-        )
-    if arr.ndim == 2:
-        return np.repeat(arr[:, :, None], 3, axis=2)
-    if arr.ndim == 3 and arr.shape[2] == 3:
-        return arr.copy()
-    if arr.ndim == 4:
-        raise InvalidInputError("pass individual images, not batches (use camkit.functional.overlay_batch)")
-    raise InvalidInputError(f"a numpy image must be [H, W, 3] or [H, W], got shape {list(arr.shape)}")
-
-
-def _check_unit_range(image: Tensor) -> None:
-    """Refuse a float image outside [0, 1] (a normalised input, most likely)."""
-    if image.dtype == torch.uint8 or image.numel() == 0:
-        return
-    low, high = float(image.min()), float(image.max())
-    if low < -1e-3 or high > 1 + 1e-3:
-        raise InvalidInputError(
-            f"the image's values span [{low:.3g}, {high:.3g}], outside [0, 1]: it looks normalised, and would be "
-            "clipped and oversaturated; pass camkit.denormalize(x) (ImageNet mean/std by default), or "
-            "overlay(image, heatmap, mean=..., std=...) with the values used to normalise it"
-        )
+__all__ = ["overlay"]
 
 
 def overlay(
@@ -90,7 +38,7 @@ def overlay(
         heatmap: tensor or array [h, w] with values in [0, 1].
         alpha: the heatmap's weight in [0, 1].
         colormap: an OpenCV colormap name (``"jet"``, ``"turbo"``, ``"viridis"``...) or one of
-            :mod:`camkit.colormaps` (``"bwr"``...).
+            :mod:`camkit.viz.colormaps` (``"bwr"``...).
         mean: with ``std``, the per-channel values ``image`` (a float tensor) was normalised
             with; the image is passed through :func:`camkit.denormalize` first.
         std: see ``mean``.
@@ -116,11 +64,9 @@ def overlay(
                 f"mean/std undo a normalisation of a float tensor image [3, H, W]; got {type(image).__name__}"
                 + (" of dtype uint8" if isinstance(image, Tensor) else "")
             )
-        from .io import denormalize
-
         image = denormalize(image, mean, std)
     if isinstance(image, Tensor):
-        _check_unit_range(image)
+        check_unit_range(image)
     base = to_uint8_rgb(image)
     heat = heatmap.detach().float().cpu().numpy() if isinstance(heatmap, Tensor) else np.asarray(heatmap, dtype=np.float32)
     if heat.ndim == 3 and heat.shape[0] == 1:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
+from . import syncs as _syncs
 
 __all__ = ["check_broadcasts", "check_finite", "check_image_batch"]
 
@@ -15,7 +16,7 @@ def check_image_batch(x: object) -> None:
 
     Example:
         >>> import torch
-        >>> from camkit._checks import check_image_batch
+        >>> from camkit._internal.checks import check_image_batch
         >>> check_image_batch(torch.zeros(1, 3, 2, 2))
         >>> check_image_batch(torch.zeros(3, 2, 2))
         Traceback (most recent call last):
@@ -36,7 +37,7 @@ def check_broadcasts(baseline: Tensor, x: Tensor, *, what: str, hint: str) -> No
 
     Example:
         >>> import torch
-        >>> from camkit._checks import check_broadcasts
+        >>> from camkit._internal.checks import check_broadcasts
         >>> check_broadcasts(torch.zeros(3, 1, 1), torch.zeros(2, 3, 4, 4), what="input", hint="pass [C, H, W]")
     """
     try:
@@ -60,15 +61,13 @@ def check_finite(x: Tensor, *, what: str = "x") -> None:
 
     Example:
         >>> import torch
-        >>> from camkit._checks import check_finite
+        >>> from camkit._internal.checks import check_finite
         >>> x = torch.zeros(3, 1, 2, 2); x[2, 0, 1, 1] = float("nan")
         >>> check_finite(x)
         Traceback (most recent call last):
         ...
         camkit.errors.InvalidInputError: x holds NaN or Inf values in sample(s) [2] of 3; clean or drop those images first (a division by a zero std in preprocessing?)
     """
-    from . import _syncs
-
     if x.numel() == 0 or not _syncs.reads_are_free(x):
         return
     finite = torch.isfinite(x).flatten(1).all(dim=1)

@@ -2,8 +2,8 @@
 
 matplotlib is used for the layout, titles and colorbars only; it is an optional dependency
 (``pip install camkit[plot]``), imported when a figure is drawn. The colours themselves come
-from camkit's own tables (:mod:`camkit.colormaps`, OpenCV's), so a figure shows exactly what
-:func:`camkit.overlay` and :func:`camkit.functional.attribution_view` return.
+from camkit's own tables (:mod:`camkit.viz.colormaps`, OpenCV's), so a figure shows exactly what
+:func:`camkit.viz.overlay` and :func:`camkit.functional.attribution_view` return.
 """
 
 from __future__ import annotations
@@ -12,16 +12,57 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import InvalidInputError
-from .explanation import Explanation
+from ..errors import InvalidInputError
+from ..functional.overlay import colorize, colormap_lut, overlay_batch
+from ..functional.views import DEFAULT_COLORMAP, blended_heat_map, heat_map, scale_attribution
+from ..io import check_unit_range, denormalize, save_png
 
-__all__ = ["ExplanationFigure", "figure"]
+__all__ = ["Explained", "ExplanationFigure", "figure"]
+
+
+@runtime_checkable
+class Explained(Protocol):
+    """What a figure reads from an explanation: any object with these attributes is drawn.
+
+    :class:`camkit.Explanation` is one; so is any result type with the same fields, which is
+    why this module never imports :mod:`camkit.explanation`.
+
+    Attributes:
+        maps: [B, H, W] in [0, 1] at the images' size.
+        raw: the unnormalised map; a pixel-space method's attributions [B, C, H, W] are drawn as views.
+        target: class indices [B], or ``None``.
+        scores: target scores [B].
+        method: the method's name, the default column title.
+
+    Example:
+        >>> import torch
+        >>> from types import SimpleNamespace
+        >>> from camkit.viz.figures import Explained
+        >>> isinstance(SimpleNamespace(maps=torch.zeros(1, 2, 2), raw=None, target=None, scores=torch.zeros(1),
+        ...                            method="mine"), Explained)
+        True
+    """
+
+    @property
+    def maps(self) -> Tensor: ...
+
+    @property
+    def raw(self) -> Tensor | tuple[Tensor, ...]: ...
+
+    @property
+    def target(self) -> Tensor | None: ...
+
+    @property
+    def scores(self) -> Tensor: ...
+
+    @property
+    def method(self) -> str: ...
 
 TITLE_INCHES = 0.5  # a panel's title band
 COLORBAR_INCHES = 0.7  # the colorbar row under the panels
@@ -74,8 +115,6 @@ class ExplanationFigure:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the figure as a PNG (see :func:`camkit.save_png`)."""
-        from .io import save_png
-
         save_png(path, self.image)
 
     def __repr__(self) -> str:
@@ -99,7 +138,7 @@ def _matplotlib() -> tuple[Any, Any, Any, Any, Any]:
     return Figure, FigureCanvasAgg, ScalarMappable, ListedColormap, Normalize
 
 
-def _is_pixel_space(e: Explanation) -> bool:
+def _is_pixel_space(e: Explained) -> bool:
     """Raw values at the input's size (Saliency, IG, Guided Grad-CAM, Occlusion...), not a layer's CAM."""
     raw = e.raw
     return (
@@ -111,9 +150,6 @@ def _is_pixel_space(e: Explanation) -> bool:
 
 
 def _images_float(images: Tensor, mean: Sequence[float] | None, std: Sequence[float] | None) -> Tensor:
-    from .io import denormalize
-    from .overlay import _check_unit_range
-
     if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3:
         got = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
         raise InvalidInputError(f"images must be a tensor [B, 3, H, W], got {got}")
@@ -122,13 +158,13 @@ def _images_float(images: Tensor, mean: Sequence[float] | None, std: Sequence[fl
     if images.dtype == torch.uint8:
         return images.float() / 255
     out = denormalize(images, mean, std) if mean is not None and std is not None else images.float()
-    _check_unit_range(out)
+    check_unit_range(out)
     return out
 
 
 def figure(
     images: Tensor,
-    explanations: Explanation | Sequence[Explanation] | Mapping[str, Explanation],
+    explanations: Explained | Sequence[Explained] | Mapping[str, Explained],
     classes: Sequence[str] | None = None,
     sign: str | None = None,
     outlier_perc: float = 2.0,
@@ -185,11 +221,8 @@ def figure(
         >>> fig.image.shape  # 3 rows of 1.5 inches + 0.7; 5 columns of 1 inch; at 40 dpi
         (208, 200, 3)
     """
-    from .functional.overlay import colorize, colormap_lut, overlay_batch
-    from .functional.views import DEFAULT_COLORMAP, blended_heat_map, heat_map, scale_attribution
-
     Figure, Canvas, ScalarMappable, ListedColormap, Normalize = _matplotlib()
-    if isinstance(explanations, Explanation):
+    if isinstance(explanations, Explained):
         named = {explanations.method: explanations}
     elif isinstance(explanations, Mapping):
         named = dict(explanations)
@@ -203,8 +236,11 @@ def figure(
     base = _images_float(images, mean, std)
     batch = base.shape[0]
     for label, e in named.items():
-        if not isinstance(e, Explanation):
-            raise InvalidInputError(f"{label!r} is a {type(e).__name__}, not a camkit.Explanation")
+        if not isinstance(e, Explained):
+            raise InvalidInputError(
+                f"{label!r} is a {type(e).__name__}, not a camkit.Explanation (nor an object with maps, raw, "
+                "target, scores and method)"
+            )
         if e.maps.dim() != 3 or e.maps.shape[0] != batch:
             raise InvalidInputError(
                 f"{label!r}: figure draws one map per image, [B={batch}, H, W]; got maps of shape "
@@ -286,7 +322,7 @@ def figure(
     return ExplanationFigure(image=np.ascontiguousarray(rgba[:, :, :3]), columns=tuple(columns), panels=panels, titles=titles)
 
 
-def _class_name(e: Explanation, b: int, classes: Sequence[str] | None) -> str:
+def _class_name(e: Explained, b: int, classes: Sequence[str] | None) -> str:
     if e.target is None or e.target.dim() != 1:
         return "target"
     index = int(e.target[b])

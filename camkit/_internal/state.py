@@ -32,7 +32,7 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
 
     Example:
         >>> from torch import nn
-        >>> from camkit._state import eval_mode
+        >>> from camkit._internal.state import eval_mode
         >>> net = nn.Sequential(nn.Dropout(), nn.Dropout()); net[1].eval()
         Dropout(p=0.5, inplace=False)
         >>> with eval_mode(net):
@@ -106,7 +106,7 @@ def preserve_running_stats(model: nn.Module) -> Iterator[None]:
     Example:
         >>> import torch
         >>> from torch import nn
-        >>> from camkit._state import preserve_running_stats
+        >>> from camkit._internal.state import preserve_running_stats
         >>> bn = nn.BatchNorm1d(2)
         >>> with preserve_running_stats(bn):
         ...     _ = bn(torch.randn(8, 2) + 5)

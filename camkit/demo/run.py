@@ -1,4 +1,4 @@
-"""``camkit demo``: audit the bundled shortcut-learning model and report what it looks at.
+"""The demo run behind ``camkit demo``: audit the bundled shortcut-learning model and report what it looks at.
 
 The bundled :class:`~camkit.demo.model.ShapesCNN` was trained on shapes where most circles
 carry a corner watermark (see :mod:`camkit.demo.shapes`). The demo generates held-out images
@@ -9,7 +9,6 @@ headline: the class whose attention sits on the watermark. No network is used.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -23,22 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ..cli import command
-
-__all__ = ["DEMO_SEED", "headline", "run", "run_demo"]
+__all__ = ["DEMO_SEED", "headline", "run_demo"]
 
 DEMO_SEED = 2  # the demo's images differ from the training (0) and test (1) sets
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="camkit-demo", help="output folder (default: camkit-demo)")
-    parser.add_argument("--images", type=int, default=200, help="images to audit (default: 200)")
-    parser.add_argument(
-        "--method", default="gradcam++", help="second method audited next to Grad-CAM (default: gradcam++)"
-    )
-    parser.add_argument(
-        "--gallery", default=None, help="also write README gallery images (overlay strips, report screenshot) here"
-    )
 
 
 def headline(summary: Mapping[str, Any], region: str = "watermark") -> tuple[str, float, float, str]:
@@ -48,7 +34,7 @@ def headline(summary: Mapping[str, Any], region: str = "watermark") -> tuple[str
         ``(class, share, highest share among the other classes, message)``.
 
     Example:
-        >>> from camkit.demo.cli import headline
+        >>> from camkit.demo.run import headline
         >>> summary = {"per_class": {"circle": {"energy": {"watermark": 0.61}},
         ...                          "square": {"energy": {"watermark": 0.02}}}}
         >>> headline(summary)[3]
@@ -214,9 +200,3 @@ def run_demo(
             print(f"gallery: {path}")
     print(f"done in {time.perf_counter() - start:.0f} s; open {(reports['gradcam'] / 'report.html').resolve()}")
     return summaries["gradcam"]
-
-
-@command("demo", "audit the bundled shortcut-learning model and write overlays and an HTML report", _add_arguments)
-def run(args: argparse.Namespace) -> int:
-    run_demo(args.out, images=args.images, method=args.method, gallery=args.gallery)
-    return 0

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import _syncs
-from .errors import InvalidTargetError, OutputSelectionError
+from .._internal import syncs as _syncs
+from ..errors import InvalidTargetError, OutputSelectionError
 
 __all__ = ["OutputSelector", "Target", "resolve_target", "select_output"]
 

@@ -5,7 +5,7 @@ CAM math needs channel-first grids ``[B, C, h, w]``. A layer gives one of:
 * ``[B, C, h, w]`` (convolutions) or ``[B, h, w, C]`` (Swin, ConvNeXt's inner ``Linear``
   layers, ``Permute``): the layout is decided **from evidence**, in this order: the shape
   itself when only one reading fits the input's grid (:func:`camkit.functional.guess_channels_last`);
-  when both fit, the module's type (:func:`camkit.architectures.known_channels_last`, which
+  when both fit, the module's type (:func:`camkit.layers.layout.known_channels_last`, which
   judges a container by its last block, not by the last leaf inside it); when nothing
   decides, an error asking for ``reshape=``.
 * ``[B, N, D]`` tokens: prefix tokens (class, distillation, registers) dropped, the grid
@@ -18,15 +18,17 @@ information: it is refused, never stretched into a map.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from .architectures import known_channels_last
-from .errors import InvalidInputError
-from .functional.tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
+from ..errors import InvalidInputError
+from ..functional.tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
+from .defaults import unwrap_model
+from .families import prefix_tokens
 
-__all__ = ["grid_shape", "layer_grid", "token_prefix"]
+__all__ = ["grid_shape", "known_channels_last", "layer_grid", "prefix_token_hint", "token_prefix"]
 
 Reshape = Callable[[Tensor], Tensor]
 
@@ -35,7 +37,7 @@ def token_prefix(count: int, size: tuple[int, int], hint: int | None) -> int | N
     """The model's prefix-token count when it fits ``count`` tokens on an ``H x W`` input, else ``None`` (infer).
 
     Example:
-        >>> from camkit.layout import token_prefix
+        >>> from camkit.layers.layout import token_prefix
         >>> token_prefix(197, (224, 224), 1), token_prefix(49, (224, 224), 1)
         (1, None)
     """
@@ -68,7 +70,7 @@ def grid_shape(
 
     Example:
         >>> from torch import nn
-        >>> from camkit.layout import grid_shape
+        >>> from camkit.layers.layout import grid_shape
         >>> grid_shape(nn.Conv2d(3, 512, 1), (2, 512, 7, 7), (224, 224))
         (7, 7)
         >>> grid_shape(nn.LayerNorm(768), (2, 197, 768), (224, 224), 1)
@@ -117,7 +119,7 @@ def layer_grid(
     Example:
         >>> import torch
         >>> from torch import nn
-        >>> from camkit.layout import layer_grid
+        >>> from camkit.layers.layout import layer_grid
         >>> layer_grid("norm", nn.LayerNorm(8), torch.zeros(2, 1 + 4 * 6, 8), (40, 60), prefix_hint=1).shape
         torch.Size([2, 8, 4, 6])
         >>> layer_grid("stage", nn.Sequential(nn.Linear(8, 8)), torch.zeros(2, 8, 8, 96), (64, 64)).shape
@@ -152,3 +154,107 @@ def layer_grid(
             "Pick an earlier layer or a larger input."
         )
     return grid
+
+
+_CHANNELS_FIRST = {
+    "Conv2d",
+    "ConvTranspose2d",
+    "BatchNorm2d",
+    "SyncBatchNorm",
+    "FrozenBatchNorm2d",
+    "GroupNorm",
+    "InstanceNorm2d",
+    "LayerNorm2d",
+    "MaxPool2d",
+    "AvgPool2d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool2d",
+    "CNBlock",
+    "ConvNeXtBlock",
+    "Bottleneck",
+    "BasicBlock",
+}
+_CHANNELS_LAST = {"SwinTransformerBlock", "SwinTransformerBlockV2", "PatchMerging", "PatchMergingV2", "Linear"}
+
+
+def _own_layout(module: nn.Module) -> bool | None:
+    name = type(module).__name__
+    if name in _CHANNELS_FIRST:
+        return False
+    if name in _CHANNELS_LAST:
+        return True
+    if name == "Permute":
+        dims = list(getattr(module, "dims", []))
+        if dims == [0, 2, 3, 1]:
+            return True
+        if dims == [0, 3, 1, 2]:
+            return False
+    if isinstance(module, nn.LayerNorm) and not name.endswith("2d"):
+        return True  # nn.LayerNorm normalises the last dimension: features are last
+    return None
+
+
+def known_channels_last(module: nn.Module) -> bool | None:
+    """Whether a module's 4-D output is channel-last, from its type; ``None`` when unknown.
+
+    The module's own type decides first; an ``nn.Sequential`` (or ``ModuleList``) is judged
+    by its last child, which is what it returns (element-wise modules skipped), followed down
+    to a module of known type. Any other container is unknown: its forward may permute, so
+    the last leaf inside it is no evidence (a ConvNeXt block ends with a ``Linear`` yet
+    returns a channel-first map). Explainers use this only when the
+    output's shape fits both layouts (see :mod:`camkit.layers.layout`).
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.layers.layout import known_channels_last
+        >>> known_channels_last(nn.LayerNorm(8)), known_channels_last(nn.Sequential(nn.Conv2d(3, 8, 1), nn.ReLU()))
+        (True, False)
+        >>> known_channels_last(nn.ReLU()) is None
+        True
+    """
+    while True:
+        own = _own_layout(module)
+        if own is not None:
+            return own
+        if not isinstance(module, (nn.Sequential, nn.ModuleList)):
+            # Any other container may permute in its forward (Hugging Face's ConvNext layer
+            # ends with a Linear, then permutes back): its registration order is no evidence.
+            return None
+        children = [child for child in module.children() if not _shape_keeping(child)]
+        if not children:
+            return None
+        module = children[-1]
+
+
+_SHAPE_KEEPING = {"Identity", "Dropout", "DropPath", "ReLU", "GELU", "SiLU", "Hardswish", "ReLU6", "Sigmoid"}
+
+
+def _shape_keeping(module: nn.Module) -> bool:
+    # Element-wise modules at the end of a container keep the layout of what came before.
+    return type(module).__name__ in _SHAPE_KEEPING
+
+
+def prefix_token_hint(model: nn.Module) -> int | None:
+    """Leading non-patch tokens of a ViT, when the model says: timm's ``num_prefix_tokens``,
+    transformers' ViT / DeiT / CLIP vision / DINOv2 from class and config
+    (:func:`camkit.layers.families.prefix_tokens`), or 1 for torchvision's ``VisionTransformer``
+    itself (not subclasses, which may add registers).
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.layers.layout import prefix_token_hint
+        >>> net = nn.Identity(); net.num_prefix_tokens = 5
+        >>> prefix_token_hint(net)
+        5
+    """
+    model = unwrap_model(model)
+    count = getattr(model, "num_prefix_tokens", None)
+    if isinstance(count, int) and count >= 0:
+        return count
+    count = prefix_tokens(model)  # transformers' ViT, DeiT, CLIP vision, DINOv2 (camkit.layers.families)
+    if count is not None:
+        return count
+    vision_transformer = sys.modules.get("torchvision.models.vision_transformer")  # never imported just to check
+    if vision_transformer is not None and type(model) is getattr(vision_transformer, "VisionTransformer", None):
+        return 1
+    return None

@@ -42,7 +42,7 @@ def colormap_names() -> list[str]:
     """The names of the anchor-defined tables (OpenCV's come on top of these).
 
     Example:
-        >>> from camkit.colormaps import colormap_names
+        >>> from camkit.viz.colormaps import colormap_names
         >>> "bwr" in colormap_names() and "seismic" in colormap_names()
         True
     """
@@ -58,7 +58,7 @@ def anchor_lut(name: str) -> np.ndarray | None:
     quantised with ``round(c * 255)``. The returned array is read-only.
 
     Example:
-        >>> from camkit.colormaps import anchor_lut
+        >>> from camkit.viz.colormaps import anchor_lut
         >>> lut = anchor_lut("bwr")
         >>> lut[0].tolist(), lut[255].tolist(), lut[127].tolist(), lut[128].tolist()
         ([0, 0, 255], [255, 0, 0], [254, 254, 255], [255, 254, 254])

@@ -1,0 +1,62 @@
+"""The model options shared by the subcommands: ``--model``, ``--weights``, preprocessing, ``--device``."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from ..modelload import LoadedModel, load_model
+
+__all__ = ["add_model_arguments", "model_from_args"]
+
+
+def _size_arg(text: str) -> tuple[int, int]:
+    parts = re.split(r"[x,]", text.lower())
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2 or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected N or HxW with positive numbers, got {text!r}")
+    return values[0], values[1]
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, preprocessing: bool = True) -> None:
+    """Add the shared model options to a subcommand's parser.
+
+    ``--model``, ``--weights``, ``--trust-pickle`` and ``--device``; with ``preprocessing``
+    also ``--size``, ``--mean`` and ``--std`` (commands that build their own inputs, such
+    as ``camkit layers``, pass ``preprocessing=False``). Read them back with :func:`model_from_args`.
+    """
+    group = parser.add_argument_group("model")
+    group.add_argument(
+        "--model", required=True,
+        help="torchvision:NAME, package.module:factory, demo (the bundled demo model with its preprocessing and "
+        "class names), or a whole model saved with torch.save (needs --trust-pickle)",
+    )  # fmt: skip
+    group.add_argument("--weights", help="torchvision weights name (e.g. DEFAULT) or a state-dict file")
+    group.add_argument(
+        "--trust-pickle", action="store_true",
+        help="allow loading a whole pickled model (this runs code from the file: only for files you trust)",
+    )  # fmt: skip
+    if preprocessing:
+        group.add_argument(
+            "--size", type=_size_arg, help="resize inputs to N or HxW (default: the weights' transforms, else 224)"
+        )
+        group.add_argument(
+            "--mean", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation mean (default ImageNet's)"
+        )
+        group.add_argument(
+            "--std", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation std (default ImageNet's)"
+        )
+    group.add_argument("--device", help="cpu, cuda, cuda:N (default: CUDA when available)")
+
+
+def model_from_args(args: argparse.Namespace) -> LoadedModel:
+    """:func:`load_model` from the options added by :func:`add_model_arguments`."""
+    return load_model(
+        args.model, args.weights, trust_pickle=args.trust_pickle, size=getattr(args, "size", None),
+        mean=getattr(args, "mean", None), std=getattr(args, "std", None), device=args.device,
+    )  # fmt: skip

@@ -1,0 +1,74 @@
+"""Which layer a known architecture explains by default, and the wrappers camkit looks through.
+
+* :func:`unwrap_model` strips ``DataParallel`` / ``DistributedDataParallel`` (``.module``)
+  and ``torch.compile`` (``._orig_mod``) wrappers. Explainers run the eager module inside:
+  hooks added after compiling are not traced by the compiled graph, and a ``DataParallel``
+  replica per device would split the batch across separate captures.
+* :func:`default_layer` gives the CAM layer for torchvision families, then for timm and
+  transformers families (:mod:`camkit.layers.families`; tables in ``docs/layers.md``); it takes
+  precedence over the generic rule of :func:`camkit.layers.auto_layer` when it gives a
+  spatial map for the input.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from .families import family_layer, rules, torchvision
+
+__all__ = ["default_layer", "default_layer_table", "unwrap_model"]
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The eager module inside DataParallel / DistributedDataParallel / ``torch.compile`` wrappers.
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.layers.defaults import unwrap_model
+        >>> net = nn.Linear(2, 2)
+        >>> unwrap_model(nn.DataParallel(net)) is net
+        True
+    """
+    while True:
+        if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model = model.module
+        elif type(model).__name__ == "OptimizedModule" and isinstance(getattr(model, "_orig_mod", None), nn.Module):
+            model = model.get_submodule("_orig_mod")
+        else:
+            return model
+
+
+
+def default_layer_table() -> list[tuple[str, str]]:
+    """``(architecture class, default layer)`` rows, as documented in ``docs/layers.md``.
+
+    Torchvision's rows come first, then the timm / transformers families' (model classes and
+    layer patterns, from :func:`camkit.layers.families.rules`).
+
+    Example:
+        >>> from camkit.layers.defaults import default_layer_table
+        >>> dict(default_layer_table())["ResNet"]
+        'layer4'
+    """
+    return torchvision.table() + [(", ".join(r.classes), " or ".join(r.patterns)) for r in rules()]  # timm, transformers
+
+
+
+def default_layer(model: nn.Module) -> str | None:
+    """The default CAM layer name for a known torchvision architecture, or ``None``.
+
+    Subclasses of a known class get the same default. Wrappers are looked through. Models
+    that no torchvision rule knows get the timm / transformers family default of
+    :func:`camkit.layers.families.family_layer`, if one fits.
+
+    Example:
+        >>> from torchvision.models import resnet18
+        >>> from camkit.layers.defaults import default_layer
+        >>> default_layer(resnet18())
+        'layer4'
+    """
+    model = unwrap_model(model)
+    known, layer = torchvision.torchvision_layer(model)
+    if known:
+        return layer
+    return family_layer(model)  # timm / transformers families (camkit.layers.families)

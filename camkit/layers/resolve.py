@@ -1,0 +1,84 @@
+"""Turn a ``layer=`` argument into the model's modules: a name, a module, a list, or ``None`` (automatic)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..errors import CamkitWarning, InvalidInputError, LayerNotFoundError
+from .auto import auto_layer, is_spatial_here
+from .defaults import default_layer
+from .names import LayerSpec, _names, _resolve_one, _strip_wrappers
+
+__all__ = ["resolve_layers"]
+
+
+def resolve_layers(
+    model: nn.Module,
+    layer: LayerSpec,
+    example: Tensor | None = None,
+    *,
+    forward: Callable[[Tensor], Any] | None = None,
+    score: Callable[[Any], Tensor] | None = None,
+) -> list[tuple[str, nn.Module]]:
+    """Turn a layer argument into ``(dotted name, module)`` pairs.
+
+    Names written for a ``DataParallel`` (``module.``) or ``torch.compile`` (``_orig_mod.``)
+    wrapper resolve on the bare model and the other way round.
+
+    Args:
+        model: the model to explain.
+        layer: a dotted name from ``model.named_modules()``, a module, a list of either, or
+            ``None``: the architecture's default layer for known torchvision families (see
+            :func:`camkit.layers.defaults.default_layer`), else :func:`auto_layer` (which
+            needs ``example``).
+        example: an input batch, used only when ``layer`` is ``None``.
+        forward: how to run the model on ``example`` for the dry run (default ``model(example)``).
+        score: what the dry run differentiates (see :func:`qualifying_layers`).
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.layers import resolve_layers
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+        >>> resolve_layers(net, "0")[0][0]
+        '0'
+    """
+    names = _names(model)
+    if layer is None:
+        known = default_layer(model)
+        found = None if known is None else _strip_wrappers(known, names)
+        if found is not None and (example is None or is_spatial_here(model, found, names[found], example, forward)):
+            return [(found, names[found])]
+        if example is None:
+            raise InvalidInputError("layer=None needs an example input to find a layer automatically")
+        chosen = auto_layer(model, example, forward=forward, score=score)
+        if found is not None:
+            warnings.warn(
+                f"{type(model).__name__}'s default layer '{found}' gives no spatial map on this "
+                f"{example.shape[-2]}x{example.shape[-1]} input (1x1, say); using '{chosen[0]}', the last layer that "
+                "does. Pass layer= to choose.",
+                CamkitWarning,
+                stacklevel=3,
+            )
+        return [chosen]
+    if isinstance(layer, (str, nn.Module)):
+        specs: list[str | nn.Module] = [layer]
+    elif isinstance(layer, (list, tuple)):
+        specs = list(layer)
+    else:
+        raise TypeError(
+            f"layer must be a dotted name (str), a module of the model, a list of them, or None (automatic), "
+            f"got {type(layer).__name__} {layer!r}; see camkit.list_layers(model, x) for the names."
+        )
+    if not specs:
+        raise LayerNotFoundError("layer is an empty list; give at least one layer")
+    resolved = [_resolve_one(model, spec, names) for spec in specs]
+    seen = set()
+    for name, _ in resolved:
+        if name in seen:
+            raise LayerNotFoundError(f"layer '{name}' is listed twice")
+        seen.add(name)
+    return resolved

@@ -1,0 +1,16 @@
+"""What people look at: heatmap overlays, figures of explanations, colour tables.
+
+* :mod:`camkit.viz.overlay`: one image with its heatmap blended over it (:func:`overlay`);
+* :mod:`camkit.viz.figures`: images, maps and overlays side by side with titles and a
+  colorbar (:func:`figure`), from any object with maps (:class:`Explained`);
+* :mod:`camkit.viz.colormaps`: the colour tables camkit ships (``bwr``...).
+
+The tensor math under the pictures (colouring, batched overlays, attribution views) is in
+:mod:`camkit.functional`; the pixel conversions in :mod:`camkit.io`.
+"""
+
+from .colormaps import colormap_names
+from .figures import Explained, ExplanationFigure, figure
+from .overlay import overlay
+
+__all__ = ["Explained", "ExplanationFigure", "colormap_names", "figure", "overlay"]
