@@ -18,7 +18,7 @@ attribution, both defined the same way:
   ``neuron_selector=(5, 2, 3)``; ``raw`` is the signed input gradient (attribution) [B, 3, H, W].
 * ``GradientShap`` samples baselines, path points and noise: camkit and captum draw
   differently, so only the time is compared (seeded, the same number of samples, all points in
-  one batch for both); the agreement in expectation is tested in ``tests/test_propagation.py``.
+  one batch for both); the agreement in expectation is tested in ``tests/methods/test_propagation.py``.
 * ``DeepLiftShap`` runs on models without a ReLU module called twice, which captum's DeepLift
   refuses (every torchvision ResNet block calls its ``relu`` twice): on a small CNN without
   max-pooling built here (conv, batch norm, ReLU, average pooling), where the two agree to

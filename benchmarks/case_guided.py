@@ -12,7 +12,7 @@ Map agreement: captum's attributions [B, C, H, W] are given camkit's pixel contr
 difference printed compares the attributions themselves. On torchvision's resnet50 every
 ReLU is an ``nn.ReLU`` module, which captum's module hooks see; the agreement row is
 therefore a correctness check, not the functional-ReLU failure the issue describes
-(``tests/test_pixel.py`` covers that).
+(``tests/methods/test_pixel.py`` covers that).
 
 Default: resnet50 at 224x224, batch 8. ``--smoke``: resnet18 at 64x64, batch 2.
 """

@@ -24,7 +24,7 @@ twice, which every torchvision ResNet block does) gets a row with the error inst
 Captum's LRP does run on ResNets but has no rule for the in-place ``out += identity`` of
 their blocks (it wants an ``Addition_Module``): the gradient of the sum hands each summand
 the *whole* relevance, so relevance is duplicated at every block and its maps disagree
-with camkit's (``tests/test_propagation.py`` shows the duplication on a small residual net).
+with camkit's (``tests/methods/test_propagation.py`` shows the duplication on a small residual net).
 
 Configurations: ``--smoke`` resnet18 at 64x64, batch 2; default resnet18 at 224x224, batch 4;
 ``--full`` resnet50 at 224x224, batch 8.

@@ -14,7 +14,7 @@ For each method, side by side (interleaved, median of the repeats):
 Agreement: FeatureAblation is deterministic, so camkit's raw map is compared with captum's
 attribution (max absolute difference). The sampling methods draw different random
 coalitions (and camkit evaluates repeated coalitions once, which captum does not), so only
-their time is compared; their agreement in expectation is tested in ``tests/test_regions.py``.
+their time is compared; their agreement in expectation is tested in ``tests/methods/test_regions.py``.
 
 Default: resnet18 (random weights), one 128x128 image, a 6x6 grid (36 regions), chunks of 32;
 Shapley sampling with 3 orders, KernelSHAP and LIME with 64 samples. ``--smoke``: 32x32,

@@ -199,3 +199,12 @@ def test_only_the_cli_package_parses_arguments():
         )
     )
     assert users == []
+
+
+def test_tests_mirror_the_package():
+    tests = Path(__file__).resolve().parent
+    folders = sorted(p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+    assert folders, "tests live in folders named after the package's wings"
+    assert [f for f in folders if not (PACKAGE / f / "__init__.py").is_file()] == []
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert len(names) == len(set(names)), "test module names must be unique (pytest imports them by basename)"

@@ -1,6 +1,6 @@
 """The figures the README and docs/demo.md quote, measured afresh by ``camkit demo``.
 
-``camkit demo`` writes them to ``<out>/figures.json``; ``tests/test_demo_figures.py`` runs the
+``camkit demo`` writes them to ``<out>/figures.json``; ``tests/demo/test_demo_figures.py`` runs the
 demo and compares every figure tagged ``<!-- demo:KEY -->`` in README.md and docs/demo.md
 with the value under ``KEY`` at the precision the text writes it, so the docs cannot drift
 from what the bundled model does.

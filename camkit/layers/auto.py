@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -35,7 +36,7 @@ def is_spatial_here(
         return True  # not ours to judge here: the explainer reports what it finds
     size = (int(x.shape[-2]), int(x.shape[-1]))
     grid = grid_shape(module, tuple(seen[-1].shape), size, prefix_token_hint(model))
-    return grid is None or grid[0] * grid[1] > 1
+    return grid is None or math.prod(grid) > 1
 
 
 _PASS_THROUGH = {"Identity", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "DropPath", "DropBlock2d"}
@@ -165,7 +166,7 @@ def qualifying_layers(
             and c.output.requires_grad
             and (c.output.dim() == 4 or c.output.shape[-1] > 1)  # [B, C, 1] is a pooled vector, not tokens
             and (grid := grid_shape(c.module, tuple(c.output.shape), size, hint)) is not None
-            and grid[0] * grid[1] > 1
+            and math.prod(grid) > 1
         ]
         if not shaped or not total.requires_grad:
             _LAST_DIAGNOSIS.reason = "no_maps" if not shaped else "no_graph"

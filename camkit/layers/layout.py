@@ -18,6 +18,7 @@ information: it is refused, never stretched into a map.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 
@@ -62,8 +63,11 @@ def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, i
 
 def grid_shape(
     module: nn.Module, shape: tuple[int, ...], size: tuple[int, int], prefix_hint: int | None = None
-) -> tuple[int, int] | None:
-    """The ``(h, w)`` grid a layer output of ``shape`` lies on for an ``H x W`` input, or ``None``.
+) -> tuple[int, ...] | None:
+    """The grid (``(h, w)`` for an image) a layer output of ``shape`` lies on for an ``H x W`` input, or ``None``.
+
+    A grid is a tuple with one entry per spatial axis of the input, so that signals and volumes
+    fit the same contract; today's layouts are those of images.
 
     ``None`` when the output is not a map of the input (not 3-D or 4-D, tokens that fit no
     grid, or a layout nothing decides). Used to qualify layers; it never raises.
@@ -80,11 +84,11 @@ def grid_shape(
     """
     try:
         if len(shape) == 3:
-            _, h, w = infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))
-            return h, w
+            _, *grid = infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))
+            return tuple(grid)
         if len(shape) == 4:
             last = _channels_last(module, shape, size)
-            return (shape[1], shape[2]) if last else (shape[2], shape[3])
+            return tuple(shape[1:-1]) if last else tuple(shape[2:])
     except InvalidInputError:
         return None
     return None
@@ -145,11 +149,12 @@ def layer_grid(
             f"layer '{name}' gives shape {list(tensor.shape)}; CAMs need [B, C, H, W] maps, [B, H, W, C] "
             "maps or [B, N, D] tokens. Pick another layer (camkit.list_layers(model, x)) or pass reshape=."
         )
-    if grid.shape[-1] * grid.shape[-2] == 1:
+    if math.prod(grid.shape[2:]) == 1:
         found = last_spatial() if last_spatial is not None else None
         hint = f"; the model's last layer with a spatial output here is '{found}'" if found else ""
         raise InvalidInputError(
-            f"layer '{name}' has a 1x1 output on this {size[0]}x{size[1]} input (after global pooling, or "
+            f"layer '{name}' has a {'x'.join('1' * (grid.dim() - 2))} output on this {'x'.join(map(str, size))} "
+            "input (after global pooling, or "
             f"an input too small for its stride): a map of one position says nothing about where{hint}. "
             "Pick an earlier layer or a larger input."
         )

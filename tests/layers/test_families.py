@@ -17,7 +17,7 @@ from camkit.errors import OutputSelectionError
 from camkit.layers import default_layer, default_layer_table, families, prefix_token_hint
 from camkit.targets import select_output
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _named(name: str, base: type[nn.Module] = nn.Module) -> type[nn.Module]:

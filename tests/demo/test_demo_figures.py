@@ -18,12 +18,12 @@ import pytest
 from camkit.cli import main
 from camkit.demo.run import _accuracy_lines
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TAGGED = re.compile(r"(?P<number>\d+(?:\.\d+)?)%(?:\*\*)?<!-- demo:(?P<key>[\w.+]+) -->")
 PERCENT = re.compile(r"\d+(?:\.\d+)?%")
 CODE = re.compile(r"^```.*?^```", re.S | re.M)
 # Percentages that are not demo measurements, with why.
-NOT_FROM_THE_DEMO = {("docs/demo.md", "85%"): "the pointing-game threshold of tests/test_demo_model.py"}
+NOT_FROM_THE_DEMO = {("docs/demo.md", "85%"): "the pointing-game threshold of tests/demo/test_demo_model.py"}
 
 
 def quoted_text() -> dict[str, str]:

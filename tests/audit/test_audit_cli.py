@@ -102,7 +102,7 @@ def test_explain_torchvision_state_dict_and_trusted_whole_model(runs):
 
 
 def test_whole_model_refused_without_trust(runs):
-    # explain and audit share the loader (TorchScript and the other refusals: test_audit_modelload.py)
+    # explain and audit share the loader (TorchScript and the other refusals: tests/modelload/test_modelload.py)
     root, _, results = runs
     code, _, stderr = results["audit_whole_refused"]
     assert code == 2 and "whole pickled model: loading it runs code" in stderr and "--trust-pickle" in stderr
