@@ -9,7 +9,7 @@ package or its weights are missing, a seeded untrained CNN on seeded noise stand
 figure says so in its title.
 
 Every map is the explainer's ``maps`` output (upsampled, then min-max normalised per map)
-for the image's predicted class, overlaid with ``camkit.viz.overlay`` (RGB, jet, alpha 0.5).
+for the image's predicted class, overlaid with ``camkit.overlay`` (RGB, jet, alpha 0.5).
 
 ``gallery_signed.png`` shows each pixel-space method twice per image: that view ("|max|": the
 min-max normalised absolute value) and the signed view of ``camkit.attribution_view`` (channels
@@ -132,7 +132,7 @@ def signed_gallery(
         signed = camkit.attribution_view(e.raw, x, view="blended_heat_map", sign="all", outlier_perc=2, alpha=0.7)
         axes[m, 0].set_ylabel(name, fontsize=7)
         for c, r in enumerate(shown):
-            axes[m, 2 * c].imshow(camkit.viz.overlay(images[r], e.maps[r], alpha=0.5, colormap="jet"), interpolation="nearest")
+            axes[m, 2 * c].imshow(camkit.overlay(images[r], e.maps[r], alpha=0.5, colormap="jet"), interpolation="nearest")
             axes[m, 2 * c + 1].imshow(signed[r].permute(1, 2, 0).numpy(), interpolation="nearest")
             if m == 1:
                 axes[m, 2 * c].set_title("|max|, jet (old)", fontsize=6)
@@ -183,7 +183,7 @@ def main() -> None:
             print(f"{name:>22}: {time.perf_counter() - start:6.2f} s for {len(x)} images")
             axes[top, c].set_title(name, fontsize=7)
             for r in range(len(x)):
-                axes[top + r, c].imshow(camkit.viz.overlay(images[r], maps[r], alpha=0.5, colormap="jet"))
+                axes[top + r, c].imshow(camkit.overlay(images[r], maps[r], alpha=0.5, colormap="jet"))
                 axes[top + r, c].set_frame_on(True)
     fig.suptitle(f"Every camkit method on the same images (maps for the predicted class)\n{title}", fontsize=9)
     fig.tight_layout()

@@ -27,5 +27,5 @@ explanation = camkit.GradCAM(model, "layer4").explain(x)  # target=None: the top
 print(f"class {explanation.target.item()} score {explanation.scores.item():.3f}, map {tuple(explanation.maps.shape)}")
 
 shown = camkit.to_tensor(image, size=224)  # the resized image in [0, 1], for display
-camkit.save_png(out / "cat_gradcam.png", camkit.viz.overlay(shown, explanation.maps[0]))
+camkit.save_png(out / "cat_gradcam.png", camkit.overlay(shown, explanation.maps[0]))
 print(f"wrote {out / 'cat_gradcam.png'}")

@@ -96,7 +96,7 @@ def draw_overlays(shown: Tensor, maps: Tensor, alpha: float = 0.5, colormap: str
     """Blend coloured maps over images, batched on their device: uint8 [B, H, W, 3].
 
     ``shown`` is uint8 RGB [B, H, W, 3]; ``maps`` [B, H, W] in [0, 1] (the model input's size).
-    The pixel values are those of :func:`camkit.viz.overlay` (index ``round(v * 255)`` into the
+    The pixel values are those of :func:`camkit.overlay` (index ``round(v * 255)`` into the
     colormap, ``round((1 - alpha) * image + alpha * colour)``).
 
     Example:

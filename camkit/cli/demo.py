@@ -21,7 +21,6 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-
 @command("demo", "audit the bundled shortcut-learning model and write overlays and an HTML report", _add_arguments)
 def run(args: argparse.Namespace) -> int:
     run_demo(args.out, images=args.images, method=args.method, gallery=args.gallery)

@@ -27,6 +27,15 @@ def is_spatial_here(
 
     One no-grad forward in eval mode: the first image, or the whole batch of a multi-input
     call run through ``forward``. An output that is not a tensor is not judged here (``True``).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.layers.auto import is_spatial_here
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1))
+        >>> x = torch.rand(1, 3, 8, 8)
+        >>> is_spatial_here(net, "0", net[0], x, None), is_spatial_here(net, "1", net[1], x, None)
+        (True, False)
     """
     seen: list[object] = []
     with HookScope() as hooks, torch.no_grad(), eval_mode(model):
@@ -58,8 +67,20 @@ def _inside_attention(name: str, names: dict[str, nn.Module]) -> bool:
 
 
 def default_score(output: Any) -> Tensor:
-    # What the dry run differentiates: the top-1 score of a classifier, the sum of any other
-    # tensor output (per sample), the logits of a Hugging Face style output.
+    """What the automatic layer choice differentiates, per sample.
+
+    The top-1 score of a classifier's ``[B, K]`` logits, the per-sample sum of any other
+    tensor output, read from a Hugging Face style output's ``logits`` (or ``out``,
+    ``pooler_output``, ``last_hidden_state``) or the first tensor of a tuple or dict.
+
+    Example:
+        >>> import torch
+        >>> from camkit.layers import default_score
+        >>> default_score(torch.tensor([[1.0, 3.0], [5.0, 2.0]])).tolist()
+        [3.0, 5.0]
+        >>> default_score({"out": torch.ones(2, 3, 4, 4)}).tolist()
+        [48.0, 48.0]
+    """
     if not isinstance(output, Tensor):
         for key in ("logits", "out", "pooler_output", "last_hidden_state"):
             value = output.get(key) if isinstance(output, dict) else getattr(output, key, None)

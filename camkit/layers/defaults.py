@@ -38,7 +38,6 @@ def unwrap_model(model: nn.Module) -> nn.Module:
             return model
 
 
-
 def default_layer_table() -> list[tuple[str, str]]:
     """``(architecture class, default layer)`` rows, as documented in ``docs/layers.md``.
 
@@ -51,7 +50,6 @@ def default_layer_table() -> list[tuple[str, str]]:
         'layer4'
     """
     return torchvision.table() + [(", ".join(r.classes), " or ".join(r.patterns)) for r in rules()]  # timm, transformers
-
 
 
 def default_layer(model: nn.Module) -> str | None:

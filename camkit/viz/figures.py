@@ -3,7 +3,7 @@
 matplotlib is used for the layout, titles and colorbars only; it is an optional dependency
 (``pip install camkit[plot]``), imported when a figure is drawn. The colours themselves come
 from camkit's own tables (:mod:`camkit.viz.colormaps`, OpenCV's), so a figure shows exactly what
-:func:`camkit.viz.overlay` and :func:`camkit.functional.attribution_view` return.
+:func:`camkit.overlay` and :func:`camkit.functional.attribution_view` return.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The audit pipeline's pieces: batched drawing equals camkit.viz.overlay, the writer, the bounded report."""
+"""The audit pipeline's pieces: batched drawing equals camkit.overlay, the writer, the bounded report."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_batched_drawing_equals_overlay_one_by_one(device):
     shown = rng.integers(0, 256, (3, 20, 30, 3), dtype=np.uint8)
     maps = rng.random((3, 20, 30)).astype(np.float32)
     maps[0, 0, 0], maps[1, 0, 0] = 0.5 / 255, 1.5 / 255  # halves: rounding must match
-    expected = np.stack([camkit.viz.overlay(shown[i], maps[i]) for i in range(3)])
+    expected = np.stack([camkit.overlay(shown[i], maps[i]) for i in range(3)])
     on_device = draw_overlays(torch.from_numpy(shown).to(device), torch.from_numpy(maps).to(device))
     assert on_device.device.type == device and np.array_equal(on_device.cpu().numpy(), expected)
     assert np.array_equal(_draw_host(shown, maps, 0.5, "jet"), expected)
@@ -46,7 +46,7 @@ def test_jpeg_overlays_by_default_png_on_request_exact_maps_kept(tmp_path):
         m = np.load(tmp_path / "jpg" / "maps" / f"{stem}.npy")
         assert m.dtype == np.float32 and m.shape == (32, 32)
         shown = Preprocess(size=(32, 32))(camkit.read_rgb(data / a["key"]))[1]  # what the audit shows
-        assert np.array_equal(exact, camkit.viz.overlay(shown, m))
+        assert np.array_equal(exact, camkit.overlay(shown, m))
 
 
 def _rows(n):

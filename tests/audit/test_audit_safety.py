@@ -236,7 +236,7 @@ def test_explain_overlays_at_the_image_size_through_the_resize(tmp_path):
     assert drawn.shape == (40, 56, 3) and small.shape == (32, 32)
     full = torch.nn.functional.interpolate(torch.from_numpy(small)[None, None], size=(40, 56), mode="bilinear",
                                            align_corners=False)[0, 0]  # fmt: skip
-    assert np.array_equal(drawn, camkit.viz.overlay(rgb, full))
+    assert np.array_equal(drawn, camkit.overlay(rgb, full))
 
 
 def test_invert_map_undoes_resize_and_centre_crop():

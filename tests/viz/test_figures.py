@@ -33,14 +33,14 @@ def test_overlay_refuses_a_normalised_image_and_takes_mean_std():
     mean, std = camkit.io.IMAGENET_MEAN, camkit.io.IMAGENET_STD
     x = (image - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
     with pytest.raises(camkit.InvalidInputError, match=r"outside \[0, 1\].*camkit.denormalize"):
-        camkit.viz.overlay(x, heat)
-    expected = camkit.viz.overlay(image, heat)
-    assert np.abs(camkit.viz.overlay(x, heat, mean=mean, std=std).astype(int) - expected.astype(int)).max() <= 1
-    assert np.abs(camkit.viz.overlay(camkit.denormalize(x), heat).astype(int) - expected.astype(int)).max() <= 1
+        camkit.overlay(x, heat)
+    expected = camkit.overlay(image, heat)
+    assert np.abs(camkit.overlay(x, heat, mean=mean, std=std).astype(int) - expected.astype(int)).max() <= 1
+    assert np.abs(camkit.overlay(camkit.denormalize(x), heat).astype(int) - expected.astype(int)).max() <= 1
     with pytest.raises(camkit.InvalidInputError, match="both mean and std"):
-        camkit.viz.overlay(image, heat, mean=mean)
+        camkit.overlay(image, heat, mean=mean)
     with pytest.raises(camkit.InvalidInputError, match="float tensor"):
-        camkit.viz.overlay(np.zeros((6, 6, 3), np.uint8), heat, mean=mean, std=std)
+        camkit.overlay(np.zeros((6, 6, 3), np.uint8), heat, mean=mean, std=std)
 
 
 # --- load_image keeps the aspect ratio -----------------------------------------------------------------

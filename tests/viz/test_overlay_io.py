@@ -18,13 +18,13 @@ def test_overlay_known_pixels():
     image = np.zeros((1, 4, 3), np.uint8)
     image[:] = (100, 150, 200)
     heat = np.array([[0.0, 64 / 255, 128 / 255, 1.0]], np.float32)
-    out = camkit.viz.overlay(image, heat, alpha=0.5)
+    out = camkit.overlay(image, heat, alpha=0.5)
     for col, index in enumerate([0, 64, 128, 255]):
         expected = [round(0.5 * c + 0.5 * j) for c, j in zip((100, 150, 200), JET[index])]
         assert out[0, col].tolist() == expected, (col, out[0, col], expected)
     # alpha = 0 is the image, alpha = 1 the colour map, in RGB order (red for 1.0)
-    assert camkit.viz.overlay(image, heat, alpha=0.0).tolist() == image.tolist()
-    assert camkit.viz.overlay(image, heat, alpha=1.0)[0, 3].tolist() == [128, 0, 0]
+    assert camkit.overlay(image, heat, alpha=0.0).tolist() == image.tolist()
+    assert camkit.overlay(image, heat, alpha=1.0)[0, 3].tolist() == [128, 0, 0]
 
 
 def test_overlay_input_kinds_agree_and_are_not_modified():
@@ -33,9 +33,9 @@ def test_overlay_input_kinds_agree_and_are_not_modified():
     before = array.copy()
     heat = torch.rand(3, 2, generator=torch.Generator().manual_seed(0))
     heat_before = heat.clone()
-    from_array = camkit.viz.overlay(array, heat)
-    from_pil = camkit.viz.overlay(Image.fromarray(array), heat)
-    from_tensor = camkit.viz.overlay(torch.from_numpy(array).permute(2, 0, 1).float() / 255, heat)
+    from_array = camkit.overlay(array, heat)
+    from_pil = camkit.overlay(Image.fromarray(array), heat)
+    from_tensor = camkit.overlay(torch.from_numpy(array).permute(2, 0, 1).float() / 255, heat)
     assert from_array.shape == (6, 5, 3) and from_array.dtype == np.uint8
     assert np.array_equal(from_array, from_pil)
     assert np.abs(from_array.astype(int) - from_tensor.astype(int)).max() <= 1
@@ -43,14 +43,14 @@ def test_overlay_input_kinds_agree_and_are_not_modified():
 
 
 def test_overlay_resizes_heatmap_and_rejects_batches():
-    out = camkit.viz.overlay(np.zeros((10, 20, 3), np.uint8), np.ones((2, 4)), alpha=1.0)
+    out = camkit.overlay(np.zeros((10, 20, 3), np.uint8), np.ones((2, 4)), alpha=1.0)
     assert out.shape == (10, 20, 3) and (out == np.array([128, 0, 0])).all()
     with pytest.raises(camkit.InvalidInputError, match="not batches"):
-        camkit.viz.overlay(torch.zeros(2, 3, 4, 4), torch.zeros(4, 4))
+        camkit.overlay(torch.zeros(2, 3, 4, 4), torch.zeros(4, 4))
     with pytest.raises(camkit.InvalidInputError, match="unknown colormap"):
-        camkit.viz.overlay(np.zeros((2, 2, 3), np.uint8), np.zeros((2, 2)), colormap="nope")
+        camkit.overlay(np.zeros((2, 2, 3), np.uint8), np.zeros((2, 2)), colormap="nope")
     with pytest.raises(camkit.InvalidInputError, match="uint8"):
-        camkit.viz.overlay(np.zeros((2, 2, 3), np.float64), np.zeros((2, 2)))
+        camkit.overlay(np.zeros((2, 2, 3), np.float64), np.zeros((2, 2)))
 
 
 def test_batched_overlay_equals_single_image_overlay():
@@ -59,7 +59,7 @@ def test_batched_overlay_equals_single_image_overlay():
     batched = overlay_batch(images, maps, alpha=0.4, colormap="viridis")
     assert batched.shape == (3, 3, 8, 6) and batched.dtype == torch.uint8
     for i in range(3):
-        single = camkit.viz.overlay(images[i], maps[i], alpha=0.4, colormap="viridis")
+        single = camkit.overlay(images[i], maps[i], alpha=0.4, colormap="viridis")
         diff = (batched[i].permute(1, 2, 0).numpy().astype(int) - single.astype(int)).__abs__().max()
         assert diff <= 1
 

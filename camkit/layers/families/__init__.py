@@ -18,6 +18,12 @@ register tokens) of the default layer; for Hugging Face vision transformers it i
 their class and config. :func:`layer_layout` says whether a family's default layer's 4-D
 output is channel-last; a container that ends with a ``Linear`` (MaxViT's and transformers'
 ConvNeXt stages) cannot be judged by its last leaf module.
+
+Each library's rules live in a module of their own: :mod:`camkit.layers.families.timm`,
+:mod:`camkit.layers.families.transformers`, and :mod:`camkit.layers.families.torchvision`
+(torchvision's families are matched by ``isinstance``, by
+:func:`camkit.layers.defaults.default_layer`, before these rules); the shape of a rule is
+:class:`~camkit.layers.families.rule.FamilyRule`.
 """
 
 from __future__ import annotations

@@ -55,7 +55,6 @@ class FamilyRule(NamedTuple):
     prefix: int | Callable[[nn.Module], int | None] | None = None
 
 
-
 def expand(model: nn.Module, pattern: str) -> str | None:
     """Resolve ``<last>`` / ``<last ReLU>`` segments; ``None`` when the path does not exist."""
     module = model

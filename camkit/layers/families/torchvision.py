@@ -65,7 +65,6 @@ def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
     ]
 
 
-
 def table() -> list[tuple[str, str]]:
     """``(architecture class, default layer)`` rows for torchvision's families, as ``docs/layers.md`` shows them.
 

@@ -21,7 +21,6 @@ def _dinov2_prefix(model: nn.Module) -> int | None:
     return 1 + int(registers) if isinstance(registers, int) else None
 
 
-
 RULES: tuple[FamilyRule, ...] = (
     FamilyRule(_HF, "ViT", ("ViTForImageClassification", "ViTModel"),
                ("vit.layers.<last>.layernorm_before", "layers.<last>.layernorm_before",  # transformers 5
