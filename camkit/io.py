@@ -117,7 +117,18 @@ def to_uint8_rgb(image: Any) -> np.ndarray:
 
 
 def check_unit_range(image: Tensor) -> None:
-    """Refuse a float image outside [0, 1] (a normalised input, most likely)."""
+    """Refuse a float image outside [0, 1] (a normalised input, most likely); uint8 images pass.
+
+    Example:
+        >>> import torch
+        >>> from camkit.io import check_unit_range
+        >>> check_unit_range(torch.rand(3, 2, 2))
+        >>> try:
+        ...     check_unit_range(torch.full((3, 2, 2), -2.0))
+        ... except ValueError as err:
+        ...     print(str(err)[:41])
+        the image's values span [-2, -2], outside
+    """
     if image.dtype == torch.uint8 or image.numel() == 0:
         return
     low, high = float(image.min()), float(image.max())
