@@ -69,10 +69,8 @@ class MethodInfo(NamedTuple):
 
 
 def _family(cls: type[Explainer]) -> str:
-    own = getattr(cls, "family", None)  # each base class says its kind (methods.base, _forward, pixel)
-    if isinstance(own, str) and own:
-        return own
-    return "attribution" if cls.needs_grad else "perturbation"
+    # Each base class states its kind (methods.base, methods._forward, methods.pixel).
+    return cls.family or ("attribution" if cls.needs_grad else "perturbation")
 
 
 @overload

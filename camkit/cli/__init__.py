@@ -25,9 +25,10 @@ from ._commands import COMMANDS
 
 __all__ = ["main"]
 
+
 def _load_commands() -> None:
-    # Each subcommand module registers itself with @command when imported; they load here, on
-    # first use, so that ``import camkit`` does not pay for argparse set-up.
+    # Each subcommand module registers itself with @command when imported. A module whose own
+    # import is missing (a trimmed install) leaves its command out; any other error is raised.
     for optional in ("camkit.cli.audit", "camkit.cli.debug", "camkit.cli.demo"):
         try:
             __import__(optional)
@@ -96,7 +97,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         warnings.showwarning = shown
-
-
-if __name__ == "__main__":
-    sys.exit(main())

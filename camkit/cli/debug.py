@@ -13,13 +13,12 @@ import torch
 
 from ..errors import CamkitError
 from ._commands import command
+from .models import add_model_arguments, model_from_args
 
 __all__ = ["run"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .models import add_model_arguments
-
     add_model_arguments(parser, preprocessing=False)
     parser.add_argument(
         "--input-shape",
@@ -46,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
             f"camkit layers: --input-shape {args.input_shape!r} must be integers separated by commas", file=sys.stderr
         )
         return 2
-    from .models import model_from_args
-
     try:
         loaded = model_from_args(args)
     except CamkitError as err:
