@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
+from .errors import InvalidInputError
 from .viz.figures import ExplanationFigure, figure
 
 __all__ = ["Explanation"]
@@ -19,12 +20,13 @@ class Explanation:
     """What ``explainer.explain(x, target)`` returns.
 
     Attributes:
-        maps: float32 [B, H, W] (or [B, K, H, W] for [B, K] targets) in [0, 1] at the
-            input's size, on the input's device: the raw map upsampled (bilinear), then
-            min-max normalised per map.
-        raw: the unnormalised map: [B, h, w] (or [B, K, h, w]) at the layer's resolution
+        maps: float32 [B, *S] (or [B, K, *S] for [B, K] targets) in [0, 1] at the input's
+            spatial size ``S`` (``T`` for a signal, ``H, W`` for an image, ``D, H, W`` for a
+            volume or a video), on the input's device: the raw map upsampled (linear, bilinear
+            or trilinear), then min-max normalised per map.
+        raw: the unnormalised map: [B, *s] (or [B, K, *s]) at the layer's resolution
             for CAMs; a tuple of them, one per layer, when several layers were fused;
-            [B, C, H, W] signed attributions for pixel-space methods.
+            [B, C, *S] signed attributions for pixel-space methods.
         target: the class indices used, LongTensor [B] or [B, K]; ``None`` for a callable target.
         scores: the target scores of the unperturbed input, [B] or [B, K], detached.
         flat: bool [B] or [B, K], True where a map was constant (e.g. all zero); such maps
@@ -67,6 +69,46 @@ class Explanation:
             f"Explanation(method={self.method!r}, maps={list(self.maps.shape)}, raw={raw}, target={target}, "
             f"flat={flat}{layers}{extras})"
         )
+
+    @property
+    def spatial_dims(self) -> int:
+        """How many spatial axes a map has: 1 for a signal, 2 for an image, 3 for a volume or a video.
+
+        Example:
+            >>> import torch
+            >>> import camkit
+            >>> e = camkit.Explanation(torch.zeros(2, 4, 8, 8), torch.zeros(2, 4, 8, 8), None, torch.zeros(2),
+            ...                        torch.zeros(2, dtype=torch.bool), "demo")
+            >>> e.spatial_dims
+            3
+        """
+        return self.maps.dim() - self.scores.dim()
+
+    @property
+    def frame_share(self) -> Tensor:
+        """Each frame's (or slice's) share of the map: [B, T] (or [B, K, T]), rows summing to 1.
+
+        For a video [B, C, T, H, W] this says which moments mattered: the map's mass in each
+        frame over its total. The first spatial axis of a volume is its depth, so there it is
+        each slice's share. Flat maps give zeros. Only for maps with three spatial axes.
+
+        Example:
+            >>> import torch
+            >>> import camkit
+            >>> maps = torch.zeros(1, 4, 2, 2); maps[0, 1] = 1.0; maps[0, 2, 0, 0] = 1.0
+            >>> e = camkit.Explanation(maps, maps, None, torch.zeros(1), torch.zeros(1, dtype=torch.bool), "demo")
+            >>> e.frame_share
+            tensor([[0.0000, 0.8000, 0.2000, 0.0000]])
+        """
+        if self.spatial_dims != 3:
+            kind = {1: "a signal's map [B, T] is already one value per moment", 2: "an image has no frames"}
+            raise InvalidInputError(
+                f"frame_share needs maps of a video or volume [B, T, H, W]; these have {self.spatial_dims} "
+                f"spatial axes ({kind.get(self.spatial_dims, 'unknown rank')})"
+            )
+        per_frame = self.maps.sum(dim=(-2, -1))
+        total = per_frame.sum(dim=-1, keepdim=True)
+        return per_frame / total.masked_fill(total == 0, 1.0)
 
     def show(
         self,

@@ -3,31 +3,43 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from . import syncs as _syncs
 
-__all__ = ["check_broadcasts", "check_finite", "check_image_batch"]
+__all__ = ["ANY_BATCH", "BATCH_SHAPES", "check_broadcasts", "check_finite", "check_input_batch", "check_model_takes"]
 
 
-def check_image_batch(x: object) -> None:
-    """Raise :class:`InvalidInputError` unless ``x`` is a floating-point tensor [B, C, H, W].
+#: What an input batch may be, by its number of dimensions.
+BATCH_SHAPES = {3: "[B, C, T]", 4: "[B, C, H, W]", 5: "[B, C, D, H, W]"}
+ANY_BATCH = "[B, C, T] (a signal), [B, C, H, W] (an image) or [B, C, D, H, W] (a volume or a video)"
+
+
+def check_input_batch(x: object) -> None:
+    """Raise :class:`InvalidInputError` unless ``x`` is a floating-point batch [B, C, *S] with 1 to 3 spatial axes.
 
     Example:
         >>> import torch
-        >>> from camkit._internal.checks import check_image_batch
-        >>> check_image_batch(torch.zeros(1, 3, 2, 2))
-        >>> check_image_batch(torch.zeros(3, 2, 2))
+        >>> from camkit._internal.checks import check_input_batch
+        >>> check_input_batch(torch.zeros(1, 3, 2, 2))
+        >>> check_input_batch(torch.zeros(2, 1, 16))       # a batch of two one-channel signals
+        >>> check_input_batch(torch.zeros(16))
         Traceback (most recent call last):
         ...
-        camkit.errors.InvalidInputError: x must be a batch [B, C, H, W], got shape [3, 2, 2] (add a batch dimension with x[None])
+        camkit.errors.InvalidInputError: x must be a batch [B, C, T] (a signal), [B, C, H, W] (an image) or [B, C, D, H, W] (a volume or a video), got shape [16] (a single signal? add the batch and channel dimensions with x[None, None])
     """
     if not isinstance(x, Tensor):
-        raise InvalidInputError(f"x must be a tensor [B, C, H, W], got {type(x).__name__}")
-    if x.dim() != 4:
-        hint = " (add a batch dimension with x[None])" if x.dim() == 3 else ""
-        raise InvalidInputError(f"x must be a batch [B, C, H, W], got shape {list(x.shape)}{hint}")
+        raise InvalidInputError(f"x must be a tensor {ANY_BATCH}, got {type(x).__name__}")
+    if x.dim() not in BATCH_SHAPES:
+        hint = ""
+        if x.dim() == 1:
+            hint = " (a single signal? add the batch and channel dimensions with x[None, None])"
+        elif x.dim() == 2:
+            hint = " (a batch of one-channel signals [B, T]? add the channel dimension with x[:, None])"
+        elif x.dim() == 6:
+            hint = " (a batch of volumes has one channel axis and three spatial axes at most)"
+        raise InvalidInputError(f"x must be a batch {ANY_BATCH}, got shape {list(x.shape)}{hint}")
     if not x.is_floating_point():
         raise InvalidInputError(f"x must be a floating-point tensor, got dtype {x.dtype}")
 
@@ -79,3 +91,58 @@ def check_finite(x: Tensor, *, what: str = "x") -> None:
         f"{what} holds NaN or Inf values in sample(s) {shown} of {x.shape[0]}; clean or drop those images "
         "first (a division by a zero std in preprocessing?)"
     )
+
+
+_RANKED = (nn.modules.conv._ConvNd, nn.modules.batchnorm._NormBase)
+_KIND = {1: "signals [B, C, T]", 2: "images [B, C, H, W]", 3: "volumes or videos [B, C, D, H, W]"}
+
+
+def _rank_of(module: nn.Module) -> int | None:
+    # The spatial rank a convolution or a batch/instance norm takes, from its class name.
+    name = type(module).__name__
+    for n in (1, 2, 3):
+        if f"{n}d" in name:
+            return n
+    return None
+
+
+def check_model_takes(model: nn.Module, x: Tensor) -> None:
+    """Raise :class:`InvalidInputError` when the model's first convolution cannot take ``x``'s rank or channels.
+
+    The first convolution in registration order (a stem, a patch embedding) is the evidence.
+    A batch of *fewer* spatial axes than it takes is refused: PyTorch would read a [3, 224, 224]
+    image given to a ``Conv2d`` model as a batch of one unbatched image and score the wrong
+    thing. More axes are allowed (a video model may run a ``Conv2d`` on each frame). With the
+    rank equal, the channel count must match. A model without a convolution is not judged.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit._internal.checks import check_model_takes
+        >>> check_model_takes(nn.Sequential(nn.Conv3d(1, 4, 3)), torch.zeros(2, 1, 8, 8, 8))
+        >>> check_model_takes(nn.Sequential(nn.Conv2d(3, 4, 3)), torch.zeros(3, 8, 8))
+        Traceback (most recent call last):
+        ...
+        camkit.errors.InvalidInputError: the model takes images [B, C, H, W] (its first convolution '0' is a Conv2d), but x is [3, 8, 8], signals [B, C, T] (an unbatched image? add a batch dimension with x[None]); pass a batch of that rank
+    """
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.modules.conv._ConvNd):
+            continue
+        rank = _rank_of(module)
+        if rank is None:
+            return
+        if rank > x.dim() - 2:
+            hint = " (an unbatched image? add a batch dimension with x[None])" if x.dim() == 3 and rank == 2 else ""
+            raise InvalidInputError(
+                f"the model takes {_KIND[rank]} (its first convolution '{name}' is a {type(module).__name__}), "
+                f"but x is {list(x.shape)}, {_KIND.get(x.dim() - 2, 'of no supported rank')}{hint}; pass a batch "
+                "of that rank"
+            )
+        lazy = isinstance(module, nn.modules.lazy.LazyModuleMixin)
+        if rank == x.dim() - 2 and not lazy and module.in_channels != x.shape[1]:
+            raise InvalidInputError(
+                f"the model's first convolution '{name}' ({type(module).__name__}) takes {module.in_channels} "
+                f"channel(s), but x has {x.shape[1]} (shape {list(x.shape)}); convert the input (a grayscale scan "
+                "for an RGB model: x.expand(-1, 3, ...)) or pass the model that takes it"
+            )
+        return

@@ -15,11 +15,12 @@ from .cam import (
     gradcampp_weights,
     hirescam,
     layercam,
+    spatial_axes,
     weighted_maps,
     weighted_sum,
     xgradcam_weights,
 )
-from .maps import flat_maps, normalize_maps, upsample_maps
+from .maps import flat_maps, interpolation_mode, normalize_maps, upsample_maps
 from .overlay import colorize, colormap_lut, overlay_batch
 from .propagation import epsilon_scale, gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
 from .regions import (
@@ -37,7 +38,7 @@ from .regions import (
     superpixel_regions,
     weighted_linear_fit,
 )
-from .tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
+from .tokens import channels_last_to_grid, grid_fits, guess_channels_last, infer_token_grid, tokens_to_grid
 from .views import (
     alpha_scaling,
     attribution_view,
@@ -69,6 +70,7 @@ __all__ = [
     "gradcam_weights",
     "gradcampp_weights",
     "grid_regions",
+    "grid_fits",
     "guess_channels_last",
     "guided_relu_grad",
     "heat_map",
@@ -79,6 +81,7 @@ __all__ = [
     "layercam",
     "lime_kernel",
     "masked_image",
+    "interpolation_mode",
     "normalize_maps",
     "outlier_threshold",
     "overlay_batch",
@@ -95,6 +98,7 @@ __all__ = [
     "stabilize",
     "superpixel_regions",
     "tokens_to_grid",
+    "spatial_axes",
     "upsample_maps",
     "weighted_linear_fit",
     "weighted_maps",

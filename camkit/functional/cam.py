@@ -1,7 +1,9 @@
-"""Pure CAM math on activations ``A`` and gradients ``G`` of shape [B, C, H, W].
+"""Pure CAM math on activations ``A`` and gradients ``G`` of shape [B, C, *s].
 
-No hooks, no state. Every function returns the *raw* map [B, H, W] (after the ReLU the
-methods prescribe), in the dtype it was given; explainers pass float32.
+``*s`` is the layer's grid, with one to three spatial axes (a signal's ``t``, an image's
+``h, w``, a volume's or a video's ``d, h, w``); every sum or mean "over space" runs over all
+of them. No hooks, no state. Every function returns the *raw* map [B, *s] (after the ReLU
+the methods prescribe), in the dtype it was given; explainers pass float32.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from torch import Tensor
 from ..errors import InvalidInputError
 
 __all__ = [
+    "spatial_axes",
     "gradcam",
     "gradcam_weights",
     "gradcampp_weights",
@@ -24,16 +27,30 @@ __all__ = [
 
 
 def _check(acts: Tensor, grads: Tensor | None = None) -> None:
-    if acts.dim() != 4:
-        raise InvalidInputError(f"activations must be [B, C, H, W], got shape {list(acts.shape)}")
+    if not 3 <= acts.dim() <= 5:
+        raise InvalidInputError(
+            f"activations must be [B, C, t], [B, C, h, w] or [B, C, d, h, w], got shape {list(acts.shape)}"
+        )
     if grads is not None and grads.shape != acts.shape:
         raise InvalidInputError(
             f"gradients must match activations {list(acts.shape)}, got shape {list(grads.shape)}"
         )
 
 
+def spatial_axes(t: Tensor) -> tuple[int, ...]:
+    """The spatial axes of a [B, C, *s] tensor: ``(2, ..., t.dim() - 1)``.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import spatial_axes
+        >>> spatial_axes(torch.zeros(1, 2, 3)), spatial_axes(torch.zeros(1, 2, 3, 4, 5))
+        ((2,), (2, 3, 4))
+    """
+    return tuple(range(2, t.dim()))
+
+
 def weighted_sum(weights: Tensor, acts: Tensor) -> Tensor:
-    """``relu(sum_c weights[b, c] * acts[b, c])``: [B, C] and [B, C, H, W] to [B, H, W].
+    """``relu(sum_c weights[b, c] * acts[b, c])``: [B, C] and [B, C, *s] to [B, *s].
 
     Example:
         >>> import torch
@@ -42,7 +59,7 @@ def weighted_sum(weights: Tensor, acts: Tensor) -> Tensor:
         tensor([[[2., 2.]]])
     """
     _check(acts)
-    return torch.einsum("bc,bchw->bhw", weights, acts).clamp_min(0)
+    return torch.einsum("bc,bc...->b...", weights, acts).clamp_min(0)
 
 
 def gradcam_weights(grads: Tensor) -> Tensor:
@@ -55,11 +72,11 @@ def gradcam_weights(grads: Tensor) -> Tensor:
         tensor([[2.]])
     """
     _check(grads)
-    return grads.mean(dim=(2, 3))
+    return grads.mean(dim=spatial_axes(grads))
 
 
 def gradcam(acts: Tensor, grads: Tensor) -> Tensor:
-    """Grad-CAM map ``relu(sum_c mean_hw(G_c) A_c)``, [B, H, W].
+    """Grad-CAM map ``relu(sum_c mean_s(G_c) A_c)``, [B, *s].
 
     Example:
         >>> import torch
@@ -74,7 +91,7 @@ def gradcam(acts: Tensor, grads: Tensor) -> Tensor:
 def gradcampp_weights(acts: Tensor, grads: Tensor) -> Tensor:
     """Grad-CAM++ weights (Chattopadhay et al. 2018, eq. 19 with the exponential score).
 
-    ``alpha = G^2 / (2 G^2 + sum_hw(A) G^3)`` and ``w_c = sum_hw alpha relu(G)``. Alpha is
+    ``alpha = G^2 / (2 G^2 + sum_s(A) G^3)`` and ``w_c = sum_s alpha relu(G)``. Alpha is
     zero only where the denominator is exactly zero; no epsilon is added, so the result
     does not move with the scale of the gradients. (With the exponential of the score the
     weights carry a factor ``exp(S)`` per map, which min-max normalisation removes; it
@@ -88,14 +105,14 @@ def gradcampp_weights(acts: Tensor, grads: Tensor) -> Tensor:
     """
     _check(acts, grads)
     g2 = grads.pow(2)
-    denom = 2 * g2 + acts.sum(dim=(2, 3), keepdim=True) * grads.pow(3)
+    denom = 2 * g2 + acts.sum(dim=spatial_axes(acts), keepdim=True) * grads.pow(3)
     safe = torch.where(denom == 0, torch.ones_like(denom), denom)
     alpha = torch.where(denom == 0, torch.zeros_like(denom), g2 / safe)
-    return (alpha * grads.clamp_min(0)).sum(dim=(2, 3))
+    return (alpha * grads.clamp_min(0)).sum(dim=spatial_axes(grads))
 
 
 def xgradcam_weights(acts: Tensor, grads: Tensor) -> Tensor:
-    """XGrad-CAM (Fu et al. 2020): ``w_c = sum_hw (A_c / sum_hw A_c) G_c``, [B, C].
+    """XGrad-CAM (Fu et al. 2020): ``w_c = sum_s (A_c / sum_s A_c) G_c``, [B, C].
 
     A channel whose activations sum to exactly zero gets weight zero.
 
@@ -106,14 +123,14 @@ def xgradcam_weights(acts: Tensor, grads: Tensor) -> Tensor:
         tensor([[3.5000]])
     """
     _check(acts, grads)
-    total = acts.sum(dim=(2, 3), keepdim=True)
+    total = acts.sum(dim=spatial_axes(acts), keepdim=True)
     safe = torch.where(total == 0, torch.ones_like(total), total)
     share = torch.where(total == 0, torch.zeros_like(acts), acts / safe)
-    return (share * grads).sum(dim=(2, 3))
+    return (share * grads).sum(dim=spatial_axes(grads))
 
 
 def hirescam(acts: Tensor, grads: Tensor) -> Tensor:
-    """HiResCAM (Draelos & Carin 2020): ``relu(sum_c G_c * A_c)`` elementwise, [B, H, W].
+    """HiResCAM (Draelos & Carin 2020): ``relu(sum_c G_c * A_c)`` elementwise, [B, *s].
 
     Example:
         >>> import torch
@@ -126,7 +143,7 @@ def hirescam(acts: Tensor, grads: Tensor) -> Tensor:
 
 
 def layercam(acts: Tensor, grads: Tensor) -> Tensor:
-    """LayerCAM (Jiang et al. 2021): ``relu(sum_c relu(G_c) * A_c)``, [B, H, W].
+    """LayerCAM (Jiang et al. 2021): ``relu(sum_c relu(G_c) * A_c)``, [B, *s].
 
     Example:
         >>> import torch
@@ -139,7 +156,7 @@ def layercam(acts: Tensor, grads: Tensor) -> Tensor:
 
 
 def weighted_maps(weights: Tensor, acts: Tensor, *, eigen_smooth: bool = False, exact: bool = True) -> Tensor:
-    """K maps per sample from channel weights [B, C, K] and activations [B, C, H, W]: [B, K, H, W].
+    """K maps per sample from channel weights [B, C, K] and activations [B, C, *s]: [B, K, *s].
 
     ``relu(sum_c w[b, c, k] A[b, c])``, or with ``eigen_smooth`` the ReLU of the first
     principal component (:func:`camkit.functional.perturbation.eigen_projection`) of the
@@ -159,8 +176,9 @@ def weighted_maps(weights: Tensor, acts: Tensor, *, eigen_smooth: bool = False, 
             f"weights must be [B, C, K] with B, C of the activations {list(acts.shape[:2])}, got {list(weights.shape)}"
         )
     if not eigen_smooth:
-        return torch.einsum("bck,bchw->bkhw", weights, acts).clamp_min(0)
+        return torch.einsum("bck,bc...->bk...", weights, acts).clamp_min(0)
     from .perturbation import eigen_projection
 
-    maps = [eigen_projection(weights[:, :, k, None, None] * acts, exact=exact) for k in range(weights.shape[2])]
+    tail = (None,) * (acts.dim() - 2)
+    maps = [eigen_projection(weights[(slice(None), slice(None), k, *tail)] * acts, exact=exact) for k in range(weights.shape[2])]
     return torch.stack(maps, dim=1).clamp_min(0)

@@ -14,7 +14,7 @@ from .._internal.state import eval_mode
 from ..errors import LayerNotFoundError
 from ..functional.tokens import infer_token_grid
 from ..hooks import HookScope
-from .layout import grid_shape, prefix_token_hint, token_prefix
+from .layout import _signal_tokens, grid_shape, prefix_token_hint, token_prefix
 from .names import _names
 
 __all__ = ["auto_layer", "default_score", "is_spatial_here", "qualifying_layers"]
@@ -43,7 +43,7 @@ def is_spatial_here(
         model(x[:1]) if forward is None else forward(x)
     if not seen or not isinstance(seen[-1], Tensor):
         return True  # not ours to judge here: the explainer reports what it finds
-    size = (int(x.shape[-2]), int(x.shape[-1]))
+    size = tuple(int(side) for side in x.shape[2:])
     grid = grid_shape(module, tuple(seen[-1].shape), size, prefix_token_hint(model))
     return grid is None or math.prod(grid) > 1
 
@@ -156,7 +156,8 @@ def qualifying_layers(
     probe = x.detach() if forward is not None else _probe(x)
     batch = probe.shape[0]
     distinct = batch > 1 and not torch.equal(probe[0], probe[1])
-    size = (int(probe.shape[-2]), int(probe.shape[-1]))
+    size = tuple(int(side) for side in probe.shape[2:])
+    ranks = {3, len(size) + 2}  # tokens, or a map with one axis per spatial axis of the input
     hint = prefix_token_hint(model)
     names = _names(model)
     last: dict[str, _Candidate] = {}
@@ -167,7 +168,7 @@ def qualifying_layers(
         if type(module).__name__ in _PASS_THROUGH and any(output is a for a in args):
             return None  # Identity, dropout in eval: the layer before it is the real one (an in-place
             # ReLU also returns its input object, but with new values: it is kept)
-        if isinstance(output, Tensor) and output.is_floating_point() and output.dim() in (3, 4):
+        if isinstance(output, Tensor) and output.is_floating_point() and output.dim() in ranks:
             last[name] = _Candidate(counter[0], name, module, output)
             return output.clone()  # later in-place ops change the copy, not the recorded output
         last.pop(name, None)
@@ -185,7 +186,7 @@ def qualifying_layers(
             for c in sorted(last.values())
             if c.output.shape[0] == batch
             and c.output.requires_grad
-            and (c.output.dim() == 4 or c.output.shape[-1] > 1)  # [B, C, 1] is a pooled vector, not tokens
+            and (c.output.dim() != 3 or c.output.shape[-1] > 1)  # [B, C, 1] is a pooled vector, not tokens
             and (grid := grid_shape(c.module, tuple(c.output.shape), size, hint)) is not None
             and math.prod(grid) > 1
         ]
@@ -210,16 +211,17 @@ def qualifying_layers(
 
 _LAST_DIAGNOSIS = threading.local()
 _REASONS = {
-    "no_maps": "no layer's output is a spatial map of this input ([B, C, h, w], [B, h, w, C] or [B, N, D] "
-    "tokens on a grid of more than one position, with the batch's size)",
+    "no_maps": "no layer's output is a spatial map of this input (channel-first or channel-last maps with "
+    "one axis per spatial axis of the input, or [B, N, D] tokens, on a grid of more than one position, "
+    "with the batch's size)",
     "no_graph": "the score does not depend on any layer (is the output computed without autograd?)",
     "zero_gradient": "the score's gradient is exactly zero at every spatial layer (an untrained head "
     "initialised to zero, or dead units?), so no layer shows where the score comes from",
 }
 
 
-def _reaches_grid(cand: _Candidate, grad: Tensor, size: tuple[int, int], hint: int | None) -> bool:
-    if grad.dim() == 3:
+def _reaches_grid(cand: _Candidate, grad: Tensor, size: tuple[int, ...], hint: int | None) -> bool:
+    if grad.dim() == 3 and (len(size) != 1 or _signal_tokens(tuple(grad.shape), size, hint)):
         prefix = token_prefix(grad.shape[1], size, hint)
         if prefix is None:
             prefix = infer_token_grid(grad.shape[1], size)[0]
@@ -257,7 +259,7 @@ def auto_layer(
         return found[-1]
     reason = _REASONS.get(getattr(_LAST_DIAGNOSIS, "reason", ""), "no layer qualifies")
     raise LayerNotFoundError(
-        f"no CAM layer found automatically in {type(model).__name__} for this {x.shape[-2]}x{x.shape[-1]} "
+        f"no CAM layer found automatically in {type(model).__name__} for this {'x'.join(map(str, x.shape[2:]))} "
         f"input: {reason}. Pass layer= explicitly (see camkit.list_layers(model, x))."
     )
 

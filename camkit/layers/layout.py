@@ -1,6 +1,9 @@
-"""How a layer's output lies on the input image: tokens, channel-first or channel-last maps.
+"""How a layer's output lies on the input: tokens, channel-first or channel-last maps.
 
-CAM math needs channel-first grids ``[B, C, h, w]``. A layer gives one of:
+CAM math needs channel-first grids ``[B, C, *s]`` with one axis per spatial axis of the input
+(``[B, C, h, w]`` for an image, ``[B, C, t]`` for a signal, ``[B, C, d, h, w]`` for a volume
+or a video). What follows is written for an image; other ranks follow the same rules with
+their own number of axes. A layer gives one of:
 
 * ``[B, C, h, w]`` (convolutions) or ``[B, h, w, C]`` (Swin, ConvNeXt's inner ``Linear``
   layers, ``Permute``): the layout is decided **from evidence**, in this order: the shape
@@ -10,7 +13,9 @@ CAM math needs channel-first grids ``[B, C, h, w]``. A layer gives one of:
   decides, an error asking for ``reshape=``.
 * ``[B, N, D]`` tokens: prefix tokens (class, distillation, registers) dropped, the grid
   inferred from ``N`` and the input's aspect ratio (:func:`camkit.functional.infer_token_grid`),
-  with the model's own prefix count when it says.
+  with the model's own prefix count when it says. For a signal, tokens ``[B, N, D]`` have the
+  shape of a channel-first map: channel-first is read when its length fits the input, tokens
+  when ``N`` (less a prefix) does.
 
 A grid of one position (``1 x 1``, after global pooling say) carries no spatial
 information: it is refused, never stretched into a map.
@@ -25,7 +30,13 @@ from collections.abc import Callable
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError
-from ..functional.tokens import channels_last_to_grid, guess_channels_last, infer_token_grid, tokens_to_grid
+from ..functional.tokens import (
+    channels_last_to_grid,
+    grid_fits,
+    guess_channels_last,
+    infer_token_grid,
+    tokens_to_grid,
+)
 from .defaults import unwrap_model
 from .families import prefix_tokens
 
@@ -34,8 +45,8 @@ __all__ = ["grid_shape", "known_channels_last", "layer_grid", "prefix_token_hint
 Reshape = Callable[[Tensor], Tensor]
 
 
-def token_prefix(count: int, size: tuple[int, int], hint: int | None) -> int | None:
-    """The model's prefix-token count when it fits ``count`` tokens on an ``H x W`` input, else ``None`` (infer).
+def token_prefix(count: int, size: tuple[int, ...], hint: int | None) -> int | None:
+    """The model's prefix-token count when it fits ``count`` tokens on the input, else ``None`` (infer).
 
     Example:
         >>> from camkit.layers.layout import token_prefix
@@ -51,7 +62,7 @@ def token_prefix(count: int, size: tuple[int, int], hint: int | None) -> int | N
     return hint
 
 
-def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, int]) -> bool:
+def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...]) -> bool:
     try:
         return guess_channels_last(shape, size)
     except InvalidInputError:
@@ -61,16 +72,29 @@ def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, i
         return known
 
 
+def _signal_tokens(shape: tuple[int, ...], size: tuple[int, ...], prefix_hint: int | None) -> bool:
+    # A [B, N, D] output of a signal model: tokens (with a prefix) when its length axis does
+    # not fit the signal and N less a prefix does.
+    if grid_fits(shape[2:], size) or grid_fits(shape[1:2], size):
+        return False
+    try:
+        infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))
+    except InvalidInputError:
+        return False
+    return True
+
+
 def grid_shape(
-    module: nn.Module, shape: tuple[int, ...], size: tuple[int, int], prefix_hint: int | None = None
+    module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], prefix_hint: int | None = None
 ) -> tuple[int, ...] | None:
-    """The grid (``(h, w)`` for an image) a layer output of ``shape`` lies on for an ``H x W`` input, or ``None``.
+    """The grid a layer output of ``shape`` lies on for an input of spatial size ``size``, or ``None``.
 
-    A grid is a tuple with one entry per spatial axis of the input, so that signals and volumes
-    fit the same contract; today's layouts are those of images.
+    A grid is a tuple with one entry per spatial axis of the input: ``(h, w)`` for an image,
+    ``(t,)`` for a signal, ``(d, h, w)`` for a volume or a video.
 
-    ``None`` when the output is not a map of the input (not 3-D or 4-D, tokens that fit no
-    grid, or a layout nothing decides). Used to qualify layers; it never raises.
+    ``None`` when the output is not a map of the input (neither tokens nor a map with one axis
+    per spatial axis, tokens that fit no grid, or a layout nothing decides). Used to qualify
+    layers; it never raises.
 
     Example:
         >>> from torch import nn
@@ -79,14 +103,17 @@ def grid_shape(
         (7, 7)
         >>> grid_shape(nn.LayerNorm(768), (2, 197, 768), (224, 224), 1)
         (14, 14)
+        >>> grid_shape(nn.Conv3d(3, 512, 1), (2, 512, 2, 7, 7), (16, 112, 112))
+        (2, 7, 7)
         >>> grid_shape(nn.Linear(3, 4), (2, 10), (224, 224)) is None
         True
     """
+    n = len(size)
     try:
-        if len(shape) == 3:
+        if len(shape) == 3 and (n != 1 or _signal_tokens(shape, size, prefix_hint)):
             _, *grid = infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))
             return tuple(grid)
-        if len(shape) == 4:
+        if len(shape) == n + 2:
             last = _channels_last(module, shape, size)
             return tuple(shape[1:-1]) if last else tuple(shape[2:])
     except InvalidInputError:
@@ -98,19 +125,19 @@ def layer_grid(
     name: str,
     module: nn.Module,
     tensor: Tensor,
-    size: tuple[int, int],
+    size: tuple[int, ...],
     *,
     prefix_hint: int | None = None,
     reshape: Reshape | None = None,
     last_spatial: Callable[[], str | None] | None = None,
 ) -> Tensor:
-    """Bring one layer's output (or its gradient) to a channel-first grid [B, C, h, w].
+    """Bring one layer's output (or its gradient) to a channel-first grid [B, C, *s].
 
     Args:
         name: the layer's dotted name, for messages.
         module: the layer (its type is evidence for the layout when the shape is ambiguous).
         tensor: its output or gradient.
-        size: the input image's ``(H, W)``.
+        size: the input's spatial size: ``(H, W)``, ``(T,)`` or ``(D, H, W)``.
         prefix_hint: the model's own count of prefix tokens, if it says.
         reshape: the caller's own conversion; it overrides everything else.
         last_spatial: called only to word the error for a ``1 x 1`` grid: the name of the
@@ -129,25 +156,30 @@ def layer_grid(
         >>> layer_grid("stage", nn.Sequential(nn.Linear(8, 8)), torch.zeros(2, 8, 8, 96), (64, 64)).shape
         torch.Size([2, 96, 8, 8])
     """
+    n = len(size)
+    want = _GRID_SHAPES[n]
     if reshape is not None:
         grid = reshape(tensor)
-        if not isinstance(grid, Tensor) or grid.dim() != 4:
+        if not isinstance(grid, Tensor) or grid.dim() != n + 2:
             got = list(grid.shape) if isinstance(grid, Tensor) else type(grid).__name__
-            raise InvalidInputError(f"reshape= must return a tensor [B, C, h, w], got {got} for layer '{name}'")
+            raise InvalidInputError(f"reshape= must return a tensor {want}, got {got} for layer '{name}'")
         return grid
-    if tensor.dim() == 3:
+    shape = tuple(tensor.shape)
+    if tensor.dim() == 3 and (n != 1 or _signal_tokens(shape, size, prefix_hint)):
         prefix = token_prefix(tensor.shape[1], size, prefix_hint)
         grid = tokens_to_grid(tensor, size, prefix=prefix)
-    elif tensor.dim() == 4:
+    elif tensor.dim() == n + 2:
         try:
-            last = _channels_last(module, tuple(tensor.shape), size)
+            last = _channels_last(module, shape, size)
         except InvalidInputError as err:
             raise InvalidInputError(f"layer '{name}': {err}") from None
         grid = channels_last_to_grid(tensor) if last else tensor
     else:
+        kinds = {1: "a signal [B, C, T]", 2: "an image [B, C, H, W]", 3: "a volume or video [B, C, D, H, W]"}[n]
+        other = {1: "[B, t, C]", 2: "[B, h, w, C]", 3: "[B, d, h, w, C]"}[n]
         raise InvalidInputError(
-            f"layer '{name}' gives shape {list(tensor.shape)}; CAMs need [B, C, H, W] maps, [B, H, W, C] "
-            "maps or [B, N, D] tokens. Pick another layer (camkit.list_layers(model, x)) or pass reshape=."
+            f"layer '{name}' gives shape {list(tensor.shape)} for {kinds}; CAMs need {want} maps, "
+            f"{other} maps or [B, N, D] tokens. Pick another layer (camkit.list_layers(model, x)) or pass reshape=."
         )
     if math.prod(grid.shape[2:]) == 1:
         found = last_spatial() if last_spatial is not None else None
@@ -161,19 +193,20 @@ def layer_grid(
     return grid
 
 
+_GRID_SHAPES = {1: "[B, C, t]", 2: "[B, C, h, w]", 3: "[B, C, d, h, w]"}
+
 _CHANNELS_FIRST = {
-    "Conv2d",
-    "ConvTranspose2d",
-    "BatchNorm2d",
+    *(f"{kind}{n}d" for n in (1, 2, 3) for kind in (
+        "Conv", "ConvTranspose", "BatchNorm", "InstanceNorm", "MaxPool", "AvgPool", "AdaptiveAvgPool",
+        "AdaptiveMaxPool", "LazyConv",
+    )),
     "SyncBatchNorm",
     "FrozenBatchNorm2d",
     "GroupNorm",
-    "InstanceNorm2d",
     "LayerNorm2d",
-    "MaxPool2d",
-    "AvgPool2d",
-    "AdaptiveAvgPool2d",
-    "AdaptiveMaxPool2d",
+    "Conv3DSimple",
+    "Conv2Plus1D",
+    "Conv3DNoTemporal",
     "CNBlock",
     "ConvNeXtBlock",
     "Bottleneck",

@@ -20,9 +20,9 @@ from ..functional.maps import flat_maps, normalize_maps, upsample_maps
 __all__ = ["finish_maps", "make_explanation"]
 
 
-def _check_batch(raws: Sequence[Tensor], batch: int, names: Sequence[str]) -> None:
+def _check_batch(raws: Sequence[Tensor], batch: int, names: Sequence[str], spatial_dims: int) -> None:
     for index, raw in enumerate(raws):
-        if raw.dim() < 3 or raw.shape[0] != batch:
+        if raw.dim() not in (spatial_dims + 1, spatial_dims + 2) or raw.shape[0] != batch:
             name = f"layer '{names[index]}'" if index < len(names) else "the method"
             raise InvalidInputError(
                 f"{name} gave a raw map of shape {list(raw.shape)} for a batch of {batch}: its output does not "
@@ -32,17 +32,18 @@ def _check_batch(raws: Sequence[Tensor], batch: int, names: Sequence[str]) -> No
 
 
 def finish_maps(
-    raws: Sequence[Tensor], size: tuple[int, int], *, batch: int | None = None, names: Sequence[str] = ()
+    raws: Sequence[Tensor], size: Sequence[int], *, batch: int | None = None, names: Sequence[str] = ()
 ) -> tuple[Tensor, Tensor]:
     """Apply the output contract to raw maps: check, decide flatness, upsample, normalise.
 
-    Each raw map [B, h, w] (or [B, K, h, w]) must have the batch's size (``batch``, when
+    ``size`` is the input's spatial size, one entry per axis: ``(T,)``, ``(H, W)`` or
+    ``(D, H, W)``. Each raw map [B, *s] (or [B, K, *s]) with as many spatial axes must have the batch's size (``batch``, when
     given; else the first map's). Flatness is decided on the raw map, at the layer's own
     resolution and before upsampling, with a tolerance relative to the map's magnitude
     (:func:`camkit.functional.flat_maps`): a map that is constant up to float rounding is
     flat and comes back as zeros with ``flat=True``, however upsampling and min-max
     normalisation would have stretched its rounding noise. Other maps are upsampled to
-    ``size`` (bilinear) and min-max normalised.
+    ``size`` (linear, bilinear or trilinear by rank) and min-max normalised.
 
     Several raw maps (one per layer) are fused by this rule: each is finished as above,
     the results are averaged, and the average is normalised again; the fused map is flat
@@ -56,19 +57,20 @@ def finish_maps(
         ([[[0.0, 0.0, 0.0]], [[0.0, 0.5, 1.0]]], [True, False])
     """
     raws = [r.float() for r in raws]
-    _check_batch(raws, raws[0].shape[0] if batch is None else batch, names)
+    n = len(size)
+    _check_batch(raws, raws[0].shape[0] if batch is None else batch, names, n)
     finished = []
     flats = []
     for raw in raws:
-        flat = flat_maps(raw)
-        maps, _ = normalize_maps(upsample_maps(raw, size))
-        finished.append(maps.masked_fill_(flat[..., None, None], 0.0))  # maps is new: one pass, no zeros
+        flat = flat_maps(raw, spatial_dims=n)
+        maps, _ = normalize_maps(upsample_maps(raw, size), spatial_dims=n)
+        finished.append(maps.masked_fill_(flat.view(*flat.shape, *(1,) * n), 0.0))  # maps is new: one pass
         flats.append(flat)
     if len(raws) == 1:
         return finished[0], flats[0]
-    fused, _ = normalize_maps(torch.stack(finished).mean(dim=0))
+    fused, _ = normalize_maps(torch.stack(finished).mean(dim=0), spatial_dims=n)
     flat = torch.stack(flats).all(dim=0)
-    return fused.masked_fill_(flat[..., None, None], 0.0), flat  # fused is new, as above
+    return fused.masked_fill_(flat.view(*flat.shape, *(1,) * n), 0.0), flat  # fused is new, as above
 
 
 def make_explanation(
@@ -86,7 +88,7 @@ def make_explanation(
     whose input holds NaN or Inf get NaN maps and ``flat=False`` (on the CPU such inputs
     are refused before anything runs; see :func:`camkit._internal.checks.check_finite`).
     """
-    maps, flat = finish_maps(raws, (x.shape[-2], x.shape[-1]), batch=x.shape[0], names=layers)
+    maps, flat = finish_maps(raws, tuple(x.shape[2:]), batch=x.shape[0], names=layers)
     maps, flat = maps.to(x.device), flat.to(x.device)
     if not _syncs.reads_are_free(x):
         bad = ~torch.isfinite(x).flatten(1).all(dim=1)

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .._internal import syncs as _syncs
-from .._internal.checks import check_finite, check_image_batch
+from .._internal.checks import BATCH_SHAPES, check_finite, check_input_batch, check_model_takes
 from .._internal.state import eval_mode, preserve_running_stats
 from ..errors import InferenceModeError, InvalidInputError
 from ..explanation import Explanation
@@ -122,7 +122,7 @@ class Explainer:
         inputs: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
     ) -> Tensor:
-        """Maps [B, H, W] (or [B, K, H, W]) in [0, 1]; see :meth:`explain`."""
+        """Maps [B, *S] (or [B, K, *S]) in [0, 1] at the input's spatial size; see :meth:`explain`."""
         return self.explain(x, target, inputs=inputs, kwargs=kwargs).maps
 
     def explain(
@@ -136,7 +136,9 @@ class Explainer:
         """Explain a batch.
 
         Args:
-            x: float input [B, C, H, W] on the model's device: the image explained.
+            x: float input on the model's device: a signal [B, C, T], an image [B, C, H, W], or a
+                volume or video [B, C, D, H, W]. Every method takes every rank (or says it
+                does not); maps come back [B, T], [B, H, W] or [B, D, H, W].
             target: ``None`` (top-1), an int, B ints, a [B, K] LongTensor, or a callable
                 ``f(output) -> Tensor[B]``; see :mod:`camkit.targets` and :mod:`camkit.targets.tasks`.
             inputs: for a model taking several positional inputs, all of them, with ``x``
@@ -221,7 +223,8 @@ class Explainer:
         return run_model(self.model, x, self._call)
 
     def _check_input(self, x: Tensor) -> None:
-        check_image_batch(x)
+        check_input_batch(x)
+        check_model_takes(self.model, x)
         check_finite(x)
         if self.needs_grad and torch.is_inference_mode_enabled():
             raise InferenceModeError(
@@ -321,7 +324,10 @@ class CAMExplainer(Explainer):
         return lambda out: default_score(select_output(out, selector))
 
     def to_grid(self, tensors: Sequence[Tensor], x: Tensor) -> list[Tensor]:
-        """Bring each layer's output (or gradient) to a channel-first grid [B, C, h, w].
+        """Bring each layer's output (or gradient) to a channel-first grid [B, C, *s].
+
+        The grid has one axis per spatial axis of ``x``: [B, C, h, w] for an image, [B, C, t]
+        for a signal, [B, C, d, h, w] for a volume or a video.
 
         ``reshape=`` when given; otherwise :func:`camkit.layers.layout.layer_grid`: tokens [B, N, D]
         lose their prefix tokens and go onto the grid inferred from N and ``x``'s aspect
@@ -330,7 +336,7 @@ class CAMExplainer(Explainer):
         layer's type; an ambiguous layout or a ``1 x 1`` grid raises. Methods built on
         activations call this before the CAM math.
         """
-        size = (int(x.shape[-2]), int(x.shape[-1]))
+        size = tuple(int(side) for side in x.shape[2:])
         return [
             layer_grid(
                 name,
@@ -432,17 +438,18 @@ class GradientCAM(CAMExplainer):
                 grads = self.to_grid(capture.gradients(column, retain_graph=k < len(columns) - 1), x)
                 with torch.no_grad():
                     for maps, act, grad in zip(per_layer, acts, grads):
-                        maps.append(self._raw(act, self._check_grad(grad).float()))
+                        maps.append(self._raw(act, self._check_grad(grad, x).float()))
         multi = scores.dim() == 2
         raws = [torch.stack(m, dim=1) if multi else m[0] for m in per_layer]
         return self._explanation(raws, x, classes, scores.detach())
 
     @staticmethod
-    def _check_grad(grad: Tensor) -> Tensor:
-        if grad.dim() != 4:
+    def _check_grad(grad: Tensor, x: Tensor) -> Tensor:
+        if grad.dim() != x.dim():
             raise InvalidInputError(
-                f"the target layer's output has shape {list(grad.shape)}; CAMs need [B, C, H, W] "
-                "activations. Pick a convolutional layer (see camkit.list_layers(model, x))."
+                f"the target layer's output has shape {list(grad.shape)}; CAMs of a {list(x.shape)} input need "
+                f"{BATCH_SHAPES[x.dim()].replace('[B, C', '[B, K')} activations. Pick a convolutional layer (see "
+                "camkit.list_layers(model, x))."
             )
         return grad
 

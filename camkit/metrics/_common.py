@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from .._internal.checks import check_image_batch
+from .._internal.checks import check_input_batch
 from ..errors import InvalidInputError, InvalidTargetError
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 
@@ -33,7 +33,7 @@ def check_model(model: nn.Module) -> None:
 
 
 def check_images(x: Tensor) -> None:
-    check_image_batch(x)
+    check_input_batch(x)
     if x.shape[0] == 0 or x.shape[2] == 0 or x.shape[3] == 0:
         raise InvalidInputError(f"x holds no pixels to measure: shape {list(x.shape)}")
 
