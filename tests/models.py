@@ -72,3 +72,38 @@ class ResBlockNet(nn.Module):
 def tiny_input(batch: int = 3, seed: int = 1, size: int = 8) -> Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(batch, 3, size, size, generator=g)
+
+
+#: Spatial sizes of the inputs of :class:`RankNet` by rank: a signal, an image, a volume or clip.
+RANK_SIZES = {1: (16,), 2: (8, 8), 3: (4, 8, 8)}
+
+
+class RankNet(TinyNet):
+    """:class:`TinyNet` with ``spatial_dims`` 1, 2 or 3: the same layers, names and seeds.
+
+    ``RankNet(2)`` equals ``TinyNet()``. Input [B, 3, *RANK_SIZES[spatial_dims]]; CAM layer ``"conv2"``.
+    """
+
+    def __init__(self, spatial_dims: int, classes: int = 5, seed: int = 0) -> None:
+        nn.Module.__init__(self)
+        conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[spatial_dims]
+        norm = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}[spatial_dims]
+        pool = {1: nn.AdaptiveAvgPool1d, 2: nn.AdaptiveAvgPool2d, 3: nn.AdaptiveAvgPool3d}[spatial_dims]
+        torch.manual_seed(seed)
+        self.conv1 = conv(3, 4, 3, padding=1)
+        self.bn1 = norm(4)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = conv(4, 6, 3, padding=1)
+        self.relu2 = nn.ReLU()
+        self.pool = pool(1)
+        self.fc = nn.Linear(6, classes)
+        self.fail = False
+        with torch.no_grad():
+            self.bn1.running_mean.uniform_(-0.2, 0.2)
+            self.bn1.running_var.uniform_(0.5, 1.5)
+
+
+def rank_input(spatial_dims: int, batch: int = 3, seed: int = 1) -> Tensor:
+    """A seeded batch [B, 3, *RANK_SIZES[spatial_dims]] for :class:`RankNet`."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, 3, *RANK_SIZES[spatial_dims], generator=g)

@@ -14,7 +14,7 @@ from .._internal.state import eval_mode
 from ..errors import LayerNotFoundError
 from ..functional.tokens import infer_token_grid
 from ..hooks import HookScope
-from .layout import _signal_tokens, grid_shape, prefix_token_hint, token_prefix
+from .layout import _signal_layout, grid_shape, prefix_token_hint, token_prefix
 from .names import _names
 
 __all__ = ["auto_layer", "default_score", "is_spatial_here", "qualifying_layers"]
@@ -221,7 +221,7 @@ _REASONS = {
 
 
 def _reaches_grid(cand: _Candidate, grad: Tensor, size: tuple[int, ...], hint: int | None) -> bool:
-    if grad.dim() == 3 and (len(size) != 1 or _signal_tokens(tuple(grad.shape), size, hint)):
+    if grad.dim() == 3 and (len(size) != 1 or _signal_layout(cand.module, tuple(grad.shape), size, hint) == "tokens"):
         prefix = token_prefix(grad.shape[1], size, hint)
         if prefix is None:
             prefix = infer_token_grid(grad.shape[1], size)[0]

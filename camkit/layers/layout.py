@@ -72,16 +72,35 @@ def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, .
         return known
 
 
-def _signal_tokens(shape: tuple[int, ...], size: tuple[int, ...], prefix_hint: int | None) -> bool:
-    # A [B, N, D] output of a signal model: tokens (with a prefix) when its length axis does
-    # not fit the signal and N less a prefix does.
-    if grid_fits(shape[2:], size) or grid_fits(shape[1:2], size):
-        return False
-    try:
-        infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))
-    except InvalidInputError:
-        return False
-    return True
+def _signal_layout(module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], hint: int | None) -> str:
+    """How a [B, d1, d2] output of a signal model lies: ``"first"``, ``"last"`` or ``"tokens"``.
+
+    The image rule with tokens counted as a channel-last reading (tokens after a prefix only
+    with the model's own prefix count): the shape decides when only
+    one reading fits the signal, the module's type when both do (a signal's small channel
+    counts often fit it as a length: 6 is 32 / 5 rounded up), and PyTorch's channel-first
+    convention when none does. Raises :class:`InvalidInputError` when nothing decides.
+    """
+    first = grid_fits(shape[2:], size)
+    last = grid_fits(shape[1:2], size)
+    # Tokens with prefix tokens only when the model says how many: a signal's length fits so many
+    # counts that an inferred prefix would read almost any [B, N, D] output as tokens.
+    tokens = not last and bool(hint) and token_prefix(shape[1], size, hint) is not None
+    if not first:
+        return "last" if last else "tokens" if tokens else "first"
+    if not (last or tokens):
+        return "first"
+    known = known_channels_last(module)
+    if known is None:
+        reading = "[B, t, C]" if last else "[B, N, D] tokens"
+        raise InvalidInputError(
+            f"the layer output {list(shape)} on a {size[0]}-sample signal fits both [B, C, t] and {reading}, and "
+            f"its type ({type(module).__name__}) does not say which; pass reshape=lambda t: t for channel-first "
+            "or reshape=lambda t: t.transpose(1, 2) for channel-last."
+        )
+    if not known:
+        return "first"
+    return "last" if last else "tokens"
 
 
 def grid_shape(
@@ -110,7 +129,12 @@ def grid_shape(
     """
     n = len(size)
     try:
-        if len(shape) == 3 and (n != 1 or _signal_tokens(shape, size, prefix_hint)):
+        if len(shape) == 3 and n == 1:
+            layout = _signal_layout(module, shape, size, prefix_hint)
+            if layout == "tokens":
+                return tuple(infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))[1:])
+            return (shape[1],) if layout == "last" else (shape[2],)
+        if len(shape) == 3:
             _, *grid = infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))
             return tuple(grid)
         if len(shape) == n + 2:
@@ -165,7 +189,16 @@ def layer_grid(
             raise InvalidInputError(f"reshape= must return a tensor {want}, got {got} for layer '{name}'")
         return grid
     shape = tuple(tensor.shape)
-    if tensor.dim() == 3 and (n != 1 or _signal_tokens(shape, size, prefix_hint)):
+    if tensor.dim() == 3 and n == 1:
+        try:
+            layout = _signal_layout(module, shape, size, prefix_hint)
+        except InvalidInputError as err:
+            raise InvalidInputError(f"layer '{name}': {err}") from None
+        if layout == "tokens":
+            grid = tokens_to_grid(tensor, size, prefix=token_prefix(tensor.shape[1], size, prefix_hint))
+        else:
+            grid = channels_last_to_grid(tensor) if layout == "last" else tensor
+    elif tensor.dim() == 3:
         prefix = token_prefix(tensor.shape[1], size, prefix_hint)
         grid = tokens_to_grid(tensor, size, prefix=prefix)
     elif tensor.dim() == n + 2:
