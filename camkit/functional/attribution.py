@@ -32,25 +32,40 @@ IntegrationRule = Literal["gausslegendre", "midpoint", "trapezoid"]
 SmoothKind = Literal["smoothgrad", "smoothgrad_sq", "vargrad"]
 
 
-def reduce_channels(raw: Tensor) -> Tensor:
-    """One map per image from a signed attribution: the maximum over channels of ``|raw|``.
+_AXES = {1: "T", 2: "H, W", 3: "D, H, W"}
+
+
+def _spatial_dims(spatial_dims: int) -> int:
+    if isinstance(spatial_dims, bool) or spatial_dims not in _AXES:
+        raise InvalidInputError(
+            f"spatial_dims must be 1 (a signal), 2 (an image) or 3 (a volume or a video), got {spatial_dims!r}"
+        )
+    return int(spatial_dims)
+
+
+def reduce_channels(raw: Tensor, *, spatial_dims: int = 2) -> Tensor:
+    """One map per input from a signed attribution: the maximum over channels of ``|raw|``.
 
     Args:
-        raw: attribution [..., C, H, W] (any leading dimensions, e.g. [B, C, H, W] or
-            [B, K, C, H, W]).
+        raw: attribution [..., C, *S] with ``spatial_dims`` trailing spatial axes S (any leading
+            dimensions, e.g. [B, C, T], [B, C, H, W], [B, K, C, D, H, W]).
+        spatial_dims: 1 for signals, 2 for images (the default), 3 for volumes and videos.
 
     Returns:
-        [..., H, W], non-negative (Simonyan et al. 2014's rule for colour images).
+        [..., *S], non-negative (Simonyan et al. 2014's rule for colour images).
 
     Example:
         >>> import torch
         >>> from camkit.functional import reduce_channels
         >>> reduce_channels(torch.tensor([[[[1.0, -2.0]], [[-3.0, 0.5]]]]))
         tensor([[[3., 2.]]])
+        >>> reduce_channels(torch.tensor([[[1.0, -2.0], [-3.0, 0.5]]]), spatial_dims=1)  # [B, C, T]
+        tensor([[3., 2.]])
     """
-    if raw.dim() < 3:
-        raise InvalidInputError(f"attributions must be at least [C, H, W], got shape {list(raw.shape)}")
-    return raw.abs().amax(dim=-3)
+    n = _spatial_dims(spatial_dims)
+    if raw.dim() < n + 1:
+        raise InvalidInputError(f"attributions must be at least [C, {_AXES[n]}], got shape {list(raw.shape)}")
+    return raw.abs().amax(dim=-(n + 1))
 
 
 def guided_relu_grad(grad_output: Tensor, output: Tensor) -> Tensor:
@@ -134,10 +149,16 @@ def _gaussian_kernel(sigma: float, size: int, dtype: torch.dtype, device: torch.
     return (kernel / kernel.sum()).to(dtype=dtype).to(device=device, non_blocking=True)
 
 
-def blur(x: Tensor, sigma: float) -> Tensor:
-    """Gaussian blur of a batch [B, C, H, W] (separable, edges replicated); ``x`` is unchanged.
+_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
-    The kernel spans ``ceil(3 * sigma)`` pixels on each side. ``sigma <= 0`` returns a copy.
+
+def blur(x: Tensor, sigma: float) -> Tensor:
+    """Gaussian blur of a batch [B, C, *S] along every spatial axis; ``x`` is unchanged.
+
+    ``x`` is a signal [B, C, T], an image [B, C, H, W] or a volume or video [B, C, D, H, W].
+    The blur is separable: one 1-D Gaussian per spatial axis, from the last axis to the first,
+    edges replicated (for a video the time axis is blurred too). The kernel spans
+    ``ceil(3 * sigma)`` samples on each side. ``sigma <= 0`` returns a copy.
 
     Example:
         >>> import torch
@@ -145,29 +166,42 @@ def blur(x: Tensor, sigma: float) -> Tensor:
         >>> out = blur(torch.tensor([[[[0.0, 0.0, 3.0, 0.0, 0.0]]]]), 1.0)
         >>> [round(v, 3) for v in out[0, 0, 0].tolist()]
         [0.162, 0.726, 1.197, 0.726, 0.162]
+        >>> [round(v, 3) for v in blur(torch.tensor([[[0.0, 0.0, 3.0, 0.0, 0.0]]]), 1.0)[0, 0].tolist()]  # [B, C, T]
+        [0.162, 0.726, 1.197, 0.726, 0.162]
     """
-    if x.dim() != 4:
-        raise InvalidInputError(f"blur expects a batch [B, C, H, W], got shape {list(x.shape)}")
+    if x.dim() not in (3, 4, 5):
+        raise InvalidInputError(
+            "blur expects a batch [B, C, T] (a signal), [B, C, H, W] (an image) or [B, C, D, H, W] (a volume or "
+            f"a video), got shape {list(x.shape)}"
+        )
     if not math.isfinite(sigma):
         raise InvalidInputError(f"sigma must be a finite number, got {sigma!r}")
     if sigma <= 0:
         return x.clone()
     radius = max(1, math.ceil(3.0 * sigma))
     kernel = _gaussian_kernel(sigma, 2 * radius + 1, x.dtype, x.device)
-    b, c, h, w = x.shape
-    flat = x.reshape(b * c, 1, h, w)
-    flat = F.conv2d(F.pad(flat, (radius, radius, 0, 0), mode="replicate"), kernel.view(1, 1, 1, -1))
-    flat = F.conv2d(F.pad(flat, (0, 0, radius, radius), mode="replicate"), kernel.view(1, 1, -1, 1))
-    return flat.reshape(b, c, h, w)
+    b, c, *spatial = x.shape
+    n = len(spatial)
+    conv = _CONVS[n]
+    flat = x.reshape(b * c, 1, *spatial)
+    for axis in range(n - 1, -1, -1):  # the last spatial axis first
+        pad = [0] * (2 * n)
+        pad[2 * (n - 1 - axis)] = pad[2 * (n - 1 - axis) + 1] = radius  # F.pad lists the last axis first
+        shape = [1] * n
+        shape[axis] = -1
+        flat = conv(F.pad(flat, tuple(pad), mode="replicate"), kernel.view(1, 1, *shape))
+    return flat.reshape(b, c, *spatial)
 
 
-def completeness_gap(attribution: Tensor, score: Tensor, baseline_score: Tensor) -> Tensor:
+def completeness_gap(attribution: Tensor, score: Tensor, baseline_score: Tensor, *, spatial_dims: int = 2) -> Tensor:
     """Integrated gradients' completeness gap ``sum(attr) - (score - baseline_score)``.
 
     Args:
-        attribution: [..., C, H, W] (e.g. [B, C, H, W] or [B, K, C, H, W]).
+        attribution: [..., C, *S] with ``spatial_dims`` spatial axes (e.g. [B, C, T],
+            [B, C, H, W] or [B, K, C, D, H, W]); summed over C and S.
         score: the matching scores [...] at the input.
         baseline_score: the matching scores [...] at the baseline.
+        spatial_dims: 1 for signals, 2 for images (the default), 3 for volumes and videos.
 
     Returns:
         [...]: zero for exact integration.
@@ -177,8 +211,13 @@ def completeness_gap(attribution: Tensor, score: Tensor, baseline_score: Tensor)
         >>> from camkit.functional import completeness_gap
         >>> completeness_gap(torch.ones(1, 1, 2, 2), torch.tensor([5.0]), torch.tensor([1.5]))
         tensor([0.5000])
+        >>> completeness_gap(torch.ones(2, 1, 3), torch.tensor([5.0, 3.0]), torch.tensor([1.5, 0.0]), spatial_dims=1)
+        tensor([-0.5000,  0.0000])
     """
-    return attribution.sum(dim=(-3, -2, -1)) - (score - baseline_score)
+    n = _spatial_dims(spatial_dims)
+    if attribution.dim() < n + 1:
+        raise InvalidInputError(f"attributions must be at least [C, {_AXES[n]}], got shape {list(attribution.shape)}")
+    return attribution.sum(dim=tuple(range(-(n + 1), 0))) - (score - baseline_score)
 
 
 def aggregate_samples(total: Tensor, total_sq: Tensor, count: int, kind: SmoothKind) -> Tensor:

@@ -14,12 +14,12 @@ from torch import Tensor
 from ..errors import InvalidInputError
 
 __all__ = [
-    "spatial_axes",
     "gradcam",
     "gradcam_weights",
     "gradcampp_weights",
     "hirescam",
     "layercam",
+    "spatial_axes",
     "weighted_maps",
     "weighted_sum",
     "xgradcam_weights",

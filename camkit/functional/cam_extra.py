@@ -1,7 +1,9 @@
 """Pure math of the further CAMs: element-wise Grad-CAM, FEM, ShapleyCAM, KPCA-CAM, FullGrad,
 Finer-CAM scores and Deep Feature Factorization (a batched non-negative factorisation).
 
-No hooks, no state; shapes are stated per function. Explainers pass float32.
+No hooks, no state; shapes are stated per function. Explainers pass float32. Activations
+and gradients are [B, C, *s] with one to three spatial axes (``t``; ``h, w``; ``d, h, w``):
+"over positions" means over all of them, and maps come back [B, *s].
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InvalidInputError
-from .cam import _check
+from .cam import _check, spatial_axes
 from .maps import normalize_maps, upsample_maps
 
 __all__ = [
@@ -31,7 +33,7 @@ KERNELS = ("linear", "poly", "rbf", "sigmoid", "cosine")
 
 
 def gradcam_elementwise(acts: Tensor, grads: Tensor) -> Tensor:
-    """Element-wise Grad-CAM: ``sum_c relu(G_c * A_c)``, [B, H, W].
+    """Element-wise Grad-CAM: ``sum_c relu(G_c * A_c)``, [B, *s].
 
     Example:
         >>> import torch
@@ -48,8 +50,8 @@ def gradcam_elementwise(acts: Tensor, grads: Tensor) -> Tensor:
 def fem_weights(acts: Tensor, k: float = 2.0) -> Tensor:
     """FEM (Fuad et al. 2020) channel weights, [B, C]: the share of positions above ``mean + k * std``.
 
-    Mean and (population) standard deviation are taken over each channel's positions; the
-    comparison is strict.
+    Mean and (population) standard deviation are taken over each channel's positions (every
+    spatial axis of [B, C, *s]); the comparison is strict.
 
     Example:
         >>> import torch
@@ -58,16 +60,17 @@ def fem_weights(acts: Tensor, k: float = 2.0) -> Tensor:
         tensor([[0.2500]])
     """
     _check(acts)
-    mean = acts.mean(dim=(2, 3), keepdim=True)
-    std = acts.std(dim=(2, 3), keepdim=True, correction=0)
-    return (acts > mean + k * std).to(acts.dtype).mean(dim=(2, 3))
+    axes = spatial_axes(acts)
+    mean = acts.mean(dim=axes, keepdim=True)
+    std = acts.std(dim=axes, keepdim=True, correction=0)
+    return (acts > mean + k * std).to(acts.dtype).mean(dim=axes)
 
 
 def shapley_weights(grads: Tensor, hvp: Tensor) -> Tensor:
-    """ShapleyCAM (Cai et al. 2025) channel weights ``mean_hw(G - hvp / 2)``, [B, C].
+    """ShapleyCAM (Cai et al. 2025) channel weights ``mean_s(G - hvp / 2)``, [B, C].
 
     ``hvp`` is the Hessian of the score with respect to the activations applied to the
-    activations, ``H A`` [B, C, H, W]; it is zero where the network after the layer is
+    activations, ``H A`` [B, C, *s] (the mean runs over every spatial axis); it is zero where the network after the layer is
     piecewise linear (ReLU heads), and the weights are then Grad-CAM's.
 
     Example:
@@ -77,7 +80,7 @@ def shapley_weights(grads: Tensor, hvp: Tensor) -> Tensor:
         tensor([[2.5000]])
     """
     _check(grads, hvp)
-    return (grads - 0.5 * hvp).mean(dim=(2, 3))
+    return (grads - 0.5 * hvp).mean(dim=spatial_axes(grads))
 
 
 def _wide(x: Tensor) -> torch.dtype:
@@ -106,9 +109,10 @@ def _kernel_matrix(points: Tensor, kernel: Kernel, gamma: float | None, degree: 
 def kpca_projection(
     acts: Tensor, kernel: Kernel = "sigmoid", gamma: float | None = None, degree: int = 3, coef0: float = 1.0
 ) -> Tensor:
-    """KPCA-CAM (Karmani et al. 2024): the first kernel principal component of the positions, [B, H, W].
+    """KPCA-CAM (Karmani et al. 2024): the first kernel principal component of the positions, [B, *s].
 
-    Each sample's activations are read as ``N = H * W`` points in ``C`` dimensions, centred
+    Each sample's activations [C, *s] are read as ``N = prod(s)`` points in ``C`` dimensions
+    (``N = h * w`` for an image, ``t`` for a signal, ``d * h * w`` for a volume), centred
     over the positions; ``K`` is their kernel matrix (``gamma=None`` means ``1 / C``),
     double-centred; the map is the top eigenvector ``v`` of ``K`` scaled by ``sqrt(lambda)``
     (the points' coordinates on the first component; zero when ``lambda <= 0``). The sign is
@@ -129,8 +133,8 @@ def kpca_projection(
     _check(acts)
     if kernel not in KERNELS:
         raise InvalidInputError(f"kernel must be one of {', '.join(map(repr, KERNELS))}, got {kernel!r}")
-    b, c, h, w = acts.shape
-    points = acts.reshape(b, c, h * w).transpose(1, 2).to(_wide(acts))
+    b, c, *grid = acts.shape
+    points = acts.reshape(b, c, -1).transpose(1, 2).to(_wide(acts))
     centred = points - points.mean(dim=1, keepdim=True)
     k = _kernel_matrix(centred, kernel, gamma, degree, coef0)
     k = k - k.mean(dim=1, keepdim=True) - k.mean(dim=2, keepdim=True) + k.mean(dim=(1, 2), keepdim=True)
@@ -140,26 +144,29 @@ def kpca_projection(
     total = points.sum(dim=2)
     agreement = (projection * (total - total.mean(dim=1, keepdim=True))).sum(dim=1)
     sign = torch.where(agreement < 0, -torch.ones_like(agreement), torch.ones_like(agreement))
-    return (projection * sign[:, None]).reshape(b, h, w).to(acts.dtype)
+    return (projection * sign[:, None]).reshape(b, *grid).to(acts.dtype)
 
 
-def _channel_sum(term: Tensor, size: tuple[int, int]) -> Tensor:
-    """``sum_c upsample(minmax(|term_c|))``: [B, C, h, w] to [B, H, W]."""
-    normed, _ = normalize_maps(term.abs())
+def _channel_sum(term: Tensor, size: tuple[int, ...]) -> Tensor:
+    """``sum_c upsample(minmax(|term_c|))``: [B, C, *s] to [B, *size]."""
+    normed, _ = normalize_maps(term.abs(), spatial_dims=len(size))
     return upsample_maps(normed, size).sum(dim=1)
 
 
 def fullgrad_map(input_term: Tensor, bias_terms: Sequence[Tensor]) -> Tensor:
-    """FullGrad (Srinivas & Fleuret 2019): ``sum_c psi(x * dS/dx)_c + sum_l sum_c psi(b_l * dS/dz_l)_c``, [B, H, W].
+    """FullGrad (Srinivas & Fleuret 2019): ``sum_c psi(x * dS/dx)_c + sum_l sum_c psi(b_l * dS/dz_l)_c``, [B, *S].
 
     ``psi`` takes the absolute value, min-max normalises each channel of each sample on its
     own (a constant channel gives zeros: no epsilon, so the map does not change with the
-    gradients' scale) and upsamples it bilinearly to the input's size.
+    gradients' scale) and upsamples it to the input's size (linear, bilinear or trilinear
+    by the number of spatial axes).
 
     Args:
-        input_term: ``x * dS/dx``, [B, C_in, H, W].
-        bias_terms: per layer ``b[None, :, None, None] * dS/dz``, [B, C_l, h_l, w_l], with
-            ``z`` the layer's output and ``b`` its (effective) bias.
+        input_term: ``x * dS/dx``, [B, C_in, *S]: a signal [B, C, T], an image [B, C, H, W] or
+            a volume [B, C, D, H, W].
+        bias_terms: per layer ``b * dS/dz`` (the bias broadcast over positions), [B, C_l, *s_l]
+            with as many spatial axes as the input, ``z`` the layer's output and ``b`` its
+            (effective) bias.
 
     Example:
         >>> import torch
@@ -170,10 +177,15 @@ def fullgrad_map(input_term: Tensor, bias_terms: Sequence[Tensor]) -> Tensor:
         tensor([[[1., 1.]]])
     """
     _check(input_term)
-    size = (int(input_term.shape[-2]), int(input_term.shape[-1]))
+    size = tuple(int(side) for side in input_term.shape[2:])
     total = _channel_sum(input_term, size)
     for term in bias_terms:
         _check(term)
+        if term.dim() != input_term.dim():
+            raise InvalidInputError(
+                f"bias terms must have the input term's {len(size)} spatial axes ([B, C, *s]), got shape "
+                f"{list(term.shape)} for an input term of shape {list(input_term.shape)}"
+            )
         total = total + _channel_sum(term, size)
     return total
 

@@ -8,6 +8,8 @@ take ``spatial_dims`` (the number of trailing axes that are the map; 2 by defaul
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -49,7 +51,7 @@ def _spatial(maps: Tensor, spatial_dims: int) -> tuple[int, ...]:
     return tuple(range(-spatial_dims, 0))
 
 
-def upsample_maps(maps: Tensor, size: tuple[int, ...] | list[int]) -> Tensor:
+def upsample_maps(maps: Tensor, size: Sequence[int]) -> Tensor:
     """Resize maps [..., *s] to ``size`` with linear interpolation (``align_corners=False``).
 
     ``size`` has one entry per spatial axis: ``(T,)`` for a signal (linear), ``(H, W)`` for

@@ -6,15 +6,18 @@ No hooks, no state, no host syncs. Shapes are stated per function.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import InvalidInputError
-from .maps import normalize_maps, upsample_maps
+from .maps import interpolation_mode, normalize_maps, upsample_maps
 
 __all__ = [
     "channel_masks",
+    "default_window",
     "eigen_projection",
     "occlusion_map",
     "rise_masks",
@@ -23,15 +26,16 @@ __all__ = [
 ]
 
 
-def channel_masks(acts: Tensor, size: tuple[int, int]) -> Tensor:
+def channel_masks(acts: Tensor, size: tuple[int, ...]) -> Tensor:
     """Score-CAM masks: each activation map upsampled to ``size`` and min-max normalised.
 
     Args:
-        acts: activation maps [..., h, w] (for example one row per channel, [N, h, w]).
-        size: the input's ``(H, W)``.
+        acts: activation maps [..., *s] (for example one row per channel, [N, h, w]).
+        size: the input's spatial size, ``(T,)``, ``(H, W)`` or ``(D, H, W)``; the maps have
+            as many trailing spatial axes.
 
     Returns:
-        Masks [..., H, W] in [0, 1] in the dtype of ``acts``; a constant map gives a zero mask.
+        Masks [..., *size] in [0, 1] in the dtype of ``acts``; a constant map gives a zero mask.
 
     Example:
         >>> import torch
@@ -39,7 +43,7 @@ def channel_masks(acts: Tensor, size: tuple[int, int]) -> Tensor:
         >>> channel_masks(torch.tensor([[[1.0, 3.0]], [[2.0, 2.0]]]), (1, 2)).tolist()
         [[[0.0, 1.0]], [[0.0, 0.0]]]
     """
-    return normalize_maps(upsample_maps(acts, size))[0]
+    return normalize_maps(upsample_maps(acts, size), spatial_dims=len(size))[0]
 
 
 def unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
@@ -74,14 +78,14 @@ def unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
 def eigen_projection(acts: Tensor, *, exact: bool = True) -> Tensor:
     """Eigen-CAM (Muhammad & Yeasin 2020): the projection on the first principal component.
 
-    Each sample's activations [C, h, w] are read as h*w points in C dimensions, centred
+    Each sample's activations [C, *s] are read as prod(s) points in C dimensions, centred
     over the positions, and projected on their first principal direction. The sign of a
     principal component is arbitrary; it is fixed so that the projection correlates
     positively with the channel-summed activation map (ties: a positive sum of the
     direction). No ReLU here: the explainers apply it.
 
     Args:
-        acts: [B, C, h, w] (float32 recommended).
+        acts: [B, C, *s] with one to three spatial axes (float32 recommended).
         exact: ``True``: a batched SVD. ``False``: the top eigenvector of the positions' Gram
             matrix by repeated squaring, matrix products only; the SVD reads its status
             back to the host on a GPU (a sync per call), this does not. Both give the same
@@ -89,7 +93,7 @@ def eigen_projection(acts: Tensor, *, exact: bool = True) -> Tensor:
             a fraction of a percent of each other, where the component itself is ill-defined.
 
     Returns:
-        [B, h, w]; zeros where the activations do not vary over positions.
+        [B, *s]; zeros where the activations do not vary over positions.
 
     Example:
         >>> import torch
@@ -100,10 +104,12 @@ def eigen_projection(acts: Tensor, *, exact: bool = True) -> Tensor:
         >>> torch.round(eigen_projection(a, exact=False) * 1e4) / 1e4 + 0.0  # + 0.0: no "-0.0000"
         tensor([[[-2.2361,  0.0000,  2.2361]]])
     """
-    if acts.dim() != 4:
-        raise InvalidInputError(f"activations must be [B, C, H, W], got shape {list(acts.shape)}")
-    b, c, h, w = acts.shape
-    points = acts.reshape(b, c, h * w).transpose(1, 2)  # [B, hw, C]
+    if not 3 <= acts.dim() <= 5:
+        raise InvalidInputError(
+            f"activations must be [B, C, t], [B, C, h, w] or [B, C, d, h, w], got shape {list(acts.shape)}"
+        )
+    b, c, *grid = acts.shape
+    points = acts.reshape(b, c, -1).transpose(1, 2)  # [B, positions, C]
     centred = points - points.mean(dim=1, keepdim=True)
     if exact:
         _, _, vh = torch.linalg.svd(centred, full_matrices=False)
@@ -116,7 +122,7 @@ def eigen_projection(acts: Tensor, *, exact: bool = True) -> Tensor:
     agreement = (projection * (total - total.mean(dim=1, keepdim=True))).sum(dim=1)
     agreement = torch.where(agreement == 0, sums, agreement)
     sign = torch.where(agreement < 0, -torch.ones_like(agreement), torch.ones_like(agreement))
-    return (projection * sign[:, None]).reshape(b, h, w)
+    return (projection * sign[:, None]).reshape(b, *grid)
 
 
 _SQUARINGS = 14  # the second component shrinks like (l2 / l1) ** (2 ** 14) against the first
@@ -168,15 +174,42 @@ def window_indicators(length: int, window: int, stride: int) -> Tensor:
     return ((pos >= start) & (pos < start + window)).float()
 
 
-def occlusion_map(drops: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
-    """Average the score drops of the windows covering each pixel.
+def default_window(size: Sequence[int]) -> tuple[int, ...]:
+    """Occlusion's default window for an input of spatial ``size``, one entry per axis.
+
+    * an image ``(H, W)``: 16 x 16 pixels whatever its size (27 x 27 = 729 windows at
+      224 x 224 with the default stride of half a window);
+    * a signal ``(T,)``: ``ceil(T / 32)`` samples, about 63 windows along the signal;
+    * a volume or clip ``(D, H, W)``: ``ceil(S / 4)`` on each axis, about 7 windows per
+      axis (7 ** 3 = 343 forwards), since every forward of a 3-D model is costly.
+
+    Example:
+        >>> from camkit.functional.perturbation import default_window
+        >>> default_window((224, 224)), default_window((1000,)), default_window((16, 112, 112))
+        ((16, 16), (32,), (4, 28, 28))
+    """
+    if len(size) == 2:
+        return (16, 16)
+    parts = 32 if len(size) == 1 else 4
+    return tuple(max(1, -(-int(n) // parts)) for n in size)
+
+
+# Einsum labels of the window positions and of the input's axes (the last ones for fewer
+# axes): an image reads "rh,...rs,sw->...hw", as it always has.
+_POSITIONS, _AXES = "qrs", "dhw"
+
+
+def occlusion_map(drops: Tensor, *indicators: Tensor) -> Tensor:
+    """Average the score drops of the windows covering each position of the input.
 
     Args:
-        drops: [B, Pr, Pc] or [B, K, Pr, Pc], the score change for each window position.
-        rows: [Pr, H] row indicators; cols: [Pc, W] column indicators (:func:`window_indicators`).
+        drops: [B, *P] or [B, K, *P], the score change of each window position, with one
+            axis of positions per spatial axis: ``P`` is ``(Pt,)``, ``(Pr, Pc)`` or ``(Pd, Pr, Pc)``.
+        indicators: one window indicator [P_i, S_i] per spatial axis, in the input's axis
+            order (:func:`window_indicators`).
 
     Returns:
-        [B, H, W] (or [B, K, H, W]).
+        [B, *S] (or [B, K, *S]): each position's mean drop over the windows covering it.
 
     Example:
         >>> import torch
@@ -186,42 +219,67 @@ def occlusion_map(drops: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
         tensor([[[4., 2., 0.],
                  [2., 1., 0.],
                  [0., 0., 0.]]])
+        >>> occlusion_map(torch.tensor([[6.0, 0.0]]), ind)  # a signal: windows [0, 1] and [1, 2]
+        tensor([[6., 3., 0.]])
     """
-    rows, cols = rows.to(drops), cols.to(drops)
-    total = torch.einsum("rh,...rs,sw->...hw", rows, drops, cols)
-    count = rows.sum(dim=0)[:, None] * cols.sum(dim=0)[None, :]
+    n = len(indicators)
+    positions = tuple(ind.shape[0] for ind in indicators)
+    if not 1 <= n <= 3 or drops.dim() not in (n + 1, n + 2) or tuple(drops.shape[drops.dim() - n :]) != positions:
+        raise InvalidInputError(
+            f"drops must be [B, *P] or [B, K, *P] with P = {list(positions)} (one axis per indicator, 1 to 3), "
+            f"got shape {list(drops.shape)}"
+        )
+    inds = [ind.to(drops) for ind in indicators]
+    pos, axes = _POSITIONS[3 - n :], _AXES[3 - n :]
+    terms = [p + a for p, a in zip(pos, axes)]
+    spec = ",".join([terms[0], "..." + pos, *terms[1:]]) + "->..." + axes
+    total = torch.einsum(spec, inds[0], drops, *inds[1:])
+    count = inds[0].sum(dim=0)
+    for ind in inds[1:]:
+        count = count[..., None] * ind.sum(dim=0)
     return total / count
 
 
-def rise_masks(grids: Tensor, shifts: Tensor, size: tuple[int, int]) -> Tensor:
-    """RISE masks (Petsiuk et al. 2018): small grids upsampled bilinearly, then shifted and cropped.
+def rise_masks(grids: Tensor, shifts: Tensor, size: Sequence[int]) -> Tensor:
+    """RISE masks (Petsiuk et al. 2018): small grids upsampled smoothly, then shifted and cropped.
 
-    Each grid [s, s] covers ``size`` with cells of ``ceil(H / s) x ceil(W / s)`` pixels; it is
-    upsampled to ``(s + 1)`` cells per side and cropped to ``size`` at the given offset.
+    On each spatial axis, a grid of ``g`` cells covers a length ``S`` with cells of
+    ``ceil(S / g)`` positions; it is upsampled (linear, bilinear or trilinear by rank,
+    ``align_corners=False``) to ``g + 1`` cells and cropped to ``S`` from its offset on
+    that axis.
 
     Args:
-        grids: [N, s, s] values in [0, 1] (binary in the paper).
-        shifts: [N, 2] integer offsets (row, column), each in ``[0, cell)``.
-        size: ``(H, W)``.
+        grids: [N, *g] values in [0, 1] (binary in the paper), one axis per spatial axis
+            (``[N, g]``, ``[N, gh, gw]`` or ``[N, gd, gh, gw]``).
+        shifts: [N, n] integer offsets, one per spatial axis (row, column for an image),
+            each in ``[0, cell)`` of its axis.
+        size: the input's spatial size, ``(T,)``, ``(H, W)`` or ``(D, H, W)``.
 
     Returns:
-        [N, H, W] masks in the grids' dtype, on the grids' device.
+        [N, *size] masks in the grids' dtype, on the grids' device.
 
     Example:
         >>> import torch
         >>> from camkit.functional.perturbation import rise_masks
         >>> rise_masks(torch.ones(2, 2, 2), torch.zeros(2, 2, dtype=torch.long), (4, 4)).shape
         torch.Size([2, 4, 4])
+        >>> rise_masks(torch.tensor([[1.0, 0.0]]), torch.tensor([[1]]), (4,))  # a signal, shifted by 1
+        tensor([[1.0000, 0.6667, 0.3333, 0.0000]])
     """
-    if grids.dim() != 3 or shifts.shape != (grids.shape[0], 2):
+    n = len(size)
+    if not 1 <= n <= 3 or grids.dim() != n + 1 or tuple(shifts.shape) != (grids.shape[0], n):
         raise InvalidInputError(
-            f"grids must be [N, s, s] and shifts [N, 2], got {list(grids.shape)} and {list(shifts.shape)}"
+            f"for an input of spatial size {list(size)}, grids must be [N, *g] and shifts [N, {n}] "
+            f"(one axis each per spatial axis), got {list(grids.shape)} and {list(shifts.shape)}"
         )
-    n, s = grids.shape[0], grids.shape[1]
-    height, width = size
-    cell_h, cell_w = -(-height // s), -(-width // s)
-    big = F.interpolate(grids[:, None], size=((s + 1) * cell_h, (s + 1) * cell_w), mode="bilinear", align_corners=False)
+    count, cells = grids.shape[0], tuple(grids.shape[1:])
+    cell = [-(-int(length) // g) for length, g in zip(size, cells)]
+    upsampled = tuple((g + 1) * c for g, c in zip(cells, cell))
+    big = F.interpolate(grids[:, None], size=upsampled, mode=interpolation_mode(n), align_corners=False)[:, 0]
     shifts = shifts.to(grids.device, non_blocking=True)
-    r = shifts[:, 0, None] + torch.arange(height, device=grids.device)[None, :]  # [N, H]
-    c = shifts[:, 1, None] + torch.arange(width, device=grids.device)[None, :]  # [N, W]
-    return big[:, 0][torch.arange(n, device=grids.device)[:, None, None], r[:, :, None], c[:, None, :]]
+    index = [torch.arange(count, device=grids.device).view(count, *(1,) * n)]
+    for axis, length in enumerate(size):
+        shape = [count] + [1] * n
+        shape[axis + 1] = int(length)
+        index.append((shifts[:, axis, None] + torch.arange(int(length), device=grids.device)[None, :]).view(shape))
+    return big[tuple(index)]

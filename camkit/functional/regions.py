@@ -1,15 +1,17 @@
 """Pure math of the region (feature-mask) methods: region maps, coalitions and the
 ablation, Shapley-sampling, KernelSHAP and LIME estimators.
 
-A *region map* is an integer tensor [H, W] (or [B, H, W]) giving each pixel a region id.
-A *coalition* is a boolean row [M] over a sample's M regions: True keeps the region's
-pixels from the input, False replaces them with the baseline. No hooks, no model: the
+A *region map* is an integer tensor [*S] (or [B, *S]) giving each position of an input
+[B, C, *S] a region id, for a signal (``S = (T,)``), an image (``(H, W)``) or a volume or
+clip (``(D, H, W)``). A *coalition* is a boolean row [M] over a sample's M regions: True
+keeps the region's positions from the input, False replaces them with the baseline. No hooks, no model: the
 explainers in :mod:`camkit.methods.regions` evaluate the coalitions and call these.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -37,39 +39,57 @@ __all__ = [
 Superpixels = Literal["slic", "quickshift", "felzenszwalb"]
 
 
-def grid_regions(size: tuple[int, int], cells: tuple[int, int]) -> Tensor:
-    """A grid of ``cells[0] x cells[1]`` rectangular regions covering an image of ``size``.
+def grid_regions(size: Sequence[int], cells: int | Sequence[int]) -> Tensor:
+    """A grid of box regions covering an input of spatial ``size``, ``cells`` per axis.
 
-    Pixel ``(i, j)`` gets id ``(i * rows // H) * cols + (j * cols // W)``; cells differ by at
-    most one pixel in height or width.
+    On each axis of length ``S`` cut in ``c`` cells, position ``i`` is in cell ``i * c // S``
+    (cells differ by at most one position in length); the ids run in row-major order over
+    the cells, ``(i * rows // H) * cols + (j * cols // W)`` on an image. A signal's cells are
+    contiguous windows.
+
+    Args:
+        size: ``(T,)``, ``(H, W)`` or ``(D, H, W)``.
+        cells: cells per axis, an int (every axis) or one per axis.
+
+    Returns:
+        Region ids [*size] (long), ``0 .. prod(cells) - 1``.
 
     Example:
         >>> from camkit.functional.regions import grid_regions
         >>> grid_regions((2, 4), (1, 2)).tolist()
         [[0, 0, 1, 1], [0, 0, 1, 1]]
+        >>> grid_regions((6,), 3).tolist()  # a signal: three windows of two samples
+        [0, 0, 1, 1, 2, 2]
     """
-    (height, width), (rows, cols) = size, cells
-    if not (0 < rows <= height and 0 < cols <= width):
-        raise InvalidInputError(f"need 1 <= cells <= image size {size}, got cells={cells}; use fewer cells")
-    r = torch.arange(height) * rows // height
-    c = torch.arange(width) * cols // width
-    return r[:, None] * cols + c[None, :]
+    size = tuple(int(n) for n in size)
+    counts = (int(cells),) * len(size) if isinstance(cells, int) else tuple(int(c) for c in cells)
+    if not 1 <= len(size) <= 3 or len(counts) != len(size) or not all(0 < c <= n for c, n in zip(counts, size)):
+        raise InvalidInputError(
+            f"need one cell count per axis with 1 <= cells <= size on every axis, got cells={cells} for size "
+            f"{size}; use fewer cells"
+        )
+    ids = torch.zeros((), dtype=torch.long)
+    for n, c in zip(size, counts):
+        ids = ids[..., None] * c + torch.arange(n) * c // n
+    return ids
 
 
 def superpixel_regions(x: Tensor, method: Superpixels = "slic", **options: Any) -> Tensor:
-    """Superpixel region maps [B, H, W] of an image batch, with scikit-image.
+    """Superpixel (supervoxel) region maps [B, *S] of a batch of images or volumes, with scikit-image.
 
-    Each image is min-max scaled to [0, 1] (so normalised inputs segment like photos), moved
+    Each sample is min-max scaled to [0, 1] (so normalised inputs segment like photos), moved
     to the CPU once, and segmented by ``skimage.segmentation.slic`` (default
-    ``n_segments=50, compactness=10``), ``quickshift`` (RGB only) or ``felzenszwalb``.
+    ``n_segments=50, compactness=10``; images and volumes, e.g. ``spacing=(2.5, 1, 1)`` for
+    anisotropic voxels), ``quickshift`` (RGB images only) or ``felzenszwalb`` (images only).
 
     Args:
-        x: [B, C, H, W].
+        x: [B, C, H, W] or [B, C, D, H, W]. Signals [B, C, T] are refused: segment them in
+            contiguous windows with :func:`grid_regions` (``regions="grid", cells=...``).
         method: the scikit-image algorithm.
         options: keyword arguments for it (e.g. ``n_segments=100``).
 
     Returns:
-        Region ids [B, H, W] (long) on ``x``'s device.
+        Region ids [B, *S] (long) on ``x``'s device.
 
     Example:
         >>> import torch
@@ -81,12 +101,25 @@ def superpixel_regions(x: Tensor, method: Superpixels = "slic", **options: Any) 
     """
     from skimage import segmentation
 
-    if x.dim() != 4:
-        raise InvalidInputError(f"superpixels need a batch [B, C, H, W], got shape {list(x.shape)}")
+    if x.dim() == 3:
+        raise InvalidInputError(
+            f"superpixels segment images and volumes, not signals: got a signal batch [B, C, T] = {list(x.shape)}; "
+            "use regions='grid' with cells=N for N contiguous windows, or pass region ids [T] or [B, T]"
+        )
+    if x.dim() not in (4, 5):
+        raise InvalidInputError(
+            f"superpixels need a batch [B, C, H, W] or [B, C, D, H, W], got shape {list(x.shape)}"
+        )
+    if x.dim() == 5 and method in ("quickshift", "felzenszwalb"):
+        raise InvalidInputError(
+            f"{method!r} segments 2-D images only, got a volume batch [B, C, D, H, W] = {list(x.shape)}; "
+            "use regions='slic' (supervoxels) or regions='grid'"
+        )
     images = x.detach().float().cpu()
-    low = images.amin(dim=(1, 2, 3), keepdim=True)
-    high = images.amax(dim=(1, 2, 3), keepdim=True)
-    scaled = ((images - low) / (high - low).clamp_min(1e-12)).permute(0, 2, 3, 1).numpy().astype(np.float64)
+    axes = tuple(range(1, x.dim()))
+    low = images.amin(dim=axes, keepdim=True)
+    high = images.amax(dim=axes, keepdim=True)
+    scaled = ((images - low) / (high - low).clamp_min(1e-12)).movedim(1, -1).numpy().astype(np.float64)
     out = []
     for image in scaled:
         if method == "slic":
@@ -107,13 +140,13 @@ def superpixel_regions(x: Tensor, method: Superpixels = "slic", **options: Any) 
 def relabel_regions(regions: Tensor) -> tuple[Tensor, list[int]]:
     """Renumber each sample's region ids to ``0 .. M_b - 1`` in increasing order of the old ids.
 
-    Ids that label no pixel disappear, so every region of the result is non-empty.
+    Ids that label no position disappear, so every region of the result is non-empty.
 
     Args:
-        regions: integer ids [B, H, W].
+        regions: integer ids [B, *S] (one to three spatial axes).
 
     Returns:
-        ``(ids, counts)``: the renumbered ids [B, H, W] (long) and each sample's ``M_b``.
+        ``(ids, counts)``: the renumbered ids [B, *S] (long) and each sample's ``M_b``.
 
     Example:
         >>> import torch
@@ -122,8 +155,11 @@ def relabel_regions(regions: Tensor) -> tuple[Tensor, list[int]]:
         >>> ids.tolist(), counts
         ([[[1, 0], [0, 2]]], [3])
     """
-    if regions.dim() != 3 or regions.is_floating_point() or regions.dtype == torch.bool:
-        raise InvalidInputError(f"region ids must be an integer tensor [B, H, W], got {regions.dtype} {list(regions.shape)}")
+    if not 2 <= regions.dim() <= 4 or regions.is_floating_point() or regions.dtype == torch.bool:
+        raise InvalidInputError(
+            f"region ids must be an integer tensor [B, T], [B, H, W] or [B, D, H, W], got {regions.dtype} "
+            f"{list(regions.shape)}"
+        )
     ids, counts = [], []
     for sample in regions:
         values, inverse = torch.unique(sample, return_inverse=True)
@@ -133,14 +169,14 @@ def relabel_regions(regions: Tensor) -> tuple[Tensor, list[int]]:
 
 
 def coalition_masks(regions: Tensor, keep: Tensor) -> Tensor:
-    """Pixel masks of coalitions: 1 where the pixel's region is kept, 0 where it is replaced.
+    """Masks of coalitions: 1 where the position's region is kept, 0 where it is replaced.
 
     Args:
-        regions: region ids [N, H, W] (one map per row, e.g. ``ids[sample_of_row]``).
+        regions: region ids [N, *S] (one map per row, e.g. ``ids[sample_of_row]``), any rank.
         keep: coalitions [N, M] (bool or 0/1), M at least the largest id plus one.
 
     Returns:
-        Float masks [N, H, W].
+        Float masks [N, *S].
 
     Example:
         >>> import torch
@@ -148,8 +184,7 @@ def coalition_masks(regions: Tensor, keep: Tensor) -> Tensor:
         >>> coalition_masks(torch.tensor([[[0, 1, 1]]]), torch.tensor([[False, True]])).tolist()
         [[[0.0, 1.0, 1.0]]]
     """
-    n, height, width = regions.shape
-    return keep.float().gather(1, regions.reshape(n, -1)).reshape(n, height, width)
+    return keep.float().gather(1, regions.reshape(regions.shape[0], -1)).reshape(regions.shape)
 
 
 def ablation_coalitions(m: int) -> Tensor:

@@ -6,6 +6,12 @@ clip the heaviest outliers and scale what is left, then draw one of four views, 
 and on the attributions' device (no numpy round trip). The same calls work on CAM maps
 [B, H, W] in [0, 1].
 
+Ranks: the pictures (heat maps, blends, masks) are drawn for images. The scaling itself is
+pure math and works on any rank: :func:`scale_attribution` takes ``spatial_dims=`` (1 for a
+signal, 3 for a volume or a video) and :func:`outlier_threshold` reads any [B, ...]. The
+picture functions refuse attributions of a signal, a volume or a video with a message that
+says what to draw instead (one frame or slice).
+
 Scaling (the convention of captum's ``visualize_image_attr``): channels are summed, the
 sign mode is applied (``positive`` keeps ``max(a, 0)``, ``negative`` keeps ``min(a, 0)``,
 ``absolute_value`` takes ``|a|``, ``all`` keeps ``a``), then every value is divided by a
@@ -42,16 +48,51 @@ VIEWS: tuple[str, ...] = ("heat_map", "blended_heat_map", "masked_image", "alpha
 DEFAULT_COLORMAP = {"all": "bwr", "positive": "reds", "negative": "blues", "absolute_value": "inferno"}
 
 
-def _as_maps(attr: Tensor) -> Tensor:
-    """[B, H, W] as it is; [B, C, H, W] summed over channels."""
-    if attr.dim() == 3:
+_MAPS = {1: "[B, T]", 2: "[B, H, W]", 3: "[B, D, H, W]"}
+_ATTRS = {1: "[B, C, T]", 2: "[B, C, H, W]", 3: "[B, C, D, H, W]"}
+
+
+def _as_maps(attr: Tensor, spatial_dims: int = 2) -> Tensor:
+    """[B, *S] as it is; [B, C, *S] summed over channels (``spatial_dims`` axes S)."""
+    if isinstance(spatial_dims, bool) or spatial_dims not in _MAPS:
+        raise InvalidInputError(
+            f"spatial_dims must be 1 (a signal), 2 (an image) or 3 (a volume or a video), got {spatial_dims!r}"
+        )
+    if attr.dim() == spatial_dims + 1:
         return attr.float()
-    if attr.dim() == 4:
+    if attr.dim() == spatial_dims + 2:
         return attr.float().sum(dim=1)
+    hint = "for one image add a batch dimension (attr[None])"
+    if spatial_dims == 2 and attr.dim() == 5:
+        hint = (
+            "a volume or a video? pass spatial_dims=3 to scale it; pictures of volumes and videos are not drawn "
+            "here yet: draw one slice or frame, e.g. attr[:, :, d]"
+        )
+    elif spatial_dims != 2:
+        hint = "for one input add a batch dimension (attr[None])"
     raise InvalidInputError(
-        f"attributions must be [B, H, W] or [B, C, H, W], got shape {list(attr.shape)}; "
-        "for one image add a batch dimension (attr[None])"
+        f"attributions must be {_MAPS[spatial_dims]} or {_ATTRS[spatial_dims]}, got shape {list(attr.shape)}; {hint}"
     )
+
+
+def _check_picture(attr: Tensor) -> None:
+    """Refuse attributions that are not an image's, saying what to draw instead.
+
+    A signal's attributions [B, C, T] cannot be told from an image's maps [B, H, W] by shape:
+    they are drawn as a C x T picture.
+    """
+    if attr.dim() == 5:
+        raise InvalidInputError(
+            f"attribution pictures are drawn for images, [B, H, W] or [B, C, H, W]; got shape {list(attr.shape)} "
+            "(a volume or a video?): draw one slice or frame, e.g. attr[:, :, d] for depth or time d, or scale the "
+            "whole of it with scale_attribution(attr, spatial_dims=3)"
+        )
+    if attr.dim() == 2:
+        raise InvalidInputError(
+            f"attribution pictures are drawn for images, [B, H, W] or [B, C, H, W]; got shape {list(attr.shape)} "
+            "(a batch of signal maps [B, T]?): scale it with scale_attribution(attr, spatial_dims=1) and plot it "
+            "as a curve"
+        )
 
 
 def _check_sign(sign: str) -> None:
@@ -63,7 +104,7 @@ def outlier_threshold(values: Tensor, outlier_perc: float = 2.0) -> Tensor:
     """Per map, the magnitude above which the largest ``outlier_perc`` percent of the mass lies.
 
     Args:
-        values: non-negative [B, H, W] (or [B, N]).
+        values: non-negative [B, ...]: maps of any rank ([B, T], [B, H, W], [B, D, H, W]) or [B, N].
         outlier_perc: percent of each map's total mass counted as outliers, in [0, 100).
 
     Returns:
@@ -89,16 +130,21 @@ def outlier_threshold(values: Tensor, outlier_perc: float = 2.0) -> Tensor:
     return ordered.gather(1, index)[:, 0]
 
 
-def scale_attribution(attr: Tensor, sign: str = "absolute_value", outlier_perc: float = 2.0) -> Tensor:
-    """Apply a sign mode, clip the outliers and scale: [B, H, W] in [-1, 1] (``all``) or [0, 1].
+def scale_attribution(
+    attr: Tensor, sign: str = "absolute_value", outlier_perc: float = 2.0, *, spatial_dims: int = 2
+) -> Tensor:
+    """Apply a sign mode, clip the outliers and scale: [B, *S] in [-1, 1] (``all``) or [0, 1].
 
     Args:
-        attr: attributions [B, C, H, W] (channels are summed) or maps [B, H, W].
+        attr: attributions [B, C, *S] (channels are summed) or maps [B, *S].
         sign: ``"positive"``, ``"negative"``, ``"absolute_value"`` or ``"all"`` (see the module).
         outlier_perc: percent of the mass clipped as outliers (captum's default: 2).
+        spatial_dims: the number of spatial axes S: 2 for images (the default; [B, C, H, W] or
+            [B, H, W]), 1 for signals ([B, C, T] or [B, T]), 3 for volumes and videos
+            ([B, C, D, H, W] or [B, D, H, W]). The outliers are counted over the whole map.
 
     Returns:
-        float32 [B, H, W] on ``attr``'s device; ``negative`` gives the magnitude of the negative
+        float32 [B, *S] on ``attr``'s device; ``negative`` gives the magnitude of the negative
         part in [0, 1]; an all-zero map (after the sign mode) gives zeros.
 
     Example:
@@ -109,16 +155,18 @@ def scale_attribution(attr: Tensor, sign: str = "absolute_value", outlier_perc: 
         [[[1.0, -2.0, 3.0, -3.0]]]
         >>> scale_attribution(a, "negative", outlier_perc=0).tolist()  # t = 4
         [[[0.0, 0.5, 0.0, 1.0]]]
+        >>> scale_attribution(torch.tensor([[[1.0, -2.0], [3.0, 2.0]]]), "all", 0, spatial_dims=1).tolist()  # [B, C, T]
+        [[1.0, 0.0]]
     """
     _check_sign(sign)
-    maps = _as_maps(attr)
+    maps = _as_maps(attr, spatial_dims)
     if sign == "positive":
         maps = maps.clamp(min=0)
     elif sign == "negative":
         maps = (-maps).clamp(min=0)
     elif sign == "absolute_value":
         maps = maps.abs()
-    threshold = outlier_threshold(maps.abs(), outlier_perc)[:, None, None]
+    threshold = outlier_threshold(maps.abs(), outlier_perc).view(-1, *([1] * (maps.dim() - 1)))
     zero = threshold <= 0
     scaled = maps / torch.where(zero, torch.ones_like(threshold), threshold)
     low = -1.0 if sign == "all" else 0.0
@@ -165,6 +213,7 @@ def heat_map(
         >>> out[0, :, 0].T.tolist()  # blue, white (index 128 of 256), red
         [[0, 0, 255], [255, 254, 254], [255, 0, 0]]
     """
+    _check_picture(attr)
     return _to_uint8(_colour(scale_attribution(attr, sign, outlier_perc), sign, colormap))
 
 
@@ -199,6 +248,7 @@ def blended_heat_map(
     """
     if not 0.0 <= alpha <= 1.0:
         raise InvalidInputError(f"alpha must be in [0, 1], got {alpha}")
+    _check_picture(attr)
     scaled = scale_attribution(attr, sign, outlier_perc)
     base = _image_like(images, scaled)
     scaled = upsample_maps(scaled, (base.shape[-2], base.shape[-1]))
@@ -226,6 +276,7 @@ def masked_image(images: Tensor, attr: Tensor, sign: str = "absolute_value", out
         [[85, 255]]
     """
     _one_sign(sign, "masked_image")
+    _check_picture(attr)
     scaled = scale_attribution(attr, sign, outlier_perc)
     base = _image_like(images, scaled)
     scaled = upsample_maps(scaled, (base.shape[-2], base.shape[-1]))
@@ -254,6 +305,7 @@ def alpha_scaling(
     _one_sign(sign, "alpha_scaling")
     if not 0.0 <= background <= 1.0:
         raise InvalidInputError(f"background must be in [0, 1], got {background}")
+    _check_picture(attr)
     scaled = scale_attribution(attr, sign, outlier_perc)
     base = _image_like(images, scaled)
     s = upsample_maps(scaled, (base.shape[-2], base.shape[-1]))[:, None]

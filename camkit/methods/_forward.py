@@ -33,6 +33,10 @@ __all__ = [
 ]
 
 
+#: A layer's channel-first grid by the input's number of dimensions.
+_GRIDS = {3: "[B, C, t]", 4: "[B, C, h, w]", 5: "[B, C, d, h, w]"}
+
+
 class Captured:
     """What one forward pass with ``LayerCapture(gradients=False)`` gave.
 
@@ -134,13 +138,13 @@ def masked_forwards(
 ) -> Iterator[tuple[slice, Tensor, Tensor]]:
     """Score masked copies of the samples, ``batch_size`` at a time, without autograd.
 
-    Row ``i`` is ``x[b_idx[i]] * m_i + baseline * (1 - m_i)`` with ``m_i`` its mask [H, W]
-    (broadcast over channels); the rows of one chunk share one reused input buffer, so
-    memory follows ``batch_size``, not the number of rows. ``baseline`` is a number or a
-    tensor [B, C, H, W] (row ``i`` uses ``baseline[b_idx[i]]``).
+    Row ``i`` is ``x[b_idx[i]] * m_i + baseline * (1 - m_i)`` with ``m_i`` its mask [*S]
+    (``x`` is [B, C, *S] of any rank; the mask is broadcast over channels); the rows of one
+    chunk share one reused input buffer, so memory follows ``batch_size``, not the number of
+    rows. ``baseline`` is a number or a tensor [B, C, *S] (row ``i`` uses ``baseline[b_idx[i]]``).
 
     Args:
-        make_masks: ``make_masks(part)`` returns the masks [n, H, W] of rows ``part``.
+        make_masks: ``make_masks(part)`` returns the masks [n, *S] of rows ``part``.
 
     Yields:
         ``(part, masks, scores)`` per chunk: the rows' slice, their masks and their scores [n, K].
@@ -194,8 +198,9 @@ class RowScorer:
 class ForwardCAM(CAMExplainer):
     """Base of the CAMs that read a layer's activations without autograd.
 
-    Subclasses implement :meth:`_raw`: the raw map [B, h, w] (or [B, K, h, w]) of one layer;
-    they may add read-only values to ``extras``.
+    Subclasses implement :meth:`_raw`: the raw map [B, *s] (or [B, K, *s]) of one layer, from
+    its channel-first grid [B, C, *s] (one axis per spatial axis of the input); they may add
+    read-only values to ``extras``.
     """
 
     family: ClassVar[str | None] = "CAM (forward only)"
@@ -221,8 +226,9 @@ class ForwardCAM(CAMExplainer):
             if grid is not act and not self.reads_grids:
                 raise InvalidInputError(
                     f"{type(self).__name__} edits the layer's channels in place, so it needs a layer with "
-                    f"[B, C, H, W] output; layer '{self._names()[index]}' gives shape {list(act.shape)}. "
-                    "Use ScoreCAM, EigenCAM or a gradient CAM for token and channel-last layers."
+                    f"channel-first {_GRIDS[x.dim()]} output for a {list(x.shape)} input; layer "
+                    f"'{self._names()[index]}' gives shape {list(act.shape)}. Use ScoreCAM, EigenCAM or a gradient "
+                    "CAM for token and channel-last layers."
                 )
             raws.append(self._raw(x, grid, index, cap, target, extras))
         return make_explanation(self.key, raws, x, cap.classes, cap.scores, self._names(), **extras)

@@ -24,7 +24,8 @@ class CAM(ForwardCAM):
     """Class activation mapping: ``relu(sum_c W[target, c] * A_c)`` with ``W`` the linear head's weight.
 
     Exact for models whose output is ``fc(global_average_pool(A))`` with ``A`` the target
-    layer's output: then it equals Grad-CAM up to a positive factor (``1 / (h * w)``), which
+    layer's output [B, C, *s] (any rank: ``t``; ``h, w``; ``d, h, w``): then it equals
+    Grad-CAM up to a positive factor (one over the number of positions), which
     normalisation removes. No backward pass; the bias is left out (it is constant over
     positions). Class targets only: a callable target has no weight row. A class beyond the
     head's outputs raises, except for class tensors on a GPU, where it gets a zero (flat)
@@ -32,7 +33,7 @@ class CAM(ForwardCAM):
 
     Args:
         model: the model to explain.
-        layer: the layer feeding the pooling; ``None`` picks the last layer with a 4-D output.
+        layer: the layer feeding the pooling; ``None``: found as for the other CAMs (:class:`CAMExplainer`).
         fc: the ``nn.Linear`` head (module or dotted name); ``None`` finds it when the model has
             exactly one ``nn.Linear`` with ``in_features`` equal to the layer's channel count.
         call, output, keep_mode, eigen_smooth: see :class:`CAMExplainer`.

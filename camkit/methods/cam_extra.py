@@ -23,10 +23,11 @@ from .base import Explainer, GradientCAM, InputIndex, make_explanation
 
 __all__ = ["FEM", "KPCACAM", "FinerCAM", "FullGrad", "GradCAMElementWise", "RandomCAM", "ShapleyCAM"]
 
+
 def _same_for_every_target(raw: Tensor, cap: Captured) -> Tensor:
-    """A target-independent map [B, h, w], repeated K times for [B, K] targets."""
+    """A target-independent map [B, *s], repeated K times for [B, K] targets."""
     if cap.multi:
-        return raw[:, None].expand(-1, cap.scores.shape[1], -1, -1).contiguous()
+        return raw[:, None].expand(-1, cap.scores.shape[1], *raw.shape[1:]).contiguous()
     return raw
 
 
@@ -59,7 +60,7 @@ class GradCAMElementWise(GradientCAM):
 
 @register_method("shapleycam")
 class ShapleyCAM(GradientCAM):
-    """ShapleyCAM (Cai et al. 2025): channels weighted by ``mean_hw(dS/dA - H A / 2)``.
+    """ShapleyCAM (Cai et al. 2025): channels weighted by ``mean_s(dS/dA - H A / 2)``.
 
     ``H A`` is the Hessian of the score with respect to the layer's activations applied to
     them (a Hessian-vector product by double backward); the map is
@@ -103,7 +104,7 @@ class ShapleyCAM(GradientCAM):
                 hvp_grids = self.to_grid(hvps, x)
                 with torch.no_grad():
                     for maps, act, grad, hvp in zip(per_layer, acts, grids, hvp_grids):
-                        weights = CX.shapley_weights(self._check_grad(grad).float(), hvp.float())
+                        weights = CX.shapley_weights(self._check_grad(grad, x).float(), hvp.float())
                         maps.append(CF.weighted_sum(weights, act))
         multi = scores.dim() == 2
         raws = [torch.stack(m, dim=1) if multi else m[0] for m in per_layer]
@@ -219,9 +220,9 @@ class FinerCAM(GradientCAM):
 class FEM(ForwardCAM):
     """FEM (Fuad et al. 2020): channels weighted by the share of positions above ``mean + k std``.
 
-    ``w_c = mean_hw(A_c > mean_hw(A_c) + k * std_hw(A_c))`` and the map is
-    ``relu(sum_c w_c A_c)``: channels with a few strong peaks count. One forward pass
-    without autograd; the map does not depend on the target (with [B, K] targets it is
+    ``w_c = mean_s(A_c > mean_s(A_c) + k * std_s(A_c))``, over every spatial axis ``s`` of the
+    layer, and the map is ``relu(sum_c w_c A_c)``: channels with a few strong peaks count. One
+    forward pass without autograd; the map does not depend on the target (with [B, K] targets it is
     returned K times).
 
     Args:
@@ -265,8 +266,10 @@ class KPCACAM(ForwardCAM):
 
     See :func:`camkit.functional.cam_extra.kpca_projection` (pytorch-grad-cam's
     ``KPCA_CAM``). One forward without autograd plus a batched eigendecomposition of an
-    ``(h w) x (h w)`` kernel matrix per image (float64); the map does not depend on the
-    target. Its sign is fixed to agree with the channel-summed activations.
+    ``N x N`` kernel matrix per image (float64), ``N`` the layer's positions (``t`` for a
+    signal, ``h w`` for an image, ``d h w`` for a volume: mind the cost of a large 3-D layer);
+    the map does not depend on the target. Its sign is fixed to agree with the
+    channel-summed activations.
 
     Args:
         model, layer, call, output, keep_mode: see :class:`CAMExplainer`.
@@ -365,15 +368,29 @@ class RandomCAM(ForwardCAM):
         weights = torch.rand(act.shape[1], generator=generator, dtype=torch.float64) * 2 - 1
         weights = weights.to(device=act.device, dtype=torch.float32)
         extras.setdefault("seed", seed)
-        raw = torch.einsum("c,bchw->bhw", weights, act.float()).clamp_min(0)
+        raw = torch.einsum("c,bc...->b...", weights, act.float()).clamp_min(0)
         return _same_for_every_target(raw, cap)
 
 
+_CONVS = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}
+_NORMS = {nn.BatchNorm1d: 1, nn.BatchNorm2d: 2, nn.BatchNorm3d: 3}
+
+
+def _bias_rank(module: nn.Module) -> int | None:
+    """How many spatial axes the convolution or batch norm takes (1, 2 or 3); ``None`` for other modules."""
+    for kinds in (_CONVS, _NORMS):
+        for kind, rank in kinds.items():
+            if isinstance(module, kind):
+                return rank
+    return None
+
+
 def _effective_bias(module: nn.Module) -> Tensor | None:
-    """The bias a Conv2d adds, or a BatchNorm2d's in eval mode: ``beta - mean * gamma / sqrt(var + eps)``."""
-    if isinstance(module, nn.Conv2d):
+    """The bias a convolution adds (Conv1d/2d/3d), or a batch norm's (BatchNorm1d/2d/3d) in eval mode:
+    ``beta - mean * gamma / sqrt(var + eps)``."""
+    if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
         return None if module.bias is None else module.bias.detach()
-    if isinstance(module, nn.BatchNorm2d) and module.running_mean is not None and module.running_var is not None:
+    if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)) and module.running_mean is not None and module.running_var is not None:
         scale = torch.rsqrt(module.running_var + module.eps)
         if module.weight is not None:
             scale = scale * module.weight.detach()
@@ -387,16 +404,23 @@ class FullGrad(Explainer):
     """FullGrad (Srinivas & Fleuret 2019): input-gradient and bias-gradient maps of every layer, summed.
 
     ``map = sum_c psi(x * dS/dx)_c + sum_l sum_c psi(b_l * dS/dz_l)_c`` over the layers ``l``
-    that add a spatial bias ``b_l`` (``nn.Conv2d`` with a bias and ``nn.BatchNorm2d``, whose
+    that add a spatial bias ``b_l`` (a convolution with a bias and a batch norm, whose
     bias is ``beta - running_mean * gamma / sqrt(running_var + eps)``; also without affine
     parameters, which pytorch-grad-cam skips), ``z_l`` the layer's output; ``psi`` is
     :func:`camkit.functional.cam_extra.fullgrad_map`'s per-channel ``|.|``, min-max and
     upsampling. One forward and one full backward per target; a layer run several times in
     one forward contributes its last call.
 
+    Any rank: for a signal [B, C, T] the bias layers are the ``nn.Conv1d`` and
+    ``nn.BatchNorm1d``, for an image the ``Conv2d`` and ``BatchNorm2d``, for a volume or a
+    video the ``Conv3d`` and ``BatchNorm3d``; layers of another rank (a ``Conv1d`` over the
+    channels inside an image model, say) add no bias over the input's positions and are left
+    out (a ``BatchNorm1d`` on pooled features [B, C] too).
+
     Args:
         model: the model to explain.
-        layers: the bias layers (names or modules); ``None``: every such layer of the model.
+        layers: the bias layers (names or modules); ``None``: every such layer of the model
+            that has the input's rank.
         output, keep_mode, input_index: see :class:`Explainer`.
 
     Example:
@@ -425,6 +449,7 @@ class FullGrad(Explainer):
         input_index: InputIndex = 0,
     ) -> None:
         super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
+        self._chosen = layers is not None
         if layers is None:
             found = [(n, m) for n, m in self.model.named_modules() if _effective_bias(m) is not None]
         else:
@@ -432,17 +457,30 @@ class FullGrad(Explainer):
             plain = [n for n, m in found if _effective_bias(m) is None]
             if plain:
                 raise InvalidInputError(
-                    f"FullGrad reads the bias of nn.Conv2d / nn.BatchNorm2d layers; {plain} add none. "
-                    "Pass layers with a bias, or layers=None for all of them."
+                    f"FullGrad reads the bias of convolutions (nn.Conv1d/2d/3d) and batch norms "
+                    f"(nn.BatchNorm1d/2d/3d); {plain} add none. Pass layers with a bias, or layers=None for all of them."
                 )
         self._layers = found
 
+    def _rank_layers(self, x: Tensor) -> list[tuple[str, nn.Module]]:
+        """The bias layers of ``x``'s rank; a chosen layer of another rank is refused."""
+        rank = x.dim() - 2
+        other = [(n, _bias_rank(m)) for n, m in self._layers if _bias_rank(m) != rank]
+        if other and self._chosen:
+            raise InvalidInputError(
+                f"FullGrad on {list(x.shape)} input ({rank} spatial axes) reads the biases of layers of that rank; "
+                f"{[n for n, _ in other]} take {sorted({r for _, r in other if r is not None})} spatial axes. Pass layers of the "
+                "input's rank, or layers=None."
+            )
+        return [(n, m) for n, m in self._layers if _bias_rank(m) == rank]
+
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         image = x.detach().requires_grad_(True)
-        biases = [_effective_bias(m) for _, m in self._layers]
-        with LayerCapture(self._layers, gradients=True) as capture, torch.enable_grad():
+        layers = self._rank_layers(x)
+        biases = [_effective_bias(m) for _, m in layers]
+        with LayerCapture(layers, gradients=True) as capture, torch.enable_grad():
             classes, scores = self._target_scores(image, target)
-            outputs = capture.activations() if self._layers else []
+            outputs = capture.activations() if layers else []
             columns = scores.unbind(dim=1) if scores.dim() == 2 else (scores,)
             raws = []
             for k, column in enumerate(columns):
@@ -452,11 +490,12 @@ class FullGrad(Explainer):
                 with torch.no_grad():
                     input_term = image.detach() * (torch.zeros_like(image) if grads[0] is None else grads[0])
                     bias_terms = [
-                        bias.to(out.dtype)[None, :, None, None] * (torch.zeros_like(out) if g is None else g)
+                        bias.to(out.dtype).view(1, -1, *(1,) * (out.dim() - 2))
+                        * (torch.zeros_like(out) if g is None else g)
                         for bias, out, g in zip(biases, outputs, grads[1:])
-                        if bias is not None and out.dim() == 4
+                        if bias is not None and out.dim() == x.dim()
                     ]
                     raws.append(CX.fullgrad_map(input_term.float(), [t.float() for t in bias_terms]))
         raw = torch.stack(raws, dim=1) if scores.dim() == 2 else raws[0]
-        names = tuple(n for n, _ in self._layers)
+        names = tuple(n for n, _ in layers)
         return make_explanation(self.key, [raw], x, classes, scores.detach(), names)

@@ -3,7 +3,7 @@
 How a call runs
 ---------------
 1. *Reference pass*: the model runs once on the baseline (one image when the baseline is
-   the same for the whole batch, as for a number or a [C, H, W] tensor) without autograd,
+   the same for the whole batch, as for a number or a [C, *S] tensor) without autograd,
    while a :class:`~torch.overrides.TorchFunctionMode` records the input of every
    activation call, in call order.
 2. *Main pass*: the model runs on the images under a second mode that replaces the k-th
@@ -20,8 +20,9 @@ such operations and elementwise activations, the attributions of an image sum to
 
 Activations seen, in every spelling (module, functional, ``torch.*``, ``Tensor.*``, in
 place or not): ReLU, ReLU6/hardtanh, leaky ReLU, ELU, sigmoid, tanh, SiLU, GELU, softplus;
-and 2-D max-pooling (``nn.MaxPool2d``, ``F.max_pool2d``), whose output change is routed to
-the image's maxima and the reference's, as in captum (overlapping windows accumulate).
+and max-pooling of every rank (``nn.MaxPool1d/2d/3d``, ``F.max_pool1d/2d/3d``), whose output change
+is routed to the image's maxima and the reference's, as in captum (overlapping windows accumulate;
+see :mod:`camkit.methods._maxpool_rule`).
 Non-linear calls without a rule (softmax, other max-pooling, layer/group norm, ...) keep their
 gradient and raise one :class:`~camkit.errors.NoRuleWarning` per call, since the
 summation-to-delta then no longer holds exactly. Because the reference pass is one image,
@@ -37,11 +38,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Union, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from .._internal import syncs as _syncs
 from .._internal.checks import check_broadcasts
 from ..errors import InvalidInputError, InvalidTargetError, NoRuleWarning
 from ..explanation import Explanation
@@ -50,29 +49,15 @@ from ..registry import register_method
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from ._activations import Activation, match_activation, unruled_name
 from ._activations import slope as activation_slope
+from ._baselines import baseline_hint, baselines_for, check_baselines
+from ._maxpool_rule import RescaleMaxPool, max_pool_call, max_pool_name, pool
+from ._maxpool_rule import where_still as _where_still
 from .base import InputIndex
 from .pixel import GradientAttribution, score_gradients
 
 __all__ = ["DeepLift", "DeepLiftShap"]
 
 Baseline = Union[float, Tensor]
-
-
-def _where_still(values: Tensor, change: Tensor, eps: float, fill: Tensor | float | Callable[[], Tensor]) -> Tensor:
-    """``values`` with ``fill`` where the input change ``|change| < eps`` (in place on both).
-
-    ``change`` becomes its absolute value. On the CPU one reduction decides first whether any
-    entry is that small, which is rare: the mask and its pass are then skipped altogether.
-    """
-    magnitude = change.abs_()
-    if _syncs.reads_are_free(magnitude) and (magnitude.numel() == 0 or float(magnitude.amin()) >= eps):
-        return values  # the common case: every input moved from its reference
-    still = magnitude < eps
-    if callable(fill):
-        fill = fill()
-    if isinstance(fill, Tensor):
-        return torch.where(still, fill, values, out=values)
-    return values.masked_fill_(still, fill)
 
 
 def _grouped(t: Tensor, rows: int) -> Tensor:
@@ -116,76 +101,6 @@ class _Rescale(torch.autograd.Function):
         return grad * multiplier, None, None, None
 
 
-_POOL_ARGS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
-
-
-def _max_pool_call(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """The arguments of a 2-D max-pooling call without indices, or ``None`` when ``func`` is none."""
-    if getattr(func, "__name__", "").lstrip("_") != "max_pool2d" or len(args) > len(_POOL_ARGS):
-        return None
-    call = dict(zip(_POOL_ARGS, args), **kwargs)
-    x = call.get("input")
-    if call.pop("return_indices", False) or not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() != 4:
-        return None
-    return call
-
-
-def _pool(x: Tensor, call: dict[str, Any]) -> tuple[Tensor, Tensor]:
-    """``(values, indices)`` of the max-pooling ``call`` applied to ``x``."""
-    params = {k: v for k, v in call.items() if k != "input"}
-    values, index = F.max_pool2d(x, **params, return_indices=True)
-    return values, index
-
-
-def _unpool_add(out: Tensor, values: Tensor, index: Tensor) -> Tensor:
-    """Add pooled ``values`` [B, C, h, w] into ``out`` [B, C, H * W] at the flat positions ``index``."""
-    return out.scatter_add_(2, index.expand_as(values).flatten(2), values.flatten(2))
-
-
-def _at(t: Tensor, index: Tensor) -> Tensor:
-    """The entries of ``t`` [1 or B, C, H, W] at the flat positions ``index`` [B, C, h, w]."""
-    flat = t.flatten(2).expand(index.shape[0], -1, -1)
-    return flat.gather(2, index.flatten(2)).view(index.shape)
-
-
-class _RescaleMaxPool(torch.autograd.Function):
-    """DeepLift's rule for max-pooling: the output change, split between the image's and the reference's maxima.
-
-    At an input position ``i`` the multiplier is ``(sum of g * max(y - y0, 0) over the windows
-    whose image maximum is i + sum of g * min(y - y0, 0) over those whose reference maximum is
-    i) / (x_i - x0_i)``, and the plain gradient where ``|x_i - x0_i| < eps`` (captum's rule).
-    Only window maxima receive anything, so each window's share is divided by the input change
-    *at its maximum* before it is scattered: every pass but the final scatter runs at the
-    pooled size, not the input's.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, ref: Tensor, ref_pool: tuple[Tensor, Tensor], call: dict[str, Any], eps: float) -> Tensor:
-        y, index = _pool(x, call)
-        y0, index0 = ref_pool
-        index0 = index0.expand_as(index)
-        at_image = _at(ref, index)
-        torch.sub(y, at_image, out=at_image)  # x - x0 at each window's image maximum
-        at_reference = _at(x, index0).sub_(y0)  # ... and at its reference maximum
-        fall = torch.sub(y, y0)
-        # the image's maxima: the rise over their input change, or 1 (the plain gradient) where it did not move;
-        # the reference's maxima: the fall over their input change, nothing where it did not move
-        image_share = _where_still(fall.clamp_min(0).div_(at_image), at_image, eps, 1.0)
-        reference_share = _where_still(fall.clamp_max_(0).div_(at_reference), at_reference, eps, 0.0)
-        ctx.save_for_backward(image_share, reference_share, index, index0)
-        ctx.input_shape = x.shape
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
-        image_share, reference_share, index, index0 = ctx.saved_tensors
-        batch, channels, height, width = ctx.input_shape
-        flat = grad.new_zeros(batch, channels, height * width)
-        _unpool_add(flat, grad * image_share, index)
-        _unpool_add(flat, grad * reference_share, index0)
-        return flat.view(ctx.input_shape), None, None, None, None
-
-
 _Record = tuple[str, Tensor, Union[tuple[Tensor, Tensor], None]]
 
 
@@ -217,13 +132,13 @@ class _RescaleMode(TorchFunctionMode):
         kwargs = kwargs or {}
         activation: Activation | dict[str, Any] | None = match_activation(func, args, kwargs)
         if activation is None:
-            activation = _max_pool_call(func, args, kwargs)
+            activation = max_pool_call(func, args, kwargs)
         if activation is None:
             name = unruled_name(func)
             if name is not None:
                 self.unruled.add(name)
             return func(*args, **kwargs)
-        name_now, x = (activation.name, activation.x) if isinstance(activation, Activation) else ("max_pool2d", activation["input"])
+        name_now, x = (activation.name, activation.x) if isinstance(activation, Activation) else (max_pool_name(activation["input"]), activation["input"])
         if self.refs is None:
             return self._record(name_now, x, activation, func, args, kwargs)
         if self.index >= len(self.refs):
@@ -242,7 +157,7 @@ class _RescaleMode(TorchFunctionMode):
         if ref.shape[0] not in (1, x.shape[0]):  # grouped references: the pooling rule takes them row by row
             copies = x.shape[0] // ref.shape[0]
             ref, values, index = (t.repeat_interleave(copies, dim=0) for t in (ref, values, index))
-        return _RescaleMaxPool.apply(x, ref.to(x.dtype), (values.to(x.dtype), index), activation, self.eps)
+        return RescaleMaxPool.apply(x, ref.to(x.dtype), (values.to(x.dtype), index), activation, self.eps)
 
     def _paired(self, ref_rows: int, rows: int) -> bool:
         """Whether a reference activation with ``ref_rows`` rows pairs with one of ``rows`` rows.
@@ -267,7 +182,7 @@ class _RescaleMode(TorchFunctionMode):
         if isinstance(activation, Activation):
             self.recorded.append((name, x0, None))
             return func(*args, **kwargs)
-        values, index = _pool(x, activation)
+        values, index = pool(x, activation)
         self.recorded.append((name, x0, (values.detach().clone(), index)))
         return values
 
@@ -302,17 +217,19 @@ class DeepLift(GradientAttribution):
     """DeepLift with the Rescale rule: ``raw = (x - x0) * m``, ``m`` the multipliers of the target score.
 
     See :mod:`camkit.methods.deeplift` for how the rule reaches every activation spelling
-    without touching the model. ``raw`` is [B, C, H, W] ([B, K, C, H, W] for [B, K]
-    targets) and sums per image to ``score(x) - score(x0)`` on networks whose non-linearities
-    all have a rule; ``maps`` is the normalised ``max_c |raw|``. ``extras``:
+    without touching the model. Any rank: for ``x`` [B, C, *S] (a signal [B, C, T], an image
+    [B, C, H, W], a volume or a video [B, C, D, H, W]) ``raw`` is [B, C, *S] ([B, K, C, *S]
+    for [B, K] targets) and sums per input to ``score(x) - score(x0)`` on networks whose
+    non-linearities all have a rule (convolutions, batch norm in eval mode, average pooling
+    and linear layers of every rank need none); ``maps`` [B, *S] is the normalised ``max_c |raw|``. ``extras``:
     ``"baseline_scores"`` (the target scores at ``x0``) and ``"delta"``
     (``sum(raw) - (score(x) - score(x0))`` per image: zero up to rounding when every
     non-linearity had a rule).
 
     Args:
         model: the model to explain.
-        baseline: ``x0``: a number (a constant image, default ``0.0``) or a tensor that
-            broadcasts to the input ([C, H, W], [1, C, H, W] or [B, C, H, W]).
+        baseline: ``x0``: a number (a constant input, default ``0.0``) or a tensor that
+            broadcasts to the input ([C, *S], [1, C, *S] or [B, C, *S]).
         eps: input changes ``|x - x0|`` below this use the activation's derivative instead
             of the difference quotient (default ``1e-10``).
         output, keep_mode, input_index: see :class:`~camkit.Explainer`. Keyword inputs
@@ -364,10 +281,10 @@ class DeepLift(GradientAttribution):
         return super()._bind_inputs(x, inputs, kwargs)
 
     def _baselines(self, x: Tensor) -> Tensor:
-        """The reference images: [1, C, H, W] when one serves the whole batch, else [B, C, H, W]."""
+        """The reference inputs: [1, C, *S] when one serves the whole batch, else [B, C, *S]."""
         if isinstance(self.baseline, Tensor):
             base = self.baseline.detach().to(device=x.device, dtype=x.dtype)
-            check_broadcasts(base, x, what="baseline", hint="pass [C, H, W], [1, C, H, W] or [B, C, H, W].")
+            check_broadcasts(base, x, what="baseline", hint=baseline_hint(x))
             base = base if base.dim() == x.dim() else base.reshape(1, *base.shape)
             rows = x.shape[0] if base.dim() == x.dim() and base.shape[0] == x.shape[0] else 1
             return base.expand(rows, *x.shape[1:])
@@ -469,8 +386,9 @@ class DeepLift(GradientAttribution):
     ) -> Explanation:
         if classes is None and scores.shape[0] != x.shape[0]:
             raise InvalidTargetError(f"a callable target must return one score per image ({x.shape[0]})")
-        maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
-        delta = completeness_gap(raw, scores.float(), base_scores.float())
+        size = tuple(x.shape[2:])
+        maps, flat = self.maps_from_raw(raw, size)
+        delta = completeness_gap(raw, scores.float(), base_scores.float(), spatial_dims=len(size))
         return Explanation(
             maps=maps,
             raw=raw,
@@ -486,7 +404,7 @@ class DeepLift(GradientAttribution):
 class DeepLiftShap(DeepLift):
     """DeepLiftShap: DeepLift averaged over a set of baselines (an approximation of SHAP values).
 
-    ``raw = mean_j DeepLift(x, b_j)`` over the baselines ``b_j`` [N, C, H, W]; it sums per
+    ``raw = mean_j DeepLift(x, b_j)`` over the baselines ``b_j`` [N, C, *S]; it sums per
     image to ``score(x) - mean_j score(b_j)`` (``extras["delta"]`` is the gap,
     ``extras["baseline_scores"]`` the mean baseline score).
 
@@ -503,8 +421,9 @@ class DeepLiftShap(DeepLift):
 
     Args:
         model: the model to explain.
-        baselines: [N, C, H, W] (or [C, H, W] for one), e.g. a few images of the data set;
-            ``None`` (the default) is one black image, which makes this plain DeepLift.
+        baselines: [N, C, *S] (or [C, *S] for one) with the input's rank, e.g. a few inputs
+            of the data set, read when the input arrives; ``None`` (the default) is one
+            all-zero input, which makes this plain DeepLift.
         max_batch: the most images (repeated images) run through the model at once (default 32).
         eps, output, keep_mode, input_index: as for :class:`DeepLift`.
 
@@ -541,15 +460,11 @@ class DeepLiftShap(DeepLift):
         keep_mode: bool = False,
         input_index: InputIndex = 0,
     ) -> None:
-        if baselines is None:
-            baselines = torch.zeros(1, 1, 1, 1)
-        if not isinstance(baselines, Tensor) or baselines.dim() not in (3, 4) or baselines.numel() == 0:
-            got = list(baselines.shape) if isinstance(baselines, Tensor) else type(baselines).__name__
-            raise InvalidInputError(f"baselines must be a tensor [N, C, H, W] (or [C, H, W]), got {got}")
+        check_baselines(baselines)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise InvalidInputError(f"max_batch must be a positive int, got {max_batch!r}")
         super().__init__(model, baseline=0.0, eps=eps, output=output, keep_mode=keep_mode, input_index=input_index)
-        self.baselines = baselines.detach() if baselines.dim() == 4 else baselines.detach().unsqueeze(0)
+        self.baselines = None if baselines is None else baselines.detach()
         self.max_batch = max_batch
 
     def _per_pass(self, target: Target, batch: int, count: int) -> int:
@@ -567,9 +482,7 @@ class DeepLiftShap(DeepLift):
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         x = x.detach()
-        bases = self.baselines.to(device=x.device, dtype=x.dtype)
-        check_broadcasts(bases[:1], x, what="input", hint="pass baselines [N, C, H, W] with x's C, H, W.")
-        bases = bases.expand(bases.shape[0], *x.shape[1:])
+        bases = baselines_for(self.baselines, x)
         count, batch = bases.shape[0], x.shape[0]
         per_pass = self._per_pass(target, batch, count)
         total: Tensor | None = None
@@ -588,7 +501,7 @@ class DeepLiftShap(DeepLift):
                 classes, scores = cast(Tensor, classes)[:batch], scores[:batch]
             if classes is not None:
                 resolved = classes  # every baseline explains the classes resolved on the first pass
-            diff = (x.unsqueeze(0) - base.unsqueeze(1)).float()  # [rows, B, C, H, W]: image i against baseline j
+            diff = (x.unsqueeze(0) - base.unsqueeze(1)).float()  # [rows, B, C, *S]: input i against baseline j
             grads = grads.float().unflatten(0, (rows, batch))
             part = ((diff.unsqueeze(2) if scores.dim() == 2 else diff) * grads).sum(dim=0)
             base_part = base_scores.float().unflatten(0, (rows, batch)).sum(dim=0)

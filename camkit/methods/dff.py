@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import colorsys
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Union
 
@@ -29,7 +30,8 @@ Head = Union[str, nn.Module, Callable[[Tensor], Tensor], None]
 class DeepFeatureFactorization(ForwardCAM):
     """Deep Feature Factorization: non-negative factorisation of a layer's activations into concepts.
 
-    Per image, the activations [C, h, w] are read as a matrix ``A`` [C, h*w], shifted by each
+    Per image, the activations [C, *s] (any rank: ``t``; ``h, w``; ``d, h, w``) are read as a
+    matrix ``A`` [C, prod(s)], shifted by each
     channel's minimum so that it is non-negative, and factorised as ``A ≈ W H`` with
     ``concepts`` components (:func:`camkit.functional.cam_extra.nmf`: deterministic, no
     random start). Column ``W[:, j]`` (plus the shift) is concept ``j``'s vector in the
@@ -40,16 +42,19 @@ class DeepFeatureFactorization(ForwardCAM):
     The concepts are scored by ``head`` (the classifier applied to the concept vectors, as
     in the paper), and ``maps`` shows, per image and target class, the concept the head
     scores highest for that class. Everything else is in ``extras``: ``"concept_maps"``
-    [B, concepts, H, W] (each normalised to [0, 1], input size), ``"concepts"``
-    [B, C, concepts], ``"concept_scores"`` [B, concepts, classes] and ``"chosen"`` (the
-    concept index per image, [B] or [B, K]). :func:`factorization_image` colours the concept
-    maps of one image.
+    [B, concepts, *S] (each normalised to [0, 1], at the input's size: [B, concepts, T] for
+    signals, [B, concepts, H, W] for images, [B, concepts, D, H, W] for volumes and videos),
+    ``"concepts"`` [B, C, concepts], ``"concept_scores"`` [B, concepts, classes] and
+    ``"chosen"`` (the concept index per image, [B] or [B, K]). :func:`factorization_image`
+    colours the concept maps of one image (images only; a volume's maps can be coloured slice
+    by slice, ``concept_maps[i, :, d]``).
 
     Args:
         model: the model to explain.
-        layer: one layer with [B, C, h, w] output (tokens and channel-last layers are laid out
+        layer: one layer with [B, C, *s] output (tokens and channel-last layers are laid out
             as for the other CAMs).
-        concepts: number of concepts (at most ``min(C, h*w)``, default 5).
+        concepts: number of concepts (at most ``min(C, prod(s))``, the channels and the
+            positions; default 5).
         head: what scores a concept vector [n, C] -> [n, classes]: an ``nn.Module`` or its dotted
             name, or a callable; ``None`` finds the model's one ``nn.Linear`` with ``in_features == C``.
         iterations: factorisation rounds (default 200).
@@ -112,12 +117,13 @@ class DeepFeatureFactorization(ForwardCAM):
                 "Deep Feature Factorization picks the concept its head scores highest for a class; pass class "
                 "targets (None, ints or a LongTensor), not a callable."
             )
-        b, c, h, w = act.shape
-        if not self.concepts <= min(c, h * w):
+        b, c, *grid = act.shape
+        positions = math.prod(grid)
+        if not self.concepts <= min(c, positions):
             raise InvalidInputError(
-                f"concepts={self.concepts} is more than the layer allows: min(channels, positions) = {min(c, h * w)}"
+                f"concepts={self.concepts} is more than the layer allows: min(channels, positions) = {min(c, positions)}"
             )
-        matrix = act.float().reshape(b, c, h * w)
+        matrix = act.float().reshape(b, c, positions)
         shift = matrix.amin(dim=2, keepdim=True)
         weights, where = nmf(matrix - shift, self.concepts, self.iterations)
         vectors = weights + shift  # [B, C, r]
@@ -130,10 +136,10 @@ class DeepFeatureFactorization(ForwardCAM):
                 f"target class {int(classes.max())} is out of range for the head's {scores.shape[2]} outputs"
             )
         chosen = scores.gather(2, classes[:, None, :].expand(-1, self.concepts, -1)).argmax(dim=1)  # [B, K]
-        concept_maps = where.reshape(b, self.concepts, h, w)
-        raw = concept_maps.gather(1, chosen[:, :, None, None].expand(-1, -1, h, w))
-        size = (x.shape[-2], x.shape[-1])
-        extras["concept_maps"] = normalize_maps(upsample_maps(concept_maps, size))[0]
+        concept_maps = where.reshape(b, self.concepts, *grid)
+        raw = concept_maps.gather(1, chosen.view(*chosen.shape, *(1,) * len(grid)).expand(-1, -1, *grid))
+        size = tuple(x.shape[2:])
+        extras["concept_maps"] = normalize_maps(upsample_maps(concept_maps, size), spatial_dims=len(size))[0]
         extras["concepts"] = vectors
         extras["concept_scores"] = scores
         extras["chosen"] = chosen if cap.multi else chosen[:, 0]

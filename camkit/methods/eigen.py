@@ -27,7 +27,8 @@ class EigenCAM(ForwardCAM):
     as in pytorch-grad-cam and every other camkit CAM (only the positive side of the
     component is shown). The map does not depend on the target: with [B, K] targets the same
     map is returned K times (the target still selects ``scores``). ``eigen_smooth`` has no
-    meaning here and is refused.
+    meaning here and is refused. Any rank: the positions of a [B, C, t], [B, C, h, w] or
+    [B, C, d, h, w] layer are the points of the principal component analysis.
 
     Example:
         >>> import torch
@@ -48,7 +49,7 @@ class EigenCAM(ForwardCAM):
         self._refuse_eigen_smooth()
         raw = eigen_projection(act.float(), exact=_syncs.reads_are_free(act)).clamp_min(0)
         if cap.multi:
-            return raw[:, None].expand(-1, cap.scores.shape[1], -1, -1).contiguous()
+            return raw[:, None].expand(-1, cap.scores.shape[1], *raw.shape[1:]).contiguous()
         return raw
 
 

@@ -1,4 +1,10 @@
-"""The Grad-CAM family: Grad-CAM, Grad-CAM++, XGrad-CAM, HiResCAM, LayerCAM."""
+"""The Grad-CAM family: Grad-CAM, Grad-CAM++, XGrad-CAM, HiResCAM, LayerCAM.
+
+Every method here takes a signal [B, C, T], an image [B, C, H, W] or a volume or video
+[B, C, D, H, W]: the layer's activations and gradients are [B, C, *s] with as many spatial
+axes, channel weights are reduced over all of them, ``raw`` is [B, *s] and ``maps`` are
+upsampled to the input's size (linear, bilinear or trilinear).
+"""
 
 from __future__ import annotations
 
@@ -13,11 +19,17 @@ from .base import GradientCAM
 __all__ = ["GradCAM", "GradCAMPlusPlus", "HiResCAM", "LayerCAM", "XGradCAM"]
 
 
+def _per_channel(weights: Tensor, acts: Tensor) -> Tensor:
+    """Channel weights [B, C] times activations [B, C, *s]: [B, C, *s], for any number of spatial axes."""
+    return weights.view(*weights.shape, *(1,) * (acts.dim() - 2)) * acts
+
+
 @register_method("gradcam")
 class GradCAM(GradientCAM):
     """Grad-CAM (Selvaraju et al. 2017): channels weighted by their mean gradient.
 
-    ``map = relu(sum_c mean_hw(dS/dA_c) * A_c)``.
+    ``map = relu(sum_c mean_s(dS/dA_c) * A_c)``, the mean over every spatial axis ``s`` of the
+    layer's grid (``t``; ``h, w``; or ``d, h, w``).
 
     Example:
         >>> import torch
@@ -28,6 +40,11 @@ class GradCAM(GradientCAM):
         >>> maps = camkit.GradCAM(net, "1")(torch.rand(2, 3, 8, 8))
         >>> tuple(maps.shape), bool(maps.min() >= 0), bool(maps.max() <= 1)
         ((2, 8, 8), True, True)
+        >>> ecg = nn.Sequential(nn.Conv1d(1, 4, 5, stride=2, padding=2), nn.ReLU(), nn.AdaptiveAvgPool1d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> e = camkit.GradCAM(ecg, "0").explain(torch.rand(2, 1, 64))  # signals [B, C, T]
+        >>> tuple(e.raw.shape), tuple(e.maps.shape)  # raw at the layer's 32 steps, maps at the input's 64
+        ((2, 32), (2, 64))
     """
 
     cost: ClassVar[str] = "1 forward + 1 backward through the layers after the target layer"
@@ -41,7 +58,7 @@ class GradCAM(GradientCAM):
         return CF.gradcam(acts, grads)
 
     def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
-        return CF.gradcam_weights(grads)[:, :, None, None] * acts
+        return _per_channel(CF.gradcam_weights(grads), acts)
 
 
 @register_method("gradcam++")
@@ -74,7 +91,7 @@ class GradCAMPlusPlus(GradientCAM):
         return CF.weighted_sum(CF.gradcampp_weights(acts, grads), acts)
 
     def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
-        return CF.gradcampp_weights(acts, grads)[:, :, None, None] * acts
+        return _per_channel(CF.gradcampp_weights(acts, grads), acts)
 
 
 @register_method("xgradcam")
@@ -102,7 +119,7 @@ class XGradCAM(GradientCAM):
         return CF.weighted_sum(CF.xgradcam_weights(acts, grads), acts)
 
     def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
-        return CF.xgradcam_weights(acts, grads)[:, :, None, None] * acts
+        return _per_channel(CF.xgradcam_weights(acts, grads), acts)
 
 
 @register_method("hirescam")

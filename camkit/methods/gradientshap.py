@@ -9,11 +9,11 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .._internal.checks import check_broadcasts
 from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..registry import register_method
 from ..targets.classes import OutputSelector, Target
+from ._baselines import baselines_for, check_baselines
 from .base import InputIndex
 from .pixel import GradientAttribution, score_gradients
 
@@ -34,9 +34,14 @@ class GradientShap(GradientAttribution):
     the batch and every target column, so an image's result does not depend on the batch it
     is in. All ``B * samples`` points run through the model ``max_batch`` at a time.
 
+    Any rank: ``x`` is a signal [B, C, T], an image [B, C, H, W] or a volume or a video
+    [B, C, D, H, W] (written [B, C, *S]); ``raw`` is [B, C, *S] ([B, K, C, *S] for [B, K]
+    targets) and ``maps`` [B, *S].
+
     Args:
         model: the model to explain.
-        baselines: [N, C, H, W] (or [C, H, W]); ``None`` (default) is one black image.
+        baselines: [N, C, *S] (or one baseline [C, *S]) with the input's rank, read when
+            the input arrives; ``None`` (default) is one all-zero input.
         samples: draws per image (default 16).
         stdev: standard deviation of the noise added to the image (default 0).
         seed: the draws' seed; ``None`` draws one from torch's global generator (so
@@ -76,17 +81,13 @@ class GradientShap(GradientAttribution):
         input_index: InputIndex = 0,
     ) -> None:
         super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
-        if baselines is None:
-            baselines = torch.zeros(1, 1, 1, 1)
-        if not isinstance(baselines, Tensor) or baselines.dim() not in (3, 4) or baselines.numel() == 0:
-            got = list(baselines.shape) if isinstance(baselines, Tensor) else type(baselines).__name__
-            raise InvalidInputError(f"baselines must be a tensor [N, C, H, W] (or [C, H, W]), got {got}")
+        check_baselines(baselines)
         for name, value in (("samples", samples), ("max_batch", max_batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"{name} must be a positive int, got {value!r}")
         if not (isinstance(stdev, (int, float)) and math.isfinite(stdev) and stdev >= 0):
             raise InvalidInputError(f"stdev must be a finite number >= 0, got {stdev!r}")
-        self.baselines = baselines.detach() if baselines.dim() == 4 else baselines.detach().unsqueeze(0)
+        self.baselines = None if baselines is None else baselines.detach()
         self.samples, self.stdev, self.seed, self.max_batch = samples, float(stdev), seed, max_batch
 
     def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Any:
@@ -99,13 +100,13 @@ class GradientShap(GradientAttribution):
         return super()._bind_inputs(x, inputs, kwargs)
 
     def draws(self, x: Tensor, seed: int) -> tuple[Tensor, Tensor, Tensor]:
-        """The shared draws for input shape ``x``: baseline indices [S], path points [S], noise [S, C, H, W].
+        """The shared draws for input shape ``x``: baseline indices [S], path points [S], noise [S, C, *S].
 
         The noise is drawn last, so ``stdev`` does not change the other draws; with ``stdev=0``
-        none is drawn and the noise is a zero tensor expanded to [S, C, H, W] (no memory).
+        none is drawn and the noise is a zero tensor expanded to [S, C, *S] (no memory).
         """
         generator = torch.Generator(device="cpu").manual_seed(seed)
-        index = torch.randint(0, self.baselines.shape[0], (self.samples,), generator=generator)
+        index = torch.randint(0, baselines_for(self.baselines, x).shape[0], (self.samples,), generator=generator)
         alpha = torch.rand(self.samples, generator=generator, dtype=torch.float64)
         if self.stdev == 0:
             noise = torch.zeros((), device=x.device, dtype=x.dtype).expand(self.samples, *x.shape[1:])
@@ -127,9 +128,7 @@ class GradientShap(GradientAttribution):
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         x = x.detach()
-        bases = self.baselines.to(device=x.device, dtype=x.dtype)
-        check_broadcasts(bases[:1], x, what="input", hint="pass baselines [N, C, H, W] with x's C, H, W.")
-        bases = bases.expand(bases.shape[0], *x.shape[1:])
+        bases = baselines_for(self.baselines, x)
         seed = self.seed if self.seed is not None else int(torch.randint(0, 2**62, (1,)))
         index, alphas, noise = self.draws(x, seed)
         with torch.no_grad():
@@ -142,14 +141,14 @@ class GradientShap(GradientAttribution):
             noisy = x[image] if self.stdev == 0 else x[image] + noise[draw]
             base = bases[index[draw]]
             step = noisy - base
-            point = (base + alphas[draw].view(-1, 1, 1, 1) * step).requires_grad_(True)
+            point = (base + alphas[draw].view(-1, *([1] * (x.dim() - 1))) * step).requires_grad_(True)
             with torch.enable_grad():
                 chunk_scores = self._scores(self._forward(point.clone()), classes, target, image)
                 grads = score_gradients(chunk_scores, point).float()
             part = (step.unsqueeze(1) if grads.dim() == step.dim() + 1 else step).float() * grads
             total.index_add_(0, image, part)
         raw = total / samples
-        maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
+        maps, flat = self.maps_from_raw(raw, tuple(x.shape[2:]))
         return Explanation(
             maps=maps, raw=raw, target=classes, scores=scores.detach(), flat=flat, method=self.key,
             extras={"samples": samples, "stdev": self.stdev, "seed": seed},

@@ -15,6 +15,7 @@ from ..functional.attribution import IntegrationRule, blur, completeness_gap, in
 from ..registry import register_method
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from ..targets.neuron import NeuronTarget
+from ._baselines import baseline_hint
 from .base import InputIndex
 from .pixel import GradientAttribution, score_gradients
 
@@ -32,22 +33,25 @@ class IntegratedGradients(GradientAttribution):
     model in chunks of at most ``max_batch`` images, so memory is bounded whatever ``steps``
     is, and the result does not depend on ``max_batch`` (up to float rounding).
 
-    ``raw`` is the signed attribution [B, C, H, W] ([B, K, C, H, W] for [B, K] targets),
-    ``maps`` the normalised ``max_c |raw|``. ``extras`` holds ``"completeness_gap"``:
-    ``sum(raw) - (score(x) - score(x0))`` per sample ([B] or [B, K]; zero for an exact
-    integral, so it measures the quadrature error), ``"baseline_scores"`` (the target
-    scores at ``x0``), ``"steps"`` and ``"rule"``.
+    Any rank: ``x`` is a signal [B, C, T], an image [B, C, H, W] or a volume or a video
+    [B, C, D, H, W] (written [B, C, *S]). ``raw`` is the signed attribution [B, C, *S]
+    ([B, K, C, *S] for [B, K] targets), ``maps`` [B, *S] the normalised ``max_c |raw|``.
+    ``extras`` holds ``"completeness_gap"``: ``sum(raw) - (score(x) - score(x0))`` per
+    sample ([B] or [B, K]; zero for an exact integral, so it measures the quadrature
+    error), ``"baseline_scores"`` (the target scores at ``x0``), ``"steps"`` and ``"rule"``.
 
     Args:
         model: the model to explain.
         steps: quadrature points per image (default 50).
-        baseline: ``x0``: a number (a constant image, default ``0.0``), ``"blur"`` (each
-            image blurred with a Gaussian of ``blur_sigma`` pixels) or a tensor that
-            broadcasts to the input ([C, H, W], [1, C, H, W] or [B, C, H, W]).
+        baseline: ``x0``: a number (a constant input, default ``0.0``), ``"blur"`` (each
+            input blurred with a Gaussian of ``blur_sigma`` samples along every spatial axis,
+            see :func:`camkit.functional.blur`) or a tensor that broadcasts to the input
+            ([C, *S], [1, C, *S] or [B, C, *S]).
         rule: ``"gausslegendre"`` (default), ``"midpoint"`` or ``"trapezoid"``; see
             :func:`camkit.functional.integration_points`.
         max_batch: the most path images run through the model at once (default 32).
-        blur_sigma: the blur baseline's sigma in pixels; ``None`` means ``max(H, W) / 10``.
+        blur_sigma: the blur baseline's sigma in samples; ``None`` means a tenth of the
+            largest spatial side (``max(H, W) / 10`` for an image).
         output, keep_mode, input_index: see :class:`~camkit.Explainer`. Keyword inputs
             (``explain(..., kwargs=...)``) are passed to every forward; other positional
             inputs (``inputs=``) are refused, as the path images are not batched like them.
@@ -109,10 +113,10 @@ class IntegratedGradients(GradientAttribution):
     def _baseline(self, x: Tensor) -> Tensor:
         if isinstance(self.baseline, Tensor):
             base = self.baseline.detach().to(device=x.device, dtype=x.dtype)
-            check_broadcasts(base, x, what="input", hint="pass [C, H, W], [1, C, H, W] or [B, C, H, W].")
+            check_broadcasts(base, x, what="input", hint=baseline_hint(x))
             return base.expand_as(x)
         if isinstance(self.baseline, str):
-            sigma = self.blur_sigma if self.blur_sigma is not None else max(x.shape[-2:]) / 10.0
+            sigma = self.blur_sigma if self.blur_sigma is not None else max(x.shape[2:]) / 10.0
             return blur(x, sigma)
         return torch.full((1, *x.shape[1:]), float(self.baseline), dtype=x.dtype, device=x.device).expand_as(x)
 
@@ -179,7 +183,7 @@ class IntegratedGradients(GradientAttribution):
         for start in range(0, batch * self.steps, self.max_batch):
             index = torch.arange(start, min(start + self.max_batch, batch * self.steps), device=x.device)
             sample, step = index // self.steps, index % self.steps
-            alpha = alphas[step].view(-1, 1, 1, 1).to(x.dtype)
+            alpha = alphas[step].view(-1, *([1] * (x.dim() - 1))).to(x.dtype)  # over [C, *S]
             # base + alpha * (x - base), in one pass over the path images
             leaf = torch.addcmul(base[sample] if shared is None else shared, alpha, change[sample]).requires_grad_(True)
             with torch.enable_grad():
@@ -196,8 +200,9 @@ class IntegratedGradients(GradientAttribution):
             total.index_add_(0, sample, grads)
         diff = change.float()
         raw = (diff.unsqueeze(1) if scores.dim() == 2 else diff) * total
-        maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
-        gap = completeness_gap(raw, scores.float(), base_scores.float())
+        size = tuple(x.shape[2:])
+        maps, flat = self.maps_from_raw(raw, size)
+        gap = completeness_gap(raw, scores.float(), base_scores.float(), spatial_dims=len(size))
         return Explanation(
             maps=maps,
             raw=raw,

@@ -2,11 +2,13 @@
 
 :class:`LayerActivation`, :class:`LayerGradientXActivation`,
 :class:`LayerIntegratedGradients` and :class:`LayerConductance` take one layer (as the CAMs
-do) and return ``raw`` at the layer's output shape ([B, C, h, w], [B, N, D] for tokens;
+do) and return ``raw`` at the layer's output shape ([B, C, *s], [B, N, D] for tokens;
 [B, K, ...] for [B, K] targets). ``maps`` is a CAM-like view: the attribution brought to
-a grid [B, C, h, w] (:meth:`~camkit.CAMExplainer.to_grid`), summed over channels (signed),
-upsampled and min-max normalised; ``extras["map"]`` holds that channel sum before
-upsampling. Hooks come only from :mod:`camkit.hooks`; gradients are taken with
+a grid [B, C, *s] with one axis per spatial axis of the input ([B, C, t] for a signal,
+[B, C, h, w] for an image, [B, C, d, h, w] for a volume or a video;
+:meth:`~camkit.CAMExplainer.to_grid`), summed over channels (signed), upsampled (linear,
+bilinear or trilinear) and min-max normalised; ``extras["map"]`` holds that channel sum
+before upsampling. Hooks come only from :mod:`camkit.hooks`; gradients are taken with
 :func:`torch.autograd.grad`, so no ``param.grad`` is written.
 """
 
@@ -19,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .._internal.checks import check_broadcasts
+from .._internal.checks import BATCH_SHAPES, check_broadcasts
 from ..errors import InvalidInputError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional.attribution import IntegrationRule, integration_points
@@ -55,7 +57,8 @@ class LayerAttribution(CAMExplainer):
     def _baseline(self, baseline: float | Tensor, x: Tensor) -> Tensor:
         if isinstance(baseline, Tensor):
             base = baseline.detach().to(device=x.device, dtype=x.dtype)
-            check_broadcasts(base, x, what="input", hint="pass [C, H, W], [1, C, H, W] or [B, C, H, W].")
+            inner = BATCH_SHAPES[x.dim()][len("[B, ") : -1]  # "C, H, W" for an image
+            check_broadcasts(base, x, what="input", hint=f"pass [{inner}], [1, {inner}] or [B, {inner}].")
             return base.expand_as(x)
         return torch.full_like(x, float(baseline))
 
@@ -67,11 +70,14 @@ class LayerAttribution(CAMExplainer):
         batch = x.shape[0]
         flat_attr = attr.reshape(-1, *attr.shape[2:]) if multi else attr
         grid = self.to_grid([flat_attr], x)[0]
-        if grid.dim() != 4:
-            raise InvalidInputError(f"the layer's attribution has shape {list(attr.shape)}; a map view needs a grid")
+        if grid.dim() != x.dim():
+            raise InvalidInputError(
+                f"the layer's attribution has shape {list(attr.shape)}; a map view of a {list(x.shape)} input needs "
+                f"a grid with its {x.dim() - 2} spatial axes"
+            )
         view = grid.sum(dim=1)
-        view = view.reshape(batch, -1, *view.shape[-2:]) if multi else view
-        maps, flat = finish_maps([view], (x.shape[-2], x.shape[-1]))
+        view = view.reshape(batch, -1, *view.shape[1:]) if multi else view
+        maps, flat = finish_maps([view], tuple(x.shape[2:]))
         return Explanation(
             maps=maps.to(x.device),
             raw=attr,
@@ -349,7 +355,7 @@ class LayerConductance(_PathMethod):
         for part in chunks(x.shape[0] * points, self.max_batch):
             index = torch.arange(part.start, part.stop, device=x.device)
             sample, step = index // points, index % points
-            images = base[sample] + alphas[step].view(-1, 1, 1, 1) * (x[sample] - base[sample])
+            images = base[sample] + alphas[step].view(-1, *(1,) * (x.dim() - 1)) * (x[sample] - base[sample])
             with LayerCapture([layer], gradients=True, call=self.call) as capture:
                 values = scorer(self.model(images), sample)
                 act = capture.activations()[0]

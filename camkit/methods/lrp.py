@@ -9,15 +9,19 @@ product ``a * g`` is the relevance of ``a``; the attribution is ``x * g`` at the
   calls, not the modules): the chosen rule, via
   :func:`camkit.functional.relevance_gradient`. The layer's output keeps its value; only
   its backward changes. Nothing of the model is replaced, hooked or patched.
-* **Batch norm in eval mode**: the epsilon rule, treating it as the per-channel affine map
+* **Batch norm in eval mode** (``nn.BatchNorm1d/2d/3d``, all one ``F.batch_norm`` call): the epsilon rule, treating it as the per-channel affine map
   it is (what captum does); its shift absorbs relevance like a bias does. Batch norm with
   batch statistics (training mode) has no rule (warned; plain gradient).
 * **ReLU and leaky ReLU, every spelling, in place or not**: their own gradient is exactly
   LRP's rule for them (relevance passes unchanged, since ``f(z) = f'(z) z``), so no
   interception is needed and none can be missed.
-* **Average pooling, means, additions (residual connections), concatenation, reshapes**:
-  their own gradient is the z-rule (relevance shared in proportion to the contributions,
-  conserved exactly); **max-pooling**: winner takes all (conserved exactly).
+* **Average pooling (plain and adaptive, 1-D to 3-D), means, additions (residual
+  connections), concatenation, reshapes**: their own gradient is the z-rule (relevance
+  shared in proportion to the contributions, conserved exactly); **max-pooling** of every
+  rank: winner takes all (conserved exactly).
+
+Every rule is written for any rank: an input [B, C, *S] may be a signal [B, C, T], an image
+[B, C, H, W] or a volume or a video [B, C, D, H, W].
 * **Other non-linearities** (sigmoid, tanh, GELU, SiLU, softmax, layer norm, ...): no rule;
   their plain gradient is used and one :class:`~camkit.errors.NoRuleWarning` per call names them.
 * **Transposed convolutions**: refused with :class:`~camkit.errors.InvalidInputError`.
@@ -244,9 +248,10 @@ class LRP(GradientAttribution):
       outside the model).
 
     See :mod:`camkit.methods.lrp` for the composites, which layers get which rule, and how
-    every ReLU spelling is handled. ``raw`` is the relevance of each input value [B, C, H, W]
-    ([B, K, C, H, W] for [B, K] targets), ``maps`` its normalised ``max_c |raw|``;
-    ``extras["delta"]`` is ``sum(raw) - score`` per image (zero where relevance is conserved).
+    every ReLU spelling is handled. ``raw`` is the relevance of each input value [B, C, *S]
+    for an input of any rank [B, C, *S] ([B, K, C, *S] for [B, K] targets), ``maps`` [B, *S]
+    its normalised ``max_c |raw|``; ``extras["delta"]`` is ``sum(raw) - score`` per input
+    (zero where relevance is conserved).
 
     Args:
         model: the model to explain.
@@ -350,8 +355,9 @@ class LRP(GradientAttribution):
             "LRP", mode.unruled, "their plain gradient is used, so relevance is not conserved through them."
         )
         scores = scores.detach()
-        maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
-        delta = raw.sum(dim=(-3, -2, -1)) - scores.float()
+        size = tuple(x.shape[2:])
+        maps, flat = self.maps_from_raw(raw, size)
+        delta = raw.sum(dim=tuple(range(-(len(size) + 1), 0))) - scores.float()  # over C and every spatial axis
         return Explanation(
             maps=maps, raw=raw, target=classes, scores=scores, flat=flat, method=self.key,
             extras={"delta": delta, "rule": self.rule},

@@ -4,15 +4,16 @@ Every explainer here differentiates the target score with respect to a *detached
 the input, so the caller's tensor keeps its values and its ``requires_grad``; gradients are
 taken with :func:`torch.autograd.grad`, so no ``param.grad`` is touched.
 
-Output contract (shared with the CAMs): ``raw`` is the signed attribution [B, C, H, W]
-([B, K, C, H, W] for [B, K] targets) and ``maps`` is
-``normalize(max_c |raw|)`` [B, H, W] (see :func:`camkit.functional.reduce_channels`).
+Output contract (shared with the CAMs), for an input [B, C, *S] of any rank (a signal
+[B, C, T], an image [B, C, H, W], a volume or a video [B, C, D, H, W]): ``raw`` is the signed
+attribution [B, C, *S] ([B, K, C, *S] for [B, K] targets) and ``maps`` is
+``normalize(max_c |raw|)`` [B, *S] (see :func:`camkit.functional.reduce_channels`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import ClassVar, cast
 
@@ -42,15 +43,16 @@ __all__ = [
 ]
 
 
-def pixel_maps(raw: Tensor, size: tuple[int, int]) -> tuple[Tensor, Tensor]:
+def pixel_maps(raw: Tensor, size: Sequence[int]) -> tuple[Tensor, Tensor]:
     """The output contract for signed attributions: ``normalize(max_c |raw|)`` at ``size``.
 
     Args:
-        raw: [..., C, H, W].
-        size: output ``(H, W)``.
+        raw: [..., C, *s] with one spatial axis per entry of ``size``.
+        size: the output's spatial size: ``(T,)``, ``(H, W)`` or ``(D, H, W)``; maps at
+            another size are resized linearly, bilinearly or trilinearly.
 
     Returns:
-        ``(maps, flat)``: float32 maps [..., H, W] in [0, 1] and the bool ``flat`` [...].
+        ``(maps, flat)``: float32 maps [..., *size] in [0, 1] and the bool ``flat`` [...].
 
     Example:
         >>> import torch
@@ -59,17 +61,19 @@ def pixel_maps(raw: Tensor, size: tuple[int, int]) -> tuple[Tensor, Tensor]:
         >>> maps.tolist(), flat.tolist()
         ([[[0.0, 1.0]]], [False])
     """
-    return normalize_maps(upsample_maps(reduce_channels(raw.float()), size))
+    size = tuple(size)
+    n = len(size)
+    return normalize_maps(upsample_maps(reduce_channels(raw.float(), spatial_dims=n), size), spatial_dims=n)
 
 
 def score_gradients(scores: Tensor, inputs: Tensor) -> Tensor:
-    """Gradient of each score column with respect to ``inputs`` [N, C, H, W].
+    """Gradient of each score column with respect to ``inputs`` [N, C, *S] (any rank).
 
     The samples are independent (eval mode), so the gradient of the summed score is each
     sample's own gradient.
 
     Returns:
-        [N, C, H, W] for scores [N]; [N, K, C, H, W] for scores [N, K].
+        [N, C, *S] for scores [N]; [N, K, C, *S] for scores [N, K].
     """
     columns = scores.unbind(dim=1) if scores.dim() == 2 else (scores,)
     if not scores.requires_grad:
@@ -108,12 +112,12 @@ class GradientAttribution(Explainer):
 
     relu: ClassVar[ReLURule | None] = None
 
-    def maps_from_raw(self, raw: Tensor, size: tuple[int, int]) -> tuple[Tensor, Tensor]:
-        """Maps [..., H, W] from raw attributions [..., C, h, w]; see :func:`pixel_maps`."""
+    def maps_from_raw(self, raw: Tensor, size: Sequence[int]) -> tuple[Tensor, Tensor]:
+        """Maps [..., *size] from raw attributions [..., C, *s]; see :func:`pixel_maps`."""
         return pixel_maps(raw, size)
 
     def combine(self, x: Tensor, grads: Tensor) -> Tensor:
-        """The attribution from the input ``x`` [B, C, H, W] and its gradients [B, (K,) C, H, W]."""
+        """The attribution from the input ``x`` [B, C, *S] and its gradients [B, (K,) C, *S]."""
         return grads
 
     @contextmanager
@@ -144,7 +148,7 @@ class GradientAttribution(Explainer):
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         classes, scores, grads = self._input_gradients(x, target)
         raw = self.combine(x.detach(), grads)
-        maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
+        maps, flat = self.maps_from_raw(raw, tuple(x.shape[2:]))
         return Explanation(maps=maps, raw=raw, target=classes, scores=scores, flat=flat, method=self.key)
 
 
@@ -156,8 +160,8 @@ def _like_grads(x: Tensor, grads: Tensor) -> Tensor:
 class Saliency(GradientAttribution):
     """Saliency (Simonyan et al. 2014): the gradient of the target score with respect to the input.
 
-    ``raw`` is the signed gradient [B, C, H, W]; ``maps`` the per-pixel maximum over
-    channels of its absolute value, min-max normalised.
+    ``raw`` is the signed gradient [B, C, *S]; ``maps`` [B, *S] the maximum over channels of
+    its absolute value at each position, min-max normalised (on any rank).
 
     Example:
         >>> import torch
@@ -179,7 +183,7 @@ class Saliency(GradientAttribution):
 
 @register_method("inputxgradient")
 class InputXGradient(GradientAttribution):
-    """Input x Gradient (Shrikumar et al. 2016): ``raw = x * dS/dx`` [B, C, H, W].
+    """Input x Gradient (Shrikumar et al. 2016): ``raw = x * dS/dx`` [B, C, *S] (any rank).
 
     Example:
         >>> import torch
@@ -260,9 +264,11 @@ class Deconvolution(GradientAttribution):
 class GuidedGradCAM(CAMExplainer):
     """Guided Grad-CAM (Selvaraju et al. 2017): guided backprop times the upsampled Grad-CAM map.
 
-    ``raw = guided_backprop(x) * gradcam_map`` [B, C, H, W], where ``gradcam_map`` is
-    :class:`~camkit.GradCAM`'s contract map (bilinear upsampling, then min-max to [0, 1])
-    broadcast over channels; ``maps`` follow the pixel rule (``max_c |raw|``, normalised).
+    ``raw = guided_backprop(x) * gradcam_map`` [B, C, *S], where ``gradcam_map`` is
+    :class:`~camkit.GradCAM`'s contract map [B, *S] (upsampled from the layer's grid by the
+    rank's mode: linear for a signal, bilinear for an image, trilinear for a volume or a
+    video; then min-max to [0, 1]) broadcast over channels; ``maps`` follow the pixel rule
+    (``max_c |raw|``, normalised).
     A call costs a guided forward and backward plus a Grad-CAM pass (Grad-CAM's gradient is
     the plain one, as in the paper).
 
@@ -307,8 +313,8 @@ class GuidedGradCAM(CAMExplainer):
     def layers(self, x: Tensor | None = None) -> list[tuple[str, nn.Module]]:
         return self._cam.layers(x)
 
-    def maps_from_raw(self, raw: Tensor, size: tuple[int, int]) -> tuple[Tensor, Tensor]:
-        """Maps [..., H, W] from raw attributions [..., C, h, w]; see :func:`pixel_maps`."""
+    def maps_from_raw(self, raw: Tensor, size: Sequence[int]) -> tuple[Tensor, Tensor]:
+        """Maps [..., *size] from raw attributions [..., C, *s]; see :func:`pixel_maps`."""
         return pixel_maps(raw, size)
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
@@ -318,8 +324,10 @@ class GuidedGradCAM(CAMExplainer):
             # The Grad-CAM pass explains the very classes guided backprop used (top-1 resolved once).
             cam = self._cam._explain(x, target if guided.target is None else guided.target)
         guided_raw = cast(Tensor, guided.raw)
-        raw = guided_raw * cam.maps.to(guided_raw.dtype).unsqueeze(-3)
-        maps, flat = self.maps_from_raw(raw, (x.shape[-2], x.shape[-1]))
+        size = tuple(x.shape[2:])
+        # the CAM map [B, (K,) *S] at the input's size, over the channel axis of raw [B, (K,) C, *S]
+        raw = guided_raw * cam.maps.to(guided_raw.dtype).unsqueeze(-(len(size) + 1))
+        maps, flat = self.maps_from_raw(raw, size)
         return Explanation(
             maps=maps,
             raw=raw,

@@ -1,8 +1,9 @@
 """Region attributions: feature ablation, Shapley value sampling, KernelSHAP and LIME over
-image regions, each evaluated as bare masked forwards in bounded chunks.
+regions of the input, each evaluated as bare masked forwards in bounded chunks.
 
-Every method here splits each image into regions (a grid, scikit-image superpixels or a
-map given by the caller), decides which *coalitions* of regions to evaluate (all but
+Every method here splits each sample (a signal [C, T], an image [C, H, W] or a volume or
+clip [C, D, H, W]) into regions (a grid of boxes, scikit-image superpixels or a map
+given by the caller), decides which *coalitions* of regions to evaluate (all but
 one, prefixes of random orders, kernel-weighted random subsets...), runs the model on
 ``x`` with the regions outside each coalition set to ``baseline``, and turns the scores
 into one value per region with an estimator from :mod:`camkit.functional.regions`.
@@ -15,15 +16,15 @@ Shared behaviour:
   number of regions get the same coalitions), nor on ``batch_size``.
 * Identical coalitions of a sample (the empty and full ones of every Shapley order, the
   repeats of a sampler) are evaluated once; ``extras["evaluated"]`` counts the forwards.
-* ``raw`` is the signed value of each pixel's region, [B, H, W] ([B, K, H, W] for [B, K]
-  targets); ``extras["regions"]`` holds the region ids used ([B, H, W], renumbered
+* ``raw`` is the signed value of each position's region, [B, *S] ([B, K, *S] for [B, K]
+  targets); ``extras["regions"]`` holds the region ids used ([B, *S], renumbered
   ``0 .. M_b - 1`` per sample) and ``extras["values"]`` the values per region ([B, M] or
   [B, K, M], zero beyond a sample's own count).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Union
 
 import torch
@@ -50,6 +51,7 @@ from ..functional.regions import (
 )
 from ..registry import register_method
 from ..targets.classes import OutputSelector, Target
+from ._axes import PerAxis, check_per_axis, per_axis
 from ._forward import (
     RowScorer,
     check_positive,
@@ -65,6 +67,9 @@ __all__ = ["FeatureAblation", "KernelShap", "Lime", "RegionAttribution", "Region
 
 RegionSpec = Union[str, Tensor]
 _SUPERPIXELS = ("slic", "quickshift", "felzenszwalb")
+#: The default grid by number of spatial axes: 64 regions on every rank.
+_DEFAULT_CELLS = {1: (64,), 2: (8, 8), 3: (4, 4, 4)}
+_AXES = {1: "T", 2: "H, W", 3: "D, H, W"}
 
 
 class RegionAttribution(Explainer):
@@ -72,14 +77,18 @@ class RegionAttribution(Explainer):
 
     Args:
         model: the model to explain.
-        regions: ``"grid"`` (default: ``cells`` rectangles), ``"slic"``, ``"quickshift"`` or
+        regions: ``"grid"`` (default: ``cells`` boxes), ``"slic"``, ``"quickshift"`` or
             ``"felzenszwalb"`` (scikit-image superpixels of each image, options in
-            ``segments``), or integer region ids [H, W] (the same for every image) or
-            [B, H, W].
-        cells: grid cells per side, an int or ``(rows, cols)``.
+            ``segments``; volumes take ``"slic"`` only, signals none: use the grid, whose
+            cells on a signal are contiguous windows), or integer region ids [*S] (the same
+            for every sample) or [B, *S].
+        cells: grid cells per spatial axis, an int (every axis) or one per axis, e.g.
+            ``(rows, cols)``. ``None`` (default): 64 regions on every rank, 64 windows of a
+            signal, 8 x 8 on an image, 4 x 4 x 4 on a volume or clip, each count at most
+            its axis' length.
         segments: keyword options of the superpixel algorithm (e.g. ``{"n_segments": 100}``).
         baseline: what replaces a removed region: a number or a tensor that broadcasts to
-            the input ([C, H, W], [1, C, H, W] or [B, C, H, W]).
+            the input ([C, *S], [1, C, *S] or [B, C, *S]).
         batch_size: masked inputs per forward pass (memory follows it).
         seed: seed of every random choice.
         progress: show a tqdm progress bar.
@@ -98,7 +107,7 @@ class RegionAttribution(Explainer):
         model: nn.Module,
         *,
         regions: RegionSpec = "grid",
-        cells: int | tuple[int, int] = 8,
+        cells: PerAxis | None = None,
         segments: Mapping[str, Any] | None = None,
         baseline: float | Tensor = 0.0,
         batch_size: int = 32,
@@ -114,10 +123,7 @@ class RegionAttribution(Explainer):
             )
         if not isinstance(regions, (str, Tensor)):
             raise InvalidInputError(f"regions must be a string or a tensor of region ids, got {type(regions).__name__}")
-        pair = (cells, cells) if isinstance(cells, int) else tuple(cells)
-        if len(pair) != 2:
-            raise InvalidInputError(f"cells must be an int or a pair (rows, cols), got {cells!r}")
-        self.cells = (check_positive("cells", pair[0]), check_positive("cells", pair[1]))
+        self.cells = check_per_axis("cells", cells)
         if isinstance(baseline, bool) or not isinstance(baseline, (int, float, Tensor)):
             raise InvalidInputError(f"baseline must be a number or a tensor, got {type(baseline).__name__}")
         self.regions = regions
@@ -127,28 +133,45 @@ class RegionAttribution(Explainer):
         self.seed = int(seed)
         self.progress = progress
 
+    def grid_cells(self, size: Sequence[int]) -> tuple[int, ...]:
+        """The grid's cells per axis for an input of spatial ``size``.
+
+        Example:
+            >>> from torch import nn
+            >>> import camkit
+            >>> camkit.FeatureAblation(nn.Identity()).grid_cells((16, 112, 112))
+            (4, 4, 4)
+            >>> camkit.FeatureAblation(nn.Identity(), cells=(2, 4)).grid_cells((32, 32))
+            (2, 4)
+        """
+        if self.cells is None:
+            return tuple(min(c, int(n)) for c, n in zip(_DEFAULT_CELLS[len(size)], size))
+        return per_axis("cells", self.cells, size)
+
     def region_ids(self, x: Tensor) -> Tensor:
-        """The region ids [B, H, W] for the batch ``x`` (before renumbering)."""
-        batch, size = x.shape[0], (x.shape[-2], x.shape[-1])
-        spec = self.regions
+        """The region ids [B, *S] for the batch ``x`` [B, C, *S] (before renumbering)."""
+        batch, size = x.shape[0], tuple(x.shape[2:])
+        n, spec = len(size), self.regions
         if isinstance(spec, Tensor):
-            ok = not spec.is_floating_point() and spec.dtype != torch.bool and spec.shape[-2:] == size
-            ok = ok and (spec.dim() == 2 or (spec.dim() == 3 and spec.shape[0] in (1, batch)))
+            ok = not spec.is_floating_point() and spec.dtype != torch.bool and tuple(spec.shape[spec.dim() - n :]) == size
+            ok = ok and (spec.dim() == n or (spec.dim() == n + 1 and spec.shape[0] in (1, batch)))
             if not ok:
+                axes = _AXES[n]
                 raise InvalidInputError(
-                    f"regions must be integer ids [H, W] or [B, H, W] = {[batch, *size]}, got "
+                    f"regions must be integer ids [{axes}] or [B, {axes}] = {[batch, *size]}, got "
                     f"{spec.dtype} {list(spec.shape)}; build one with camkit.functional.regions.grid_regions."
                 )
             return spec.to(x.device).long().expand(batch, *size)
         if spec == "grid":
-            return grid_regions(size, self.cells).to(x.device).expand(batch, *size)
+            return grid_regions(size, self.grid_cells(size)).to(x.device).expand(batch, *size)
         return superpixel_regions(x, spec, **self.segments)  # type: ignore[arg-type]
 
     def _baseline(self, x: Tensor) -> float | Tensor:
         if not isinstance(self.baseline, Tensor):
             return self.baseline
         base = self.baseline.detach().to(device=x.device, dtype=x.dtype)
-        check_broadcasts(base, x, what="input", hint="pass [C, H, W], [1, C, H, W] or [B, C, H, W].")
+        axes = _AXES[x.dim() - 2]
+        check_broadcasts(base, x, what="input", hint=f"pass [C, {axes}], [1, C, {axes}] or [B, C, {axes}].")
         return base.expand_as(x)
 
     def _plan(self, m: int, generator: torch.Generator) -> tuple[Tensor, Any]:
@@ -162,8 +185,8 @@ class RegionAttribution(Explainer):
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         refuse_extra_inputs(self)
         x = x.detach()
+        ids, counts = relabel_regions(self.region_ids(x))  # a rank the regions cannot serve fails before any forward
         classes, scores = forward_scores(self, x, target)
-        ids, counts = relabel_regions(self.region_ids(x))
         widest = max(counts)
         plans: dict[int, tuple[Tensor, Any]] = {}
         for m in sorted(set(counts)):
@@ -193,7 +216,7 @@ class RegionAttribution(Explainer):
             per_region[b, :, :m] = phi.T.float()
             start = stop
         flat_ids = ids.reshape(x.shape[0], 1, -1).expand(-1, k, -1)
-        raw = per_region.gather(2, flat_ids).reshape(x.shape[0], k, *x.shape[-2:])
+        raw = per_region.gather(2, flat_ids).reshape(x.shape[0], k, *x.shape[2:])
         multi = scores.dim() == 2
         return make_explanation(
             self.key,
@@ -274,7 +297,7 @@ class ShapleyValueSampling(RegionAttribution):
         *,
         samples: int = 25,
         regions: RegionSpec = "grid",
-        cells: int | tuple[int, int] = 8,
+        cells: PerAxis | None = None,
         segments: Mapping[str, Any] | None = None,
         baseline: float | Tensor = 0.0,
         batch_size: int = 32,
@@ -335,7 +358,7 @@ class KernelShap(RegionAttribution):
         *,
         samples: int = 25,
         regions: RegionSpec = "grid",
-        cells: int | tuple[int, int] = 8,
+        cells: PerAxis | None = None,
         segments: Mapping[str, Any] | None = None,
         baseline: float | Tensor = 0.0,
         batch_size: int = 32,
@@ -408,7 +431,7 @@ class Lime(RegionAttribution):
         kernel_width: float = 0.25,
         alpha: float = 0.0,
         regions: RegionSpec = "grid",
-        cells: int | tuple[int, int] = 8,
+        cells: PerAxis | None = None,
         segments: Mapping[str, Any] | None = None,
         baseline: float | Tensor = 0.0,
         batch_size: int = 32,

@@ -26,7 +26,7 @@ Tail = Union[Callable[[Tensor], Any], bool, None]
 
 
 def _combine(weights: Tensor, act: Tensor, multi: bool, eigen_smooth: bool = False) -> Tensor:
-    """``relu(sum_c w[b, c, k] A[b, c])``: [B, C, K] and [B, C, h, w] to [B, K, h, w] (or [B, h, w])."""
+    """``relu(sum_c w[b, c, k] A[b, c])``: [B, C, K] and [B, C, *s] to [B, K, *s] (or [B, *s])."""
     raw = weighted_maps(weights, act, eigen_smooth=eigen_smooth, exact=_syncs.reads_are_free(act))
     return raw if multi else raw[:, 0]
 
@@ -40,7 +40,9 @@ class ScoreCAM(ForwardCAM):
     probability of the target class for ``x * M_k``, with no baseline subtracted; the map is
     ``relu(sum_k w_k A_k)``. (torchcam instead passes the scores through a softmax over the
     channels, so its maps differ.) A callable target is applied to the masked inputs'
-    outputs and its value used as the weight.
+    outputs and its value used as the weight. Any rank: a signal's, image's or volume's
+    channels are upsampled (linear, bilinear, trilinear) to the input's size and mask it
+    over all its channels.
 
     Cost and memory: one forward pass per mask, run without autograd in chunks of
     ``batch_size`` masked inputs that reuse one input buffer, so peak memory grows with
@@ -121,12 +123,12 @@ class ScoreCAM(ForwardCAM):
         return samples.reshape(-1), channels.reshape(-1)
 
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
-        size = (x.shape[-2], x.shape[-1])
+        size = tuple(x.shape[2:])
         b_idx, c_idx = self._rows(act)
         if _syncs.reads_are_free(act):
             # One row per distinct (sample, normalised activation): identical masks are scored
             # once. Only where counting them is free: on a device the count would be a host sync.
-            low = normalize_maps(act[b_idx, c_idx].float())[0].flatten(1)
+            low = normalize_maps(act[b_idx, c_idx].float(), spatial_dims=len(size))[0].flatten(1)
             first, inverse = unique_rows(torch.cat([b_idx[:, None].to(low.dtype), low], dim=1))
         else:
             first = inverse = torch.arange(len(b_idx), device=act.device)
@@ -176,7 +178,7 @@ class AblationCAM(ForwardCAM):
 
     ``w_k = y - y_k``, where ``y`` is the target score (the model's output, before softmax) and
     ``y_k`` the score with channel ``k`` of the target layer set to zero; the map is
-    ``relu(sum_k w_k A_k)``. The paper divides by ``y``; that only rescales each map when
+    ``relu(sum_k w_k A_k)`` (any rank: the layer's output is [B, C, *s]). The paper divides by ``y``; that only rescales each map when
     ``y > 0`` (normalisation removes it) and flips or blows it up when ``y <= 0``, so it is
     left out. Channels that are already all zero get weight 0 (on the CPU they are not
     rerun; on a GPU they are, as counting them would make the host wait for the device).
@@ -191,7 +193,7 @@ class AblationCAM(ForwardCAM):
         layer: the target layer (one layer).
         batch_size: ablated copies per forward pass.
         tail: ``None`` (default): detect an ``nn.Sequential`` tail, else run full forwards;
-            a callable mapping the layer's output [n, C, h, w] to the model's output (checked
+            a callable mapping the layer's output [n, C, *s] to the model's output (checked
             once per call against the real output); ``False``: always run full forwards.
         progress: show a tqdm progress bar.
         call, output, keep_mode, eigen_smooth: see :class:`CAMExplainer`.

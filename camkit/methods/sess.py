@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
@@ -11,7 +12,7 @@ from torch import Tensor
 
 from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
-from ..functional.maps import normalize_maps
+from ..functional.maps import interpolation_mode, normalize_maps
 from ..targets.classes import Target
 from ._forward import check_positive, chunks
 from .base import Explainer
@@ -37,24 +38,65 @@ def window_starts(length: int, stride: int, window: int) -> list[int]:
     return starts
 
 
+_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
 def gaussian_blur(maps: Tensor, size: int = 11, sigma: float = 5.0) -> Tensor:
-    """Separable Gaussian blur of maps [B, H, W], mirrored at the border without repeating the edge.
+    """Separable Gaussian blur of maps [B, *S], mirrored at the border without repeating the edge.
+
+    ``S`` is one to three spatial axes (a signal's ``T``, an image's ``H, W``, a volume's
+    ``D, H, W``); the same 1-D kernel runs along each of them in turn, the last axis first.
+    Where a side is not longer than ``size // 2`` the border is repeated instead of mirrored.
 
     Example:
         >>> import torch
         >>> from camkit.methods.sess import gaussian_blur
         >>> torch.allclose(gaussian_blur(torch.ones(1, 8, 8)), torch.ones(1, 8, 8))
         True
+        >>> torch.allclose(gaussian_blur(torch.ones(2, 16)), torch.ones(2, 16))  # two signals
+        True
     """
+    n = maps.dim() - 1
+    interpolation_mode(n)  # checks the rank
     half = size // 2
     offsets = torch.arange(size, dtype=torch.float64) - half
     kernel = torch.exp(-(offsets**2) / (2 * sigma**2))
     kernel = (kernel / kernel.sum()).to(device=maps.device, dtype=maps.dtype)
-    mode = "reflect" if min(maps.shape[-2:]) > half else "replicate"
+    mode = "reflect" if min(maps.shape[1:]) > half else "replicate"
     flat = maps[:, None]
-    flat = F.conv2d(F.pad(flat, (half, half, 0, 0), mode=mode), kernel.view(1, 1, 1, size))
-    flat = F.conv2d(F.pad(flat, (0, 0, half, half), mode=mode), kernel.view(1, 1, size, 1))
+    for axis in reversed(range(n)):
+        pad = [0] * (2 * n)
+        pad[2 * (n - 1 - axis)] = pad[2 * (n - 1 - axis) + 1] = half  # F.pad lists the last axis first
+        shape = [1] * n
+        shape[axis] = size
+        flat = _CONVS[n](F.pad(flat, tuple(pad), mode=mode), kernel.view(1, 1, *shape))
     return flat[:, 0]
+
+
+def _rescale(x: Tensor, size: tuple[int, ...], antialias: bool) -> Tensor:
+    """``x`` [B, C, *S] resized to ``size`` (linear, bilinear or trilinear, ``align_corners=False``).
+
+    ``antialias`` (for a shrinking resize) widens the linear kernel as PyTorch does for
+    bilinear resizes, which it supports only on images: a signal is resized as a one-row
+    image, a volume as two image resizes (each plane's ``H, W``, then ``D`` against the
+    flattened plane, left as it is). Linear filters are separable, so both are the
+    antialiased linear and trilinear resize.
+    """
+    n = len(size)
+    if not antialias or n == 2:
+        return F.interpolate(x, size=size, mode=interpolation_mode(n), align_corners=False, antialias=antialias)
+    b, c, *spatial = x.shape
+    if n == 1:
+        return F.interpolate(x[:, :, None], size=(1, size[0]), mode="bilinear", align_corners=False, antialias=True)[
+            :, :, 0
+        ]
+    depth, height, width = spatial
+    planes = F.interpolate(
+        x.reshape(b, c * depth, height, width), size=size[1:], mode="bilinear", align_corners=False, antialias=True
+    )
+    columns = planes.reshape(b, c, depth, size[1] * size[2])
+    out = F.interpolate(columns, size=(size[0], size[1] * size[2]), mode="bilinear", align_corners=False, antialias=True)
+    return out.reshape(b, c, *size)
 
 
 class SESS(_Wrapper):
@@ -76,12 +118,25 @@ class SESS(_Wrapper):
     The target is resolved once on the clean input (class targets [B] only; a callable
     target gets no patch score). ``raw`` is the fused map before normalisation.
 
+    Any rank, with the same rules on every spatial axis: a signal [B, C, T] is rescaled so
+    that its length takes each scale and cut into windows of ``window`` steps; a volume or
+    a video [B, C, D, H, W] is rescaled by one factor on all three axes (its shortest side
+    takes each scale) and cut into cubes of side ``window``, pasted back with trilinear
+    interpolation and blurred along all three axes. Scaling and sliding make sense there as
+    they do on images: a lesion or an event may be small at the input's scale, and a patch
+    zooms in on it. For a video that includes time: a patch is ``window`` frames of
+    ``window x window`` pixels, and time is resampled by the same factor as space, so the
+    model must take clips of ``window`` frames. Shrinking resizes are antialiased on every
+    rank.
+
     Args:
         explainer: any camkit explainer (e.g. ``camkit.GradCAM(model, "layer4")``); the model
-            must accept ``window x window`` inputs.
-        scales: shorter-side sizes in pixels, each at least ``window``; ``None``: see above.
+            must accept ``window x window`` inputs (``window`` steps for a signal,
+            ``window x window x window`` for a volume or a video).
+        scales: shortest-side sizes in pixels (steps, voxels), each at least ``window``; ``None``: see above.
         num_scales, scale_step: the default scales' count and step (a fraction of ``window``).
-        window, stride: in pixels; ``None``: the shorter side, and ``window``.
+        window, stride: in pixels (steps, voxels), the same on every axis; ``None``: the shortest side,
+            and ``window``.
         pre_filter: share in [0, 1) of the lowest-scoring patches to drop.
         theta: the ``"mean"`` fusion ignores values at or below it.
         pool: ``"mean"`` or ``"max"``.
@@ -145,22 +200,21 @@ class SESS(_Wrapper):
         step = round(window * self.scale_step)
         return [window + step * i for i in range(self.num_scales)]
 
-    def _patches(self, x: Tensor, window: int, stride: int) -> tuple[list[Tensor], list[tuple[int, int, int, int, int]]]:
-        """Per scale the scaled batch, and per patch (scale index, y, x, scaled h, scaled w)."""
-        height, width = x.shape[-2:]
+    def _patches(
+        self, x: Tensor, window: int, stride: int
+    ) -> tuple[list[Tensor], list[tuple[int, tuple[int, ...], tuple[int, ...]]]]:
+        """Per scale the scaled batch, and per patch (scale index, its start on each axis, the scaled size)."""
+        spatial = tuple(int(side) for side in x.shape[2:])
+        short = min(spatial)
         scaled, where = [], []
         for index, side in enumerate(self._scales(window)):
             if side < window:
                 raise InvalidInputError(f"every scale must be at least the window ({window} px), got {side}")
-            short = min(height, width)
-            size = (side, int(side * width / height)) if height <= width else (int(side * height / width), side)
-            image = x if size == (height, width) else F.interpolate(
-                x, size=size, mode="bilinear", align_corners=False, antialias=side < short
-            )
+            size = tuple(int(side * length / short) for length in spatial)  # the shortest side becomes `side`
+            image = x if size == spatial else _rescale(x, size, antialias=side < short)
             scaled.append(image)
-            for y1 in window_starts(size[0], stride, window):
-                for x1 in window_starts(size[1], stride, window):
-                    where.append((index, y1, x1, size[0], size[1]))
+            for starts in itertools.product(*(window_starts(length, stride, window) for length in size)):
+                where.append((index, starts, size))
         return scaled, where
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
@@ -171,8 +225,9 @@ class SESS(_Wrapper):
         assert classes is not None
         if classes.dim() != 1:
             raise InvalidTargetError(f"SESS takes one class per image ([B]), got targets of shape {list(classes.shape)}")
-        batch, (height, width) = x.shape[0], x.shape[-2:]
-        window = self.window if self.window is not None else min(height, width)
+        batch, spatial = x.shape[0], tuple(int(side) for side in x.shape[2:])
+        n = len(spatial)
+        window = self.window if self.window is not None else min(spatial)
         stride = self.stride if self.stride is not None else window
         scaled, where = self._patches(x, window, stride)
         count = len(where)
@@ -183,8 +238,8 @@ class SESS(_Wrapper):
         def crop(rows: slice | Tensor) -> Tensor:
             parts = []
             for b, p in zip(image_of[rows].tolist(), patch_of[rows].tolist()):
-                s, y1, x1 = where[p][:3]
-                parts.append(scaled[s][b, :, y1 : y1 + window, x1 : x1 + window])
+                s, starts, _ = where[p]
+                parts.append(scaled[s][(b, slice(None), *(slice(a, a + window) for a in starts))])
             return torch.stack(parts)
 
         patch_scores = torch.empty(batch * count, device=x.device)
@@ -202,7 +257,7 @@ class SESS(_Wrapper):
             weights[order] = patch_scores[order] / top if top > 0 else 1.0
             keep.append(order)
         kept = torch.cat(keep)
-        total = x.new_zeros((batch, height, width), dtype=torch.float32)
+        total = x.new_zeros((batch, *spatial), dtype=torch.float32)
         counts = torch.zeros_like(total)
         layers: tuple[str, ...] = ()
         scale_of = torch.tensor([w[0] for w in where], device=x.device)
@@ -210,16 +265,17 @@ class SESS(_Wrapper):
             picked = kept[part]
             explanation = self._inner(crop(picked), classes[image_of[picked]])
             layers = explanation.layers
-            maps = explanation.maps.float() * weights[picked, None, None]
+            maps = explanation.maps.float() * weights[picked].view(-1, *(1,) * n)
             scales = scale_of[patch_of[picked]]
             for s in scales.unique().tolist():  # one resize per scale: the canvases share its size
                 members = (scales == s).nonzero()[:, 0]
                 first = where[int(patch_of[picked[members[0]]])]
-                canvas = maps.new_zeros((len(members), 1, first[3], first[4]))
+                canvas = maps.new_zeros((len(members), 1, *first[2]))
                 for i, m in enumerate(members.tolist()):
-                    _, y1, x1, _, _ = where[int(patch_of[picked[m]])]
-                    canvas[i, 0, y1 : y1 + window, x1 : x1 + window] = maps[m]
-                back = F.interpolate(canvas, size=(height, width), mode="bilinear", align_corners=False)[:, 0]
+                    _, starts, _ = where[int(patch_of[picked[m]])]
+                    spot: tuple[int | slice, ...] = (i, 0, *(slice(a, a + window) for a in starts))
+                    canvas[spot] = maps[m]
+                back = F.interpolate(canvas, size=spatial, mode=interpolation_mode(n), align_corners=False)[:, 0]
                 owners = image_of[picked[members]]
                 if self.pool == "max":
                     total.index_reduce_(0, owners, back, "amax")
@@ -230,7 +286,7 @@ class SESS(_Wrapper):
         fused = total if self.pool == "max" else torch.where(counts > 0, total / counts.clamp_min(1), total.new_zeros(()))
         if self.smooth:
             fused = gaussian_blur(fused)
-        maps, flat = normalize_maps(fused)
+        maps, flat = normalize_maps(fused, spatial_dims=n)
         return Explanation(
             maps=maps,
             raw=fused,

@@ -18,10 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._internal.checks import BATCH_SHAPES
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.attribution import SmoothKind, aggregate_samples
-from ..functional.maps import normalize_maps, upsample_maps
+from ..functional.maps import interpolation_mode, normalize_maps, upsample_maps
 from ..targets.classes import Target
 from .base import Explainer, finish_maps
 
@@ -34,7 +35,7 @@ def _as_tuple(raw: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     return raw if isinstance(raw, tuple) else (raw,)
 
 
-def _maps_from_raw(explainer: Explainer, raws: tuple[Tensor, ...], size: tuple[int, int]) -> tuple[Tensor, Tensor]:
+def _maps_from_raw(explainer: Explainer, raws: tuple[Tensor, ...], size: Sequence[int]) -> tuple[Tensor, Tensor]:
     """The wrapped explainer's own output contract applied to aggregated raw maps."""
     own = getattr(explainer, "maps_from_raw", None)
     if own is not None and len(raws) == 1:
@@ -87,7 +88,9 @@ class SmoothGrad(_Wrapper):
     """SmoothGrad (Smilkov et al. 2017) and its variants around any camkit explainer.
 
     The wrapped explainer runs on ``samples`` noisy copies ``x + sigma * (max(x) - min(x)) * N(0, 1)``
-    of each image (the spread is per image), batched ``max_batch`` images at a time. Its
+    of each input (the spread is per input, over its channels and every spatial axis), batched
+    ``max_batch`` inputs at a time. Any rank: signals [B, C, T], images [B, C, H, W], volumes
+    and videos [B, C, D, H, W]; maps come back at the input's size ([B, *S]). Its
     *raw* maps are aggregated per image: ``"smoothgrad"`` the mean, ``"smoothgrad_sq"`` the
     mean of squares, ``"vargrad"`` the variance (Adebayo et al. 2018); the wrapped
     explainer's own contract then turns the aggregate into ``maps`` (for CAMs upsample and
@@ -151,7 +154,8 @@ class SmoothGrad(_Wrapper):
         x = x.detach()
         classes, scores = self._clean_target(x, target)
         batch = x.shape[0]
-        spread = self.sigma * (x.amax(dim=(1, 2, 3), keepdim=True) - x.amin(dim=(1, 2, 3), keepdim=True))
+        every = tuple(range(1, x.dim()))  # channels and every spatial axis
+        spread = self.sigma * (x.amax(dim=every, keepdim=True) - x.amin(dim=every, keepdim=True))
         seed = self.seed if self.seed is not None else int(torch.randint(0, 2**62, (1,)))
         generator = torch.Generator(device=x.device)
         generator.manual_seed(seed)
@@ -187,7 +191,7 @@ class SmoothGrad(_Wrapper):
         if pending:
             flush(sum(p.shape[0] for p in pending))
         raws = tuple(aggregate_samples(s, q, self.samples, self.kind).float() for s, q in zip(sums, squares))
-        maps, flat = _maps_from_raw(self.explainer, raws, (x.shape[-2], x.shape[-1]))
+        maps, flat = _maps_from_raw(self.explainer, raws, tuple(x.shape[2:]))
         return Explanation(
             maps=maps.to(x.device),
             raw=raws[0] if len(raws) == 1 else raws,
@@ -203,20 +207,32 @@ class SmoothGrad(_Wrapper):
 class AugSmooth(_Wrapper):
     """Test-time augmentation around any camkit explainer: flips and rescales, mapped back, averaged.
 
-    For each scale ``s`` the batch is resized to ``round(s * H) x round(s * W)`` (bilinear,
-    antialiased when shrinking) and, with ``flip``, joined by its horizontal mirror; the
-    wrapped explainer explains it in one call. Every map is resized back to the input size
-    and mirrored back where the input was mirrored, then the maps (each already in [0, 1])
-    are averaged and min-max normalised again. ``raw`` is the average of the raw maps
-    mapped back the same way, at the input's resolution (its magnitude mixes scales; use
-    ``maps`` to compare). Unlike pytorch-grad-cam's ``aug_smooth``, scales are spatial,
-    not intensity multipliers.
+    For each scale ``s`` the batch is resized to ``s`` times each spatial side (rounded;
+    linear for a signal, bilinear for an image, antialiased when shrinking, trilinear for a
+    volume or a video, whose time axis is resized too) and joined by its mirrored copies,
+    one per axis in ``flip``; the wrapped explainer explains it in one call. Every map is
+    resized back to the input size and mirrored back where the input was mirrored, then
+    the maps (each already in [0, 1]) are averaged and min-max normalised again. ``raw`` is
+    the average of the raw maps mapped back the same way, at the input's resolution (its
+    magnitude mixes scales; use ``maps`` to compare). Unlike pytorch-grad-cam's
+    ``aug_smooth``, scales are spatial, not intensity multipliers: no value of the input is
+    changed, so a one-channel scan gets no colour jitter.
+
+    Which mirrors (``flip``): ``True`` (the default) is the left-right mirror, along the last
+    axis W, of an image [B, C, H, W], a volume or a video [B, C, D, H, W]. The depth or time
+    axis is never mirrored unless asked: a video played backwards, or a scan turned head to
+    foot, is not what the model was trained on. A signal [B, C, T] has no left-right axis,
+    only time, so ``flip=True`` refuses it; pass ``flip=False``, or ``flip=(-1,)`` to add the
+    time-reversed signal on purpose. A tuple names the spatial axes to mirror, counted from
+    the last: ``-1`` (W, a signal's T), ``-2`` (H), ``-3`` (D, a video's time); each adds one
+    mirrored copy. ``extras["flip_axes"]`` says which were used.
 
     Args:
         explainer: any camkit explainer.
-        flip: add horizontally mirrored copies (default True).
+        flip: ``True`` (the left-right mirror, default), ``False`` or a tuple of spatial axes
+            (see above).
         scales: spatial scale factors (default ``(1.0, 0.9, 1.1)``); use ``(1.0,)`` for
-            models that accept only one input size.
+            models that accept only one input size (a video model with a fixed frame count).
 
     Example:
         >>> import torch
@@ -235,19 +251,50 @@ class AugSmooth(_Wrapper):
         "You want a map that is stable under flips and small rescales of the input."
     )
 
-    def __init__(self, explainer: Explainer, *, flip: bool = True, scales: Sequence[float] = (1.0, 0.9, 1.1)) -> None:
+    def __init__(
+        self, explainer: Explainer, *, flip: bool | Sequence[int] = True, scales: Sequence[float] = (1.0, 0.9, 1.1)
+    ) -> None:
         super().__init__(explainer)
         scales = tuple(float(s) for s in scales)
         if not scales or any(not s > 0 for s in scales):
             raise InvalidInputError(f"scales must be a non-empty sequence of positive factors, got {scales!r}")
-        self.flip = bool(flip)
+        if not isinstance(flip, bool):
+            axes = tuple(flip) if isinstance(flip, Sequence) else (flip,)
+            if any(isinstance(a, bool) or a not in (-1, -2, -3) for a in axes) or len(set(axes)) != len(axes):
+                raise InvalidInputError(
+                    "flip must be True (the left-right mirror), False or distinct spatial axes counted from the last "
+                    f"(-1: W or a signal's T, -2: H, -3: D or a video's time), got {flip!r}"
+                )
+            flip = axes
+        self.flip: bool | tuple[int, ...] = flip
         self.scales = scales
+
+    def _flip_axes(self, x: Tensor) -> tuple[int, ...]:
+        """The spatial axes (negative, from the last) mirrored for the batch ``x``."""
+        n = x.dim() - 2
+        if self.flip is False:
+            return ()
+        if self.flip is True:
+            if n == 1:
+                raise InvalidInputError(
+                    f"AugSmooth(flip=True) mirrors left and right, but x {list(x.shape)} is a signal [B, C, T] whose "
+                    "one axis is time, and a time-reversed signal is another signal; pass flip=False to average over "
+                    "scales only, or flip=(-1,) to add the time-reversed copy on purpose"
+                )
+            return (-1,)
+        if min(self.flip) < -n:
+            raise InvalidInputError(
+                f"flip axis {min(self.flip)} needs {-min(self.flip)} spatial axes, but x {list(x.shape)} has {n} "
+                f"({BATCH_SHAPES[x.dim()]}); mirror axes from -1 to {-n}"
+            )
+        return self.flip
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         x = x.detach()
         classes, scores = self._clean_target(x, target)
-        batch, size = x.shape[0], (x.shape[-2], x.shape[-1])
-        copies = 2 if self.flip else 1
+        batch, size = x.shape[0], tuple(x.shape[2:])
+        axes = self._flip_axes(x)
+        copies = 1 + len(axes)
         rows = torch.arange(batch * copies, device=x.device) % batch
         inner_target = self._rows_target(classes, target, rows)
         map_sum = torch.zeros((), device=x.device)
@@ -255,18 +302,19 @@ class AugSmooth(_Wrapper):
         layers: tuple[str, ...] = ()
         for scale in self.scales:
             scaled = self._resize(x, scale)
-            explanation = self._inner(torch.cat([scaled, scaled.flip(-1)]) if self.flip else scaled, inner_target)
+            batches = [scaled, *(scaled.flip(axis) for axis in axes)]
+            explanation = self._inner(torch.cat(batches) if axes else scaled, inner_target)
             layers = explanation.layers
-            back = self._map_back(explanation.maps, size, batch)
+            back = self._map_back(explanation.maps, size, batch, axes)
             map_sum = map_sum + back
             for i, raw in enumerate(_as_tuple(explanation.raw)):
-                back_raw = self._map_back(raw.detach().float(), size, batch)
+                back_raw = self._map_back(raw.detach().float(), size, batch, axes)
                 if len(raw_sums) <= i:
                     raw_sums.append(back_raw)
                 else:
                     raw_sums[i] = raw_sums[i] + back_raw
         count = len(self.scales) * copies
-        maps, flat = normalize_maps(map_sum / count)
+        maps, flat = normalize_maps(map_sum / count, spatial_dims=len(size))
         raws = tuple(r / count for r in raw_sums)
         return Explanation(
             maps=maps,
@@ -276,20 +324,26 @@ class AugSmooth(_Wrapper):
             flat=flat,
             method=f"augsmooth({self.explainer.key})",
             layers=layers,
-            extras={"flip": self.flip, "scales": self.scales},
+            extras={"flip": self.flip, "flip_axes": axes, "scales": self.scales},
         )
 
     @staticmethod
     def _resize(x: Tensor, scale: float) -> Tensor:
         if scale == 1.0:
             return x
-        size = (max(1, round(x.shape[-2] * scale)), max(1, round(x.shape[-1] * scale)))
-        return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=scale < 1.0)
+        n = x.dim() - 2
+        size = tuple(max(1, round(side * scale)) for side in x.shape[2:])
+        # torch antialiases 2-D resizing only; a 10% shrink of a signal or a volume aliases little
+        antialias = scale < 1.0 and n == 2
+        return F.interpolate(x, size=size, mode=interpolation_mode(n), align_corners=False, antialias=antialias)
 
-    def _map_back(self, maps: Tensor, size: tuple[int, int], batch: int) -> Tensor:
-        """Maps [copies*B, ..., h, w] to [B, ..., H, W] summed over the copies, mirrored back."""
-        resized = upsample_maps(maps, size)
-        if not self.flip:
+    @staticmethod
+    def _map_back(maps: Tensor, size: Sequence[int], batch: int, axes: tuple[int, ...]) -> Tensor:
+        """Maps [copies*B, ..., *s] to [B, ..., *S] summed over the copies, each mirrored back along its axis."""
+        resized = upsample_maps(maps, tuple(size))
+        if not axes:
             return resized
-        return resized[:batch] + resized[batch:].flip(-1)
-
+        total = resized[:batch]
+        for k, axis in enumerate(axes, start=1):
+            total = total + resized[k * batch : (k + 1) * batch].flip(axis)
+        return total
