@@ -11,11 +11,13 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from .._internal.checks import check_input_batch
+from .._internal.checks import BATCH_SHAPES, check_input_batch
 from ..errors import InvalidInputError, InvalidTargetError
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 
 __all__ = [
+    "ANY_MAPS",
+    "MAP_SHAPES",
     "ChunkScorer",
     "check_chunk_size",
     "check_images",
@@ -27,39 +29,52 @@ __all__ = [
 ]
 
 
+#: What a batch of maps may be, by its number of dimensions (one less than the inputs').
+MAP_SHAPES = {2: "[B, T]", 3: "[B, H, W]", 4: "[B, D, H, W]"}
+ANY_MAPS = "[B, T] (signals), [B, H, W] (images) or [B, D, H, W] (volumes or videos)"
+
+
 def check_model(model: nn.Module) -> None:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
 
 
 def check_images(x: Tensor) -> None:
+    """Check inputs [B, C, *S] with 1 to 3 spatial axes, none of them empty."""
     check_input_batch(x)
-    if x.shape[0] == 0 or x.shape[2] == 0 or x.shape[3] == 0:
+    if x.shape[0] == 0 or any(size == 0 for size in x.shape[2:]):
         raise InvalidInputError(f"x holds no pixels to measure: shape {list(x.shape)}")
 
 
 def check_maps(maps: Tensor, x: Tensor | None = None) -> Tensor:
-    """Check maps [B, H, W] (against images [B, C, H, W] when given); return them as float.
+    """Check maps [B, *S] (against inputs [B, C, *S] when given); return them as float.
 
+    Without ``x`` the rank is read from the maps: [B, T], [B, H, W] or [B, D, H, W].
     Maps are moved to ``x``'s device when ``x`` is given. Never modifies ``maps``.
     """
     if not isinstance(maps, Tensor):
-        raise InvalidInputError(f"maps must be a tensor [B, H, W], got {type(maps).__name__}")
-    if maps.dim() == 4 and maps.shape[1] == 1:
-        raise InvalidInputError(
-            f"maps must be [B, H, W], got shape {list(maps.shape)}; drop the channel axis with maps[:, 0]"
-        )
-    if maps.dim() != 3:
-        hint = " (add a batch dimension with maps[None])" if maps.dim() == 2 else ""
-        raise InvalidInputError(f"maps must be [B, H, W], got shape {list(maps.shape)}{hint}")
+        raise InvalidInputError(f"maps must be a tensor {ANY_MAPS}, got {type(maps).__name__}")
+    if x is not None:
+        expected = MAP_SHAPES[x.dim() - 1]
+        if maps.dim() == x.dim() and maps.shape[1] == 1:
+            raise InvalidInputError(
+                f"maps must be {expected}, got shape {list(maps.shape)}; drop the channel axis with maps[:, 0]"
+            )
+        if maps.dim() != x.dim() - 1:
+            hint = " (add a batch dimension with maps[None])" if tuple(maps.shape) == tuple(x.shape[2:]) else ""
+            raise InvalidInputError(
+                f"maps must be {expected} for inputs {BATCH_SHAPES[x.dim()]}, got shape {list(maps.shape)}{hint}"
+            )
+    elif maps.dim() not in MAP_SHAPES:
+        raise InvalidInputError(f"maps must be {ANY_MAPS}, got shape {list(maps.shape)}")
     if maps.dtype == torch.bool or maps.is_complex():
         raise InvalidInputError(f"maps must hold real numbers, got dtype {maps.dtype}")
     if x is not None:
         if maps.shape[0] != x.shape[0] or tuple(maps.shape[1:]) != tuple(x.shape[2:]):
             raise InvalidInputError(
-                f"maps {list(maps.shape)} do not match images {list(x.shape)}: expected "
-                f"[{x.shape[0]}, {x.shape[2]}, {x.shape[3]}]. Resize maps to the input with "
-                "camkit.functional.upsample_maps(maps, x.shape[-2:])."
+                f"maps {list(maps.shape)} do not match the inputs {list(x.shape)}: expected "
+                f"{[x.shape[0], *x.shape[2:]]}. Resize maps to the input with "
+                "camkit.functional.upsample_maps(maps, x.shape[2:])."
             )
         maps = maps.to(x.device)
     return maps if maps.is_floating_point() else maps.float()
@@ -71,15 +86,16 @@ def check_chunk_size(chunk_size: int) -> None:
 
 
 def nan_maps(maps: Tensor) -> Tensor:
-    """Bool [B]: True where a map [B, H, W] holds any NaN."""
+    """Bool [B]: True where a map [B, *S] holds any NaN."""
     return torch.isnan(maps).flatten(1).any(dim=1)
 
 
 def pixel_ranks(maps: Tensor) -> Tensor:
-    """Rank of every pixel, LongTensor [B, H*W]: 0 for the most relevant.
+    """Rank of every position of maps [B, *S], LongTensor [B, N] (N = T, H*W or D*H*W): 0 for the most relevant.
 
-    Pixels are ordered by map value, highest first; equal values keep row-major order
-    (the pixel nearer the top-left comes first). A stable sort gives exactly this.
+    Positions are ordered by map value, highest first; equal values keep row-major order
+    over all spatial axes (the position nearer the start of the flattened map, the top-left
+    pixel of an image, comes first). A stable sort gives exactly this.
     """
     flat = maps.flatten(1)
     order = torch.sort(flat, dim=1, descending=True, stable=True).indices

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._internal.checks import check_broadcasts
+from .._internal.checks import BATCH_SHAPES, check_broadcasts
 from .._internal.state import eval_mode
 from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
@@ -29,9 +29,11 @@ __all__ = [
 ]
 
 Baseline = Union[float, Tensor, str, Callable[[Tensor], Tensor]]
-"""What replaces removed pixels: a number, a tensor broadcastable to the images [B, C, H, W]
-(a scalar, [C, 1, 1], [C, H, W] or [B, C, H, W]), ``"blur"`` (:func:`blur_baseline`),
-``"mean"`` (each image's per-channel mean), or a callable ``f(x) -> Tensor`` of that shape.
+"""What replaces removed pixels: a number, a tensor broadcastable to the inputs [B, C, *S]
+(for images [B, C, H, W]: a scalar, [C, 1, 1], [C, H, W] or [B, C, H, W]; for signals
+[B, C, T]: [C, 1], [C, T] or [B, C, T]; for volumes [B, C, D, H, W]: [C, 1, 1, 1],
+[C, D, H, W] or [B, C, D, H, W]), ``"blur"`` (:func:`blur_baseline`), ``"mean"`` (each
+input's per-channel mean over all its positions), or a callable ``f(x) -> Tensor`` of that shape.
 
 Example:
     >>> import torch
@@ -46,12 +48,15 @@ Example:
 """
 
 _BASELINE_NAMES = ("blur", "mean")
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
 def blur_baseline(x: Tensor, sigma: float = 5.0) -> Tensor:
-    """Gaussian blur of images [B, C, H, W], the ``"blur"`` baseline; never modifies ``x``.
+    """Gaussian blur of inputs [B, C, *S], the ``"blur"`` baseline; never modifies ``x``.
 
-    A separable kernel of radius ``ceil(3 * sigma)`` with edge pixels replicated outwards.
+    A separable kernel of radius ``ceil(3 * sigma)`` along every spatial axis (T of a
+    signal; H and W of an image; D, H and W of a volume, so a video is blurred in time too),
+    with edge positions replicated outwards. ``sigma`` is in positions along each axis.
 
     Example:
         >>> import torch
@@ -68,10 +73,21 @@ def blur_baseline(x: Tensor, sigma: float = 5.0) -> Tensor:
     taps = torch.arange(-radius, radius + 1, dtype=torch.float64, device=x.device)
     kernel = torch.exp(-0.5 * (taps / sigma) ** 2)
     kernel = (kernel / kernel.sum()).to(x.dtype)
-    channels = x.shape[1]
-    out = F.pad(x, (radius, radius, radius, radius), mode="replicate")
-    out = F.conv2d(out, kernel.view(1, 1, 1, -1).expand(channels, 1, 1, -1), groups=channels)
-    return F.conv2d(out, kernel.view(1, 1, -1, 1).expand(channels, 1, -1, 1), groups=channels)
+    channels, n = x.shape[1], x.dim() - 2
+    out = F.pad(x, (radius, radius) * n, mode="replicate")
+    for axis in reversed(range(n)):  # the last axis first: one 1-D pass per axis
+        taps_shape = [1] * n
+        taps_shape[axis] = -1
+        out = _CONV[n](out, kernel.view(1, 1, *taps_shape).expand(channels, *[-1] * (n + 1)), groups=channels)
+    return out
+
+
+def _broadcast_hint(dim: int) -> str:
+    """'give a scalar, [C, 1, 1], [C, H, W] or [B, C, H, W]' for images, the same per rank."""
+    full = BATCH_SHAPES[dim]  # "[B, C, H, W]"
+    axes = full[len("[B, C, ") : -1]
+    ones = ", ".join("1" for _ in axes.split(", "))
+    return f"give a scalar, [C, {ones}], [C, {axes}] or {full}"
 
 
 def _resolve_baseline(baseline: Baseline, x: Tensor) -> Tensor:
@@ -80,7 +96,7 @@ def _resolve_baseline(baseline: Baseline, x: Tensor) -> Tensor:
         if baseline == "blur":
             canvas = blur_baseline(x)
         elif baseline == "mean":
-            canvas = x.mean(dim=(2, 3), keepdim=True)
+            canvas = x.mean(dim=tuple(range(2, x.dim())), keepdim=True)
         else:
             raise InvalidInputError(
                 f"unknown baseline {baseline!r}; use a number, a tensor, one of {list(_BASELINE_NAMES)}, "
@@ -89,7 +105,7 @@ def _resolve_baseline(baseline: Baseline, x: Tensor) -> Tensor:
     elif isinstance(baseline, bool):
         raise InvalidInputError("baseline must be a number, a tensor, 'blur', 'mean' or a callable, not a bool")
     elif isinstance(baseline, (int, float)):
-        canvas = torch.full((1, 1, 1, 1), float(baseline), dtype=x.dtype, device=x.device)
+        canvas = torch.full((1,) * x.dim(), float(baseline), dtype=x.dtype, device=x.device)
     elif isinstance(baseline, Tensor):
         canvas = baseline
     elif callable(baseline):
@@ -100,7 +116,7 @@ def _resolve_baseline(baseline: Baseline, x: Tensor) -> Tensor:
         raise InvalidInputError(
             f"baseline must be a number, a tensor, 'blur', 'mean' or a callable, got {type(baseline).__name__}"
         )
-    check_broadcasts(canvas, x, what="images", hint="give a scalar, [C, 1, 1], [C, H, W] or [B, C, H, W]")
+    check_broadcasts(canvas, x, what="images" if x.dim() == 4 else "inputs", hint=_broadcast_hint(x.dim()))
     return canvas.detach().to(device=x.device, dtype=x.dtype).expand(x.shape)
 
 
@@ -123,7 +139,7 @@ def _curve(
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InvalidInputError(f"steps must be a positive int, got {steps!r}")
     scorer = ChunkScorer(model, target, softmax=softmax, output=output, chunk_size=chunk_size)
-    batch, n = x.shape[0], maps.shape[1] * maps.shape[2]
+    batch, n = x.shape[0], maps[0].numel()
     counts = [(k * n + steps - 1) // steps for k in range(steps + 1)]  # ceil(k * N / steps), exactly
     clean_step = steps if insert else 0
     perturbed = [k for k in range(steps + 1) if k != clean_step]
@@ -139,7 +155,7 @@ def _curve(
         for start, stop in chunks(batch * len(perturbed), chunk_size):
             pair = torch.arange(start, stop, device=x.device)
             owner, step = pair // len(perturbed), pair % len(perturbed)
-            chosen = ranks[owner] < step_counts[step].view(-1, 1, 1, 1)  # [M, 1, H, W]
+            chosen = ranks[owner] < step_counts[step].view(-1, *(1,) * (x.dim() - 1))  # [M, 1, *S]
             kept, filler = (canvas[owner], x[owner]) if insert else (x[owner], canvas[owner])
             images = torch.where(chosen, filler, kept)
             curve[owner, columns[step]] = scorer.score(images, owner).to(curve.dtype)
@@ -163,10 +179,12 @@ def deletion_curve(
 ) -> tuple[Tensor, Tensor]:
     """The deletion curve: the target's score as the most relevant pixels are removed.
 
-    Pixels are ranked by map value, highest first; equal values are taken in row-major
-    order (top-left first). At step ``k = 0..steps`` the top ``ceil(k * N / steps)`` of the
-    ``N = H * W`` pixels are replaced, all channels together, by the baseline, and the
-    model scores the result. Step 0 is the unperturbed image and the last step the bare
+    Works on signals, images and volumes alike: a "pixel" is one position of the map
+    (a time step, a pixel, a voxel). Positions are ranked by map value, highest first;
+    equal values are taken in row-major order over all spatial axes (top-left first). At
+    step ``k = 0..steps`` the top ``ceil(k * N / steps)`` of the ``N`` positions (``T``,
+    ``H * W`` or ``D * H * W``) are replaced, all channels together, by the baseline, and
+    the model scores the result. Step 0 is the unperturbed image and the last step the bare
     baseline. A good map makes the score fall fast (low :func:`auc`).
 
     All ``B * steps`` perturbed images are built on ``x``'s device and scored ``chunk_size``
@@ -175,16 +193,18 @@ def deletion_curve(
 
     Args:
         model: the classifier; never modified.
-        x: images [B, C, H, W].
-        maps: saliency maps [B, H, W] at the images' size (any real values; only their
+        x: inputs [B, C, *S]: signals [B, C, T], images [B, C, H, W] or volumes and
+            videos [B, C, D, H, W].
+        maps: saliency maps [B, *S] at the inputs' size (any real values; only their
             order matters). A map holding NaN gives a row of NaN scores.
         target: whose score to follow, resolved on the unperturbed images: ``None`` (top-1),
             an int, B ints, or a callable ``f(output) -> Tensor[M]`` that scores each row of
             the output on its own (it is called on chunks of perturbed images).
         steps: number of removal steps; the curve has ``steps + 1`` points.
         baseline: what removed pixels become: a number, a tensor broadcastable to ``x``,
-            ``"blur"`` (:func:`blur_baseline`, sigma 5 px), ``"mean"`` (each image's
-            per-channel mean) or a callable ``f(x) -> Tensor`` broadcastable to ``x``.
+            ``"blur"`` (:func:`blur_baseline`, sigma 5 px along every spatial axis),
+            ``"mean"`` (each input's per-channel mean) or a callable ``f(x) -> Tensor``
+            broadcastable to ``x``.
         softmax: follow the softmax probability instead of the raw score.
         chunk_size: perturbed images per forward pass (memory bound; results do not depend on it).
         output: what to score when the model does not return a tensor (see
@@ -328,7 +348,7 @@ def average_drop(
 
     Args:
         model, x, target, chunk_size, output, keep_mode: as :func:`deletion_curve`.
-        maps: soft masks [B, H, W] in [0, 1] at the images' size.
+        maps: soft masks [B, *S] in [0, 1] at the inputs' size (any rank, as :func:`deletion_curve`).
         softmax: use softmax probabilities (default) or raw scores.
 
     Returns:

@@ -2,15 +2,29 @@
 
 Removing pixels by painting them a constant leaks the map's shape to the model (the hole
 itself is a feature). ROAD instead fills each removed pixel with the weighted mean of its
-eight neighbours (weight 1/6 for the four edge neighbours, 1/12 for the four diagonal ones,
-neighbours outside the image left out), solved jointly for all removed pixels of an image,
-then adds Gaussian noise to the filled pixels.
+neighbours, solved jointly for all removed pixels of an image, then adds Gaussian noise to
+the filled pixels.
+
+The weights sum to 1 over a position's neighbours (those outside the input are left out):
+
+* an image's pixel: Rong et al.'s kernel, the eight pixels around it, 1/6 for the four
+  edge neighbours and 1/12 for the four diagonal ones;
+* a signal's sample: its two neighbours, 1/2 each;
+* a volume's (or video's) voxel: its six face neighbours, 1/6 each. The 26 voxels of the
+  3 x 3 x 3 block (diagonals at half weight, as on images) would make the sparse
+  factorisation about five times slower (48^3 voxels, half removed: 25 s against 5 s on
+  one CPU core). With the six, the filled voxels solve the usual 7-point discrete Laplace
+  equation, as a signal's filled samples are its linear interpolation. A video's frame
+  axis is one of the three: a removed position is filled from the frames before and after
+  it too.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import pairwise, product
 
 import torch
 from torch import Tensor, nn
@@ -22,12 +36,21 @@ from ._common import ChunkScorer, check_images, check_maps, chunks, count_for_fr
 
 __all__ = ["noisy_linear_imputation", "road_curve"]
 
-# (row offset, column offset, weight), as in Rong et al.'s reference imputer.
-_NEIGHBOURS = (
-    (-1, -1, 1 / 12), (-1, 0, 1 / 6), (-1, 1, 1 / 12),
-    (0, -1, 1 / 6), (0, 1, 1 / 6),
-    (1, -1, 1 / 12), (1, 0, 1 / 6), (1, 1, 1 / 12),
-)  # fmt: skip
+
+@functools.lru_cache(maxsize=3)
+def _neighbours(spatial_dims: int) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """(offset per axis, weight) of each neighbour, in row-major order (see the module docstring).
+
+    A neighbour steps by one along at most two axes on images (diagonals weigh half), along
+    one axis otherwise. On images these are Rong et al.'s floats: 1/6 = 1.0 / 6.0 and
+    1/12 = 0.5 / 6.0.
+    """
+    reach = 2 if spatial_dims == 2 else 1
+    offsets = [o for o in product((-1, 0, 1), repeat=spatial_dims) if 0 < sum(map(abs, o)) <= reach]
+    shares = [0.5 ** (sum(map(abs, offset)) - 1) for offset in offsets]
+    total = sum(shares)
+    return tuple((offset, share / total) for offset, share in zip(offsets, shares))
+
 
 _DEFAULT_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -37,22 +60,26 @@ def noisy_linear_imputation(
 ) -> Tensor:
     """Fill removed pixels from their neighbours, then add noise; never modifies ``x``.
 
-    Each removed pixel ``i`` gets the value solving ``W_i * v_i = sum_j w_ij * v_j`` over its
-    in-image neighbours ``j`` (removed neighbours are unknowns too), per channel; then
-    ``noise * N(0, 1)`` is added to it. The sparse systems of the whole batch are built at
-    once with tensor ops (no loop over pixels); then each image's system is factorised once
-    (SciPy's SuperLU, on the CPU) and solved for all channels together. Kept pixels are
-    returned unchanged. The values match Rong et al.'s reference imputer.
+    Each removed position ``i`` gets the value solving ``W_i * v_i = sum_j w_ij * v_j`` over
+    its in-input neighbours ``j`` (removed neighbours are unknowns too; the weights are in
+    the module docstring), per channel; then ``noise * N(0, 1)`` is added to it. The sparse
+    systems of the whole batch are built at once with tensor ops (no loop over positions);
+    then each input's system is factorised once (SciPy's SuperLU, on the CPU) and solved for
+    all channels together. Kept positions are returned unchanged. On images the values
+    match Rong et al.'s reference imputer. Signals, images and volumes go through the same
+    code. A volume's factorisation grows fast with the number of removed voxels: roughly
+    1 s for 16,000 and 5 s for 55,000 on one CPU core.
 
     Args:
-        x: images [B, C, H, W].
-        removed: bool [B, H, W], True for pixels to fill. An image may not lose every
-            pixel (there would be nothing to fill from).
+        x: inputs [B, C, *S]: signals [B, C, T], images [B, C, H, W], volumes or videos
+            [B, C, D, H, W].
+        removed: bool [B, *S], True for positions to fill. An input may not lose every
+            position (there would be nothing to fill from).
         noise: standard deviation of the added noise (0 for none).
         generator: a CPU ``torch.Generator`` for reproducible noise.
 
     Returns:
-        Images [B, C, H, W] like ``x``.
+        Inputs [B, C, *S] like ``x``.
 
     Example:
         >>> import torch
@@ -61,15 +88,18 @@ def noisy_linear_imputation(
         >>> removed = torch.zeros(1, 3, 3, dtype=torch.bool); removed[0, 1, 1] = True
         >>> noisy_linear_imputation(x, removed, noise=0.0)[0, 0, 1, 1]  # 6/6 + 12/12
         tensor(2.)
+        >>> signal = torch.tensor([[[0.0, 0.0, 6.0]]])  # a signal [B, C, T]: the mean of its two neighbours
+        >>> noisy_linear_imputation(signal, torch.tensor([[False, True, False]]), noise=0.0)
+        tensor([[[0., 3., 6.]]])
     """
     from scipy.sparse import csc_matrix  # imported here: only ROAD needs SciPy
     from scipy.sparse.linalg import splu
 
     check_images(x)
-    batch, channels, height, width = x.shape
-    if not isinstance(removed, Tensor) or removed.dtype != torch.bool or removed.shape != (batch, height, width):
+    batch, channels, *spatial = x.shape
+    if not isinstance(removed, Tensor) or removed.dtype != torch.bool or removed.shape != (batch, *spatial):
         got = f"{removed.dtype} {list(removed.shape)}" if isinstance(removed, Tensor) else type(removed).__name__
-        raise InvalidInputError(f"removed must be a bool tensor [{batch}, {height}, {width}], got {got}")
+        raise InvalidInputError(f"removed must be a bool tensor {[batch, *spatial]}, got {got}")
     if not noise >= 0:
         raise InvalidInputError(f"noise must be a standard deviation >= 0, got {noise!r}")
     mask = removed.detach().cpu()
@@ -78,23 +108,27 @@ def noisy_linear_imputation(
             "an image has every pixel removed, so there is nothing to impute from; remove a smaller fraction"
         )
     flat = mask.reshape(-1)
-    unknown = flat.nonzero()[:, 0]  # global pixel index b * H * W + row * W + col
+    unknown = flat.nonzero()[:, 0]  # global position index, b * H * W + row * W + col on images
     count = unknown.numel()
     if count == 0:
         return x.clone()
     variable = torch.full((flat.numel(),), -1, dtype=torch.long)
     variable[unknown] = torch.arange(count)
-    values = x.detach().to("cpu", torch.float64).permute(0, 2, 3, 1).reshape(-1, channels)  # [B*H*W, C]
-    row = (unknown // width) % height
-    col = unknown % width
+    channels_last = (0, *range(2, x.dim()), 1)
+    values = x.detach().to("cpu", torch.float64).permute(channels_last).reshape(-1, channels)  # [B*N, C]
+    strides = [math.prod(spatial[axis + 1 :]) for axis in range(len(spatial))]
+    coords = [(unknown // stride) % size for stride, size in zip(strides, spatial)]  # (row, col) on images
     diag = torch.zeros(count, dtype=torch.float64)
     rhs = torch.zeros(count, channels, dtype=torch.float64)
     eq = torch.arange(count)
     rows, cols, vals = [eq], [eq], [diag]  # diag is filled in below, in place
-    for dr, dc, weight in _NEIGHBOURS:
-        inside = (row + dr >= 0) & (row + dr < height) & (col + dc >= 0) & (col + dc < width)
+    for offset, weight in _neighbours(len(spatial)):
+        inside = torch.ones_like(unknown, dtype=torch.bool)
+        for coord, step, size in zip(coords, offset, spatial):
+            if step:
+                inside &= (coord + step >= 0) & (coord + step < size)
         here = eq[inside]
-        there = unknown[inside] + dr * width + dc
+        there = unknown[inside] + sum(step * stride for step, stride in zip(offset, strides))
         diag.index_add_(0, here, torch.full((here.numel(),), weight, dtype=torch.float64))
         is_unknown = flat[there]
         rows.append(here[is_unknown])
@@ -115,9 +149,9 @@ def noisy_linear_imputation(
             solved[start:stop] = torch.from_numpy(splu(block).solve(rhs[start:stop].numpy()).reshape(-1, channels))
     if noise > 0:
         solved = solved + noise * torch.randn(count, channels, generator=generator, dtype=torch.float64)
-    out = x.detach().permute(0, 2, 3, 1).reshape(-1, channels).clone()
+    out = x.detach().permute(channels_last).reshape(-1, channels).clone()
     out[unknown.to(x.device)] = solved.to(device=x.device, dtype=x.dtype)
-    return out.view(batch, height, width, channels).permute(0, 3, 1, 2).contiguous()
+    return out.view(batch, *spatial, channels).permute(0, x.dim() - 1, *range(1, x.dim() - 1)).contiguous()
 
 
 def road_curve(
@@ -139,7 +173,8 @@ def road_curve(
 
     For each fraction ``f`` the ``ceil(f * N)`` most relevant pixels (``order="morf"``:
     most relevant first; a fast drop means a faithful map) or least relevant pixels
-    (``order="lerf"``: the score should stay high) of the ``N = H * W`` are filled by
+    (``order="lerf"``: the score should stay high) of the ``N`` positions (``T``, ``H * W``
+    or ``D * H * W``: signals, images and volumes alike) are filled by
     :func:`noisy_linear_imputation` and the image is scored. The ranking is
     :func:`deletion_curve`'s (highest first, ties in row-major order; LeRF takes the same
     ranking from the bottom). Each chunk of ``chunk_size`` perturbed images is imputed (one
@@ -176,7 +211,7 @@ def road_curve(
     maps = check_maps(maps, x)
     if order not in ("morf", "lerf"):
         raise InvalidInputError(f"order must be 'morf' (most relevant first) or 'lerf', got {order!r}")
-    batch, n = x.shape[0], maps.shape[1] * maps.shape[2]
+    batch, n = x.shape[0], maps[0].numel()
     fractions = [float(f) for f in fractions]
     if not fractions or any(not 0 <= f < 1 for f in fractions):
         raise InvalidInputError(f"fractions must be a non-empty list of shares in [0, 1), got {fractions}")
@@ -200,7 +235,7 @@ def road_curve(
         for start, stop in chunks(batch * len(counts), chunk_size):
             pair = torch.arange(start, stop, device=x.device)
             owner, step = pair // len(counts), pair % len(counts)
-            removed = ranks[owner] < step_counts[step].view(-1, 1, 1)
+            removed = ranks[owner] < step_counts[step].view(-1, *(1,) * (maps.dim() - 1))
             images = noisy_linear_imputation(x[owner], removed, noise=noise, generator=generator)
             scores = scorer.score(images, owner)
             if curve is None:

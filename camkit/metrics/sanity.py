@@ -3,6 +3,9 @@
 A map that barely changes when the model's weights are replaced by random ones does not
 explain the model. :func:`randomization_check` re-initialises the layers of a *copy* of
 the model one after another and compares each step's maps with the original maps.
+
+Signals, images and volumes go through the same code: Spearman's correlation ranks every
+position of a map, and SSIM (scikit-image) slides its window along every spatial axis.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from .._internal.state import eval_mode
 from ..errors import InvalidInputError, LayerNotFoundError
 from ..hooks import HookScope
 from ..targets.classes import OutputSelector, Target, select_output
-from ._common import check_images, check_model
+from ._common import ANY_MAPS, MAP_SHAPES, check_images, check_model
 
 __all__ = ["RandomizationResult", "randomization_check", "spearman", "ssim"]
 
@@ -37,7 +40,8 @@ class RandomizationResult:
             similarity 1 unless the explainer is not deterministic.
         spearman: Spearman rank correlation with the original maps, float [S, B].
         ssim: structural similarity (scikit-image, data range 1) with the original maps, [S, B].
-        maps: the maps of every step [S, B, H, W] when ``keep_maps=True``, else ``None``.
+        maps: the maps of every step [S, B, *spatial] (``*spatial``: T, H W, or D H W) when
+            ``keep_maps=True``, else ``None``.
 
     Example:
         >>> import torch
@@ -78,7 +82,7 @@ def _average_ranks(values: Tensor) -> Tensor:
 
 
 def spearman(a: Tensor, b: Tensor) -> Tensor:
-    """Spearman rank correlation between paired maps [B, H, W] (or [B, N]), per pair.
+    """Spearman rank correlation between paired maps [B, *S] (any rank, or [B, N]), per pair.
 
     Ties get their average rank. A constant map has no ranking: its pair gives NaN.
 
@@ -101,10 +105,12 @@ def spearman(a: Tensor, b: Tensor) -> Tensor:
 
 
 def ssim(a: Tensor, b: Tensor, data_range: float = 1.0) -> Tensor:
-    """Structural similarity (``skimage.metrics.structural_similarity``) per pair of maps [B, H, W].
+    """Structural similarity (``skimage.metrics.structural_similarity``) per pair of maps [B, *S].
 
-    Runs on the CPU with scikit-image, one call per pair; the window is 7 pixels, or the
-    largest odd size that fits smaller maps. Returns float [B] on ``a``'s device.
+    Maps are signals [B, T], images [B, H, W] or volumes [B, D, H, W]: scikit-image slides
+    a window of the same side along every spatial axis (a segment, a square, a cube). Runs
+    on the CPU, one call per pair; the side is 7, or the largest odd size that fits the
+    shortest axis. Every axis needs at least 3 positions. Returns float [B] on ``a``'s device.
 
     Example:
         >>> import torch
@@ -115,11 +121,16 @@ def ssim(a: Tensor, b: Tensor, data_range: float = 1.0) -> Tensor:
     """
     from skimage.metrics import structural_similarity
 
-    if a.shape != b.shape or a.dim() != 3:
-        raise InvalidInputError(f"expected two batches of maps [B, H, W], got {list(a.shape)} and {list(b.shape)}")
-    side = min(a.shape[1], a.shape[2])
+    if a.shape != b.shape or a.dim() not in MAP_SHAPES:
+        raise InvalidInputError(
+            f"expected two batches of maps {ANY_MAPS} of one shape, got {list(a.shape)} and {list(b.shape)}"
+        )
+    side = min(a.shape[1:])
     if side < 3:
-        raise InvalidInputError(f"SSIM needs maps of at least 3x3 pixels, got {list(a.shape[1:])}")
+        raise InvalidInputError(
+            f"SSIM needs at least 3 positions along every axis of the maps (3x3 pixels on an image), "
+            f"got {list(a.shape[1:])}; compare such maps with spearman() alone"
+        )
     window = min(7, side if side % 2 else side - 1)
     left = a.detach().to("cpu", torch.float64).numpy()
     right = b.detach().to("cpu", torch.float64).numpy()
@@ -156,9 +167,12 @@ def _randomize(module: nn.Module, generator: torch.Generator) -> None:
 def _maps(explainer: Callable[..., Any], x: Tensor, target: Target) -> Tensor:
     result = explainer(x, target)
     maps = result.maps if hasattr(result, "maps") else result
-    if not isinstance(maps, Tensor) or maps.dim() != 3 or maps.shape[0] != x.shape[0]:
+    if not isinstance(maps, Tensor) or maps.dim() != x.dim() - 1 or maps.shape[0] != x.shape[0]:
         got = list(maps.shape) if isinstance(maps, Tensor) else type(maps).__name__
-        raise InvalidInputError(f"the explainer must return maps [B, H, W] with B={x.shape[0]}, got {got}")
+        raise InvalidInputError(
+            f"the explainer must return maps {MAP_SHAPES[x.dim() - 1]} with B={x.shape[0]} for inputs "
+            f"{list(x.shape)}, got {got}"
+        )
     return maps.detach().float()
 
 
@@ -185,11 +199,12 @@ def randomization_check(
 
     Args:
         explainer_factory: ``f(model_copy) -> explainer``, called on the copy once per step;
-            the explainer is called as ``explainer(x, target)`` and returns maps [B, H, W]
-            (camkit explainers do). Name layers by string (``lambda m: GradCAM(m, "layer4")``):
+            the explainer is called as ``explainer(x, target)`` and returns maps [B, *S]
+            of the inputs' rank (camkit explainers do). Name layers by string (``lambda m: GradCAM(m, "layer4")``):
             a module object would belong to the original model.
         model: the model; never modified.
-        x: images [B, C, H, W].
+        x: inputs [B, C, *S]: signals [B, C, T], images [B, C, H, W] or volumes and videos
+            [B, C, D, H, W].
         target: ``None`` (top-1 of the original model), an int, B ints, or a callable.
         order: ``"top-down"``: cascading from the output towards the input, each step
             adding one module to the randomised set (Adebayo et al.'s cascading test);
@@ -240,7 +255,7 @@ def randomization_check(
             work = copy.deepcopy(base)
         _randomize(dict(work.named_modules())[name], generator)
         steps.append(_maps(explainer_factory(work), x, target))
-    stacked = torch.stack(steps)  # [S, B, H, W]
+    stacked = torch.stack(steps)  # [S, B, *spatial]
     reference = original.expand_as(stacked).flatten(0, 1)
     flat = stacked.flatten(0, 1)
     shape = (len(steps), x.shape[0])

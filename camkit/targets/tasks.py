@@ -7,8 +7,9 @@ autograd graph, and check shapes with errors that say what was expected.
 ==========================  ===============================================================
 helper                      score of sample ``b``
 ==========================  ===============================================================
-:class:`SegmentationTarget`  ``sum_hw mask[b] * logits[b, class]``; the mask defaults to the
-                             pixels predicted as that class (``argmax == class``)
+:class:`SegmentationTarget`  ``sum_hw mask[b] * logits[b, class]`` (over every spatial axis of
+                             [B, K, T], [B, K, H, W] or [B, K, D, H, W]); the mask defaults to
+                             the pixels predicted as that class (``argmax == class``)
 :class:`SimilarityTarget`    ``cos(embedding[b], reference[b])``
 :class:`RegressionTarget`    ``output[b, index]`` (``-output[b, index]`` with ``negate``)
 :class:`BinaryTarget`        ``z[b]`` for the positive class, ``-z[b]`` for the negative one
@@ -28,6 +29,11 @@ from torch import Tensor
 from ..errors import InvalidTargetError, OutputSelectionError
 
 __all__ = ["BinaryTarget", "DetectionTarget", "RegressionTarget", "SegmentationTarget", "SimilarityTarget"]
+
+#: Segmentation logits by their number of dimensions, and the spatial axes of their masks.
+_LOGITS = {3: "[B, K, T]", 4: "[B, K, H, W]", 5: "[B, K, D, H, W]"}
+_MASK_AXES = {1: "T", 2: "H, W", 3: "D, H, W"}
+_KINDS = {1: "a signal", 2: "an image", 3: "a volume or video"}
 
 
 def _tensor(output: Any, what: str) -> Tensor:
@@ -55,12 +61,16 @@ class SegmentationTarget:
 
     Args:
         category: the class index, one for all samples or one per sample.
-        mask: [H, W] or [B, H, W] (bool or float weights) at the output's size; ``None``
-            uses the pixels each sample predicts as ``category`` (a sample with no such
-            pixel scores 0 and gets a flat map).
+        mask: one mask for all samples or one per sample, of the output's rank and size
+            (bool or float weights): [T] or [B, T] for a signal's logits [B, K, T], [H, W]
+            or [B, H, W] for an image's [B, K, H, W], [D, H, W] or [B, D, H, W] for a
+            volume's or video's [B, K, D, H, W]. A mask of another rank (an image's
+            [H, W] for a volume) raises :class:`~camkit.errors.InvalidTargetError`.
+            ``None`` uses the positions each sample predicts as ``category`` (a sample
+            with no such position scores 0 and gets a flat map).
 
-    Accepts the output [B, K, H, W], or a dict holding it under ``"out"`` as torchvision's
-    FCN / DeepLabV3 return.
+    Accepts the output [B, K, *S], or a dict holding it under ``"out"`` as torchvision's
+    FCN / DeepLabV3 return (MONAI's UNet and SegResNet return the tensor itself).
 
     Example:
         >>> import torch
@@ -70,6 +80,9 @@ class SegmentationTarget:
         tensor([2.])
         >>> SegmentationTarget(0, mask=torch.tensor([[1.0, 1.0]]))({"out": logits})
         tensor([4.])
+        >>> volume = torch.zeros(1, 2, 2, 2, 2); volume[:, 1, 0] = 1.0  # class 1 wins the first slice
+        >>> SegmentationTarget(1)(volume), SegmentationTarget(1, mask=torch.ones(2, 2, 2))(volume)
+        (tensor([4.]), tensor([4.]))
     """
 
     takes_model_output: ClassVar[bool] = True
@@ -85,28 +98,38 @@ class SegmentationTarget:
         if isinstance(output, Mapping) and "out" in output:
             output = output["out"]
         logits = _tensor(output, "SegmentationTarget")
-        if logits.dim() != 4:
+        if logits.dim() not in _LOGITS:
             raise InvalidTargetError(
-                f"SegmentationTarget needs logits [B, K, H, W], got shape {list(logits.shape)}"
+                f"SegmentationTarget needs logits [B, K, *S]: [B, K, T], [B, K, H, W] or [B, K, D, H, W], "
+                f"got shape {list(logits.shape)}"
             )
-        batch, classes = logits.shape[:2]
+        batch, classes, *spatial = logits.shape
+        n = len(spatial)
         category = _per_sample(self.category, batch, logits.device, "category")
         if category.device.type == "cpu" and category.numel() and not 0 <= int(category.min()) <= int(category.max()) < classes:
             raise InvalidTargetError(f"category {self.category} is out of range for {classes} classes")
-        picked = logits.gather(1, category.view(batch, 1, 1, 1).expand(batch, 1, *logits.shape[2:]))[:, 0]
+        picked = logits.gather(1, category.view(batch, 1, *(1,) * n).expand(batch, 1, *spatial))[:, 0]
         if self.mask is None:
-            weight = (logits.detach().argmax(dim=1) == category.view(batch, 1, 1)).to(picked.dtype)
+            weight = (logits.detach().argmax(dim=1) == category.view(batch, *(1,) * n)).to(picked.dtype)
         else:
-            mask = self.mask.to(device=logits.device)
-            if mask.shape[-2:] != logits.shape[-2:] or mask.dim() not in (2, 3) or (
-                mask.dim() == 3 and mask.shape[0] != batch
-            ):
-                raise InvalidTargetError(
-                    f"mask must be [H, W] or [B, H, W] = {[batch, *logits.shape[2:]]} (the output's size), "
-                    f"got shape {list(mask.shape)}"
-                )
-            weight = mask.to(picked.dtype)
-        return (picked * weight).sum(dim=(-2, -1))
+            weight = self._weight(batch, spatial, logits.device).to(picked.dtype)
+        return (picked * weight).sum(dim=tuple(range(-n, 0)))
+
+    def _weight(self, batch: int, spatial: list[int], device: torch.device) -> Tensor:
+        """The given mask, checked against the output's batch, rank and spatial size."""
+        mask, n = self.mask, len(spatial)
+        if not isinstance(mask, Tensor) or not (
+            mask.dim() in (n, n + 1)
+            and tuple(mask.shape[mask.dim() - n :]) == tuple(spatial)
+            and (mask.dim() == n or mask.shape[0] == batch)
+        ):
+            got = f"shape {list(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
+            axes = _MASK_AXES[n]
+            raise InvalidTargetError(
+                f"mask must be [{axes}] or [B, {axes}] = {[batch, *spatial]} (the output's size: logits "
+                f"{_LOGITS[n + 2]} of {_KINDS[n]}), got {got}"
+            )
+        return mask.to(device=device)
 
 
 class SimilarityTarget:
