@@ -14,7 +14,7 @@ from .._internal.state import eval_mode
 from ..errors import LayerNotFoundError
 from ..functional.tokens import infer_token_grid
 from ..hooks import HookScope
-from .layout import _signal_layout, grid_shape, prefix_token_hint, token_prefix
+from .layout import TokenHint, _signal_layout, grid_shape, prefix_token_hint, token_prefix
 from .names import _names
 
 __all__ = ["auto_layer", "default_score", "is_spatial_here", "qualifying_layers"]
@@ -127,8 +127,11 @@ def qualifying_layers(
     """Every layer that is a CAM layer for this input, in the order the forward finishes them.
 
     A layer qualifies when its output (its last call's) is a spatial map of *this* input:
-    ``[B, C, h, w]``, ``[B, h, w, C]`` or ``[B, N, D]`` tokens that lie on a grid of more than
-    one position matching the input (:func:`camkit.layers.layout.grid_shape`), with the batch's
+    ``[B, C, h, w]``, ``[B, h, w, C]`` or ``[B, N, D]`` tokens for an image (``[B, C, t]``,
+    ``[B, C, d, h, w]`` and their channel-last forms for a signal, a volume or a video) that
+    lie on a grid of more than one position matching the input
+    (:func:`camkit.layers.layout.grid_shape`, with the model's own token layout when it says:
+    :func:`camkit.layers.layout.prefix_token_hint`), with the batch's
     size, different for different images (so not a parameter or a position table), outside
     any attention module (q/k/v, head norms, position biases), and feeding the score: the
     gradient of the score reaches its grid positions (it does not at a ViT's patch tokens
@@ -140,7 +143,7 @@ def qualifying_layers(
 
     Args:
         model: the model.
-        x: an input batch [B, C, H, W].
+        x: an input batch [B, C, *S]: [B, C, T], [B, C, H, W] or [B, C, D, H, W].
         forward: how to run the model on a batch (default ``model(batch)``).
         score: per-sample score ``f(output) -> Tensor[B]``; default: the top-1 class score,
             or the sum of any other tensor output.
@@ -220,7 +223,7 @@ _REASONS = {
 }
 
 
-def _reaches_grid(cand: _Candidate, grad: Tensor, size: tuple[int, ...], hint: int | None) -> bool:
+def _reaches_grid(cand: _Candidate, grad: Tensor, size: tuple[int, ...], hint: TokenHint) -> bool:
     if grad.dim() == 3 and (len(size) != 1 or _signal_layout(cand.module, tuple(grad.shape), size, hint) == "tokens"):
         prefix = token_prefix(grad.shape[1], size, hint)
         if prefix is None:

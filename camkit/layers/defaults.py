@@ -4,17 +4,22 @@
   and ``torch.compile`` (``._orig_mod``) wrappers. Explainers run the eager module inside:
   hooks added after compiling are not traced by the compiled graph, and a ``DataParallel``
   replica per device would split the batch across separate captures.
-* :func:`default_layer` gives the CAM layer for torchvision families, then for timm and
-  transformers families (:mod:`camkit.layers.families`; tables in ``docs/layers.md``); it takes
-  precedence over the generic rule of :func:`camkit.layers.auto_layer` when it gives a
-  spatial map for the input.
+* :func:`default_layer` gives the CAM layer for torchvision families, then MONAI's networks,
+  then timm and transformers families (:mod:`camkit.layers.families`; tables in
+  ``docs/layers.md``); it takes precedence over the generic rule of
+  :func:`camkit.layers.auto_layer` when it gives a spatial map for the input. A model wrapped
+  in :class:`camkit.layers.video.ChannelsFirstVideo` gets its inner model's default, named
+  ``model.<layer>``.
 """
 
 from __future__ import annotations
 
+import sys
+
 from torch import nn
 
-from .families import family_layer, rules, torchvision
+from .families import family_layer, monai, rules, torchvision
+from .video import ChannelsFirstVideo
 
 __all__ = ["default_layer", "default_layer_table", "unwrap_model"]
 
@@ -41,22 +46,25 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 def default_layer_table() -> list[tuple[str, str]]:
     """``(architecture class, default layer)`` rows, as documented in ``docs/layers.md``.
 
-    Torchvision's rows come first, then the timm / transformers families' (model classes and
-    layer patterns, from :func:`camkit.layers.families.rules`).
+    Torchvision's rows come first, then MONAI's (when MONAI is imported), then the timm /
+    transformers families' (model classes and layer patterns, from
+    :func:`camkit.layers.families.rules`).
 
     Example:
         >>> from camkit.layers.defaults import default_layer_table
         >>> dict(default_layer_table())["ResNet"]
         'layer4'
     """
-    return torchvision.table() + [(", ".join(r.classes), " or ".join(r.patterns)) for r in rules()]  # timm, transformers
+    known = torchvision.table() + (monai.table() if "monai.networks.nets" in sys.modules else [])
+    return known + [(", ".join(r.classes), " or ".join(r.patterns)) for r in rules()]  # timm, transformers
 
 
 def default_layer(model: nn.Module) -> str | None:
     """The default CAM layer name for a known torchvision architecture, or ``None``.
 
     Subclasses of a known class get the same default. Wrappers are looked through. Models
-    that no torchvision rule knows get the timm / transformers family default of
+    that no torchvision rule knows get MONAI's network default
+    (:mod:`camkit.layers.families.monai`), else the timm / transformers family default of
     :func:`camkit.layers.families.family_layer`, if one fits.
 
     Example:
@@ -66,7 +74,11 @@ def default_layer(model: nn.Module) -> str | None:
         'layer4'
     """
     model = unwrap_model(model)
-    known, layer = torchvision.torchvision_layer(model)
-    if known:
-        return layer
+    if isinstance(model, ChannelsFirstVideo):
+        inner = default_layer(model.model)
+        return None if inner is None else f"model.{inner}"
+    for library in (torchvision.torchvision_layer, monai.monai_layer):
+        known, layer = library(model)
+        if known:
+            return layer
     return family_layer(model)  # timm / transformers families (camkit.layers.families)

@@ -15,7 +15,10 @@ their own number of axes. A layer gives one of:
   inferred from ``N`` and the input's aspect ratio (:func:`camkit.functional.infer_token_grid`),
   with the model's own prefix count when it says. For a signal, tokens ``[B, N, D]`` have the
   shape of a channel-first map: channel-first is read when its length fits the input, tokens
-  when ``N`` (less a prefix) does.
+  when ``N`` (less a prefix) does. A model whose configuration fixes its grid or its token
+  order (video transformers: a tubelet and patch size; TimeSformer's patch-major tokens) says
+  so with a :class:`~camkit.layers.families.rule.TokenLayout` in place of a prefix count
+  (:func:`prefix_token_hint`), and its tokens are read by it (:mod:`camkit.layers.token_layout`).
 
 A grid of one position (``1 x 1``, after global pooling say) carries no spatial
 information: it is refused, never stretched into a map.
@@ -24,8 +27,8 @@ information: it is refused, never stretched into a map.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
+from typing import Union
 
 from torch import Tensor, nn
 
@@ -38,21 +41,37 @@ from ..functional.tokens import (
     tokens_to_grid,
 )
 from .defaults import unwrap_model
-from .families import prefix_tokens
+from .families import prefix_tokens, token_layout
+from .families.torchvision import torchvision_tokens
+from .token_layout import TokenLayout, layout_grid, layout_to_grid
+from .video import ChannelsFirstVideo
 
-__all__ = ["grid_shape", "known_channels_last", "layer_grid", "prefix_token_hint", "token_prefix"]
+__all__ = ["TokenLayout", "grid_shape", "known_channels_last", "layer_grid", "prefix_token_hint", "token_prefix"]
 
 Reshape = Callable[[Tensor], Tensor]
+#: What a model says about its tokens: a prefix count, or its whole :class:`TokenLayout`.
+TokenHint = Union[int, TokenLayout, None]
 
 
-def token_prefix(count: int, size: tuple[int, ...], hint: int | None) -> int | None:
+def _count(hint: TokenHint) -> int | None:
+    return hint.prefix if isinstance(hint, TokenLayout) else hint
+
+
+def token_prefix(count: int, size: tuple[int, ...], hint: TokenHint) -> int | None:
     """The model's prefix-token count when it fits ``count`` tokens on the input, else ``None`` (infer).
+
+    With a :class:`TokenLayout`, the prefix its grid leaves (:func:`camkit.layers.token_layout.layout_grid`).
 
     Example:
         >>> from camkit.layers.layout import token_prefix
         >>> token_prefix(197, (224, 224), 1), token_prefix(49, (224, 224), 1)
         (1, None)
     """
+    if isinstance(hint, TokenLayout):
+        fit = layout_grid(count, size, hint)
+        if fit is not None:
+            return fit[0]
+        hint = hint.prefix
     if hint is None:
         return None
     try:
@@ -72,39 +91,42 @@ def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, .
         return known
 
 
-def _signal_layout(module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], hint: int | None) -> str:
+def _signal_layout(module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], hint: TokenHint) -> str:
     """How a [B, d1, d2] output of a signal model lies: ``"first"``, ``"last"`` or ``"tokens"``.
 
-    The image rule with tokens counted as a channel-last reading (tokens after a prefix only
-    with the model's own prefix count): the shape decides when only
-    one reading fits the signal, the module's type when both do (a signal's small channel
-    counts often fit it as a length: 6 is 32 / 5 rounded up), and PyTorch's channel-first
-    convention when none does. Raises :class:`InvalidInputError` when nothing decides.
+    Unlike an image's, a signal's shape is weak evidence: almost any small channel count is the
+    signal's length over some stride (6 is 32 / 5 rounded up), so a ``Conv1d`` output [B, 4, 30]
+    on 64 samples would "fit" as [B, t, C]. So the module's type decides first (a ``Conv1d`` or a
+    ``BatchNorm1d`` is channel-first, a ``Linear`` or a ``LayerNorm`` channel-last); then the
+    shape, when only one reading fits (tokens after a prefix only with the model's own prefix
+    count); then PyTorch's channel-first convention when none fits. Raises
+    :class:`InvalidInputError` when both fit and nothing else decides.
     """
+    hint = _count(hint)
     first = grid_fits(shape[2:], size)
     last = grid_fits(shape[1:2], size)
     # Tokens with prefix tokens only when the model says how many: a signal's length fits so many
     # counts that an inferred prefix would read almost any [B, N, D] output as tokens.
     tokens = not last and bool(hint) and token_prefix(shape[1], size, hint) is not None
+    known = known_channels_last(module)
+    if known is False:
+        return "first"
+    if known:
+        return "tokens" if tokens else "last"
     if not first:
         return "last" if last else "tokens" if tokens else "first"
     if not (last or tokens):
         return "first"
-    known = known_channels_last(module)
-    if known is None:
-        reading = "[B, t, C]" if last else "[B, N, D] tokens"
-        raise InvalidInputError(
-            f"the layer output {list(shape)} on a {size[0]}-sample signal fits both [B, C, t] and {reading}, and "
-            f"its type ({type(module).__name__}) does not say which; pass reshape=lambda t: t for channel-first "
-            "or reshape=lambda t: t.transpose(1, 2) for channel-last."
-        )
-    if not known:
-        return "first"
-    return "last" if last else "tokens"
+    reading = "[B, t, C]" if last else "[B, N, D] tokens"
+    raise InvalidInputError(
+        f"the layer output {list(shape)} on a {size[0]}-sample signal fits both [B, C, t] and {reading}, and "
+        f"its type ({type(module).__name__}) does not say which; pass reshape=lambda t: t for channel-first "
+        "or reshape=lambda t: t.transpose(1, 2) for channel-last."
+    )
 
 
 def grid_shape(
-    module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], prefix_hint: int | None = None
+    module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], prefix_hint: TokenHint = None
 ) -> tuple[int, ...] | None:
     """The grid a layer output of ``shape`` lies on for an input of spatial size ``size``, or ``None``.
 
@@ -113,7 +135,9 @@ def grid_shape(
 
     ``None`` when the output is not a map of the input (neither tokens nor a map with one axis
     per spatial axis, tokens that fit no grid, or a layout nothing decides). Used to qualify
-    layers; it never raises.
+    layers; it never raises. ``prefix_hint`` is what the model says about its tokens: a prefix
+    count, or a :class:`TokenLayout` (whose grid wins; tokens of a model whose order is not
+    row-major and that do not fit its grid are no map).
 
     Example:
         >>> from torch import nn
@@ -135,6 +159,12 @@ def grid_shape(
                 return tuple(infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))[1:])
             return (shape[1],) if layout == "last" else (shape[2],)
         if len(shape) == 3:
+            if isinstance(prefix_hint, TokenLayout):
+                fit = layout_grid(shape[1], size, prefix_hint)
+                if fit is not None:
+                    return fit[1]
+                if prefix_hint.order is not None:
+                    return None  # tokens in the model's own order that fit no grid of it: not readable
             _, *grid = infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))
             return tuple(grid)
         if len(shape) == n + 2:
@@ -151,7 +181,7 @@ def layer_grid(
     tensor: Tensor,
     size: tuple[int, ...],
     *,
-    prefix_hint: int | None = None,
+    prefix_hint: TokenHint = None,
     reshape: Reshape | None = None,
     last_spatial: Callable[[], str | None] | None = None,
 ) -> Tensor:
@@ -162,7 +192,8 @@ def layer_grid(
         module: the layer (its type is evidence for the layout when the shape is ambiguous).
         tensor: its output or gradient.
         size: the input's spatial size: ``(H, W)``, ``(T,)`` or ``(D, H, W)``.
-        prefix_hint: the model's own count of prefix tokens, if it says.
+        prefix_hint: the model's own count of prefix tokens, if it says, or its
+            :class:`TokenLayout` (:func:`prefix_token_hint`).
         reshape: the caller's own conversion; it overrides everything else.
         last_spatial: called only to word the error for a ``1 x 1`` grid: the name of the
             model's last layer with a spatial output.
@@ -198,6 +229,8 @@ def layer_grid(
             grid = tokens_to_grid(tensor, size, prefix=token_prefix(tensor.shape[1], size, prefix_hint))
         else:
             grid = channels_last_to_grid(tensor) if layout == "last" else tensor
+    elif tensor.dim() == 3 and isinstance(prefix_hint, TokenLayout):
+        grid = _laid_out(name, tensor, size, prefix_hint)
     elif tensor.dim() == 3:
         prefix = token_prefix(tensor.shape[1], size, prefix_hint)
         grid = tokens_to_grid(tensor, size, prefix=prefix)
@@ -226,6 +259,21 @@ def layer_grid(
     return grid
 
 
+def _laid_out(name: str, tensor: Tensor, size: tuple[int, ...], layout: TokenLayout) -> Tensor:
+    # Tokens of a model that says how they lie: its grid, in its order; the generic reading
+    # only for row-major tokens that do not fit it (a pooled stage, say).
+    fit = layout_grid(tensor.shape[1], size, layout)
+    if fit is not None:
+        return layout_to_grid(tensor, fit[0], fit[1], layout.order)
+    if layout.order is not None:
+        raise InvalidInputError(
+            f"layer '{name}' gives {tensor.shape[1]} tokens, which fit no grid of this model's token layout "
+            f"on the {'x'.join(map(str, size))} input ({layout}), and its tokens are not in row-major order; "
+            "pass reshape= a callable that turns them into [B, C, *grid]."
+        )
+    return tokens_to_grid(tensor, size, prefix=token_prefix(tensor.shape[1], size, layout.prefix))
+
+
 _GRID_SHAPES = {1: "[B, C, t]", 2: "[B, C, h, w]", 3: "[B, C, d, h, w]"}
 
 _CHANNELS_FIRST = {
@@ -240,6 +288,7 @@ _CHANNELS_FIRST = {
     "Conv3DSimple",
     "Conv2Plus1D",
     "Conv3DNoTemporal",
+    "SkipConnection",  # MONAI: concatenates along the channel axis
     "CNBlock",
     "ConvNeXtBlock",
     "Bottleneck",
@@ -305,11 +354,17 @@ def _shape_keeping(module: nn.Module) -> bool:
     return type(module).__name__ in _SHAPE_KEEPING
 
 
-def prefix_token_hint(model: nn.Module) -> int | None:
-    """Leading non-patch tokens of a ViT, when the model says: timm's ``num_prefix_tokens``,
-    transformers' ViT / DeiT / CLIP vision / DINOv2 from class and config
-    (:func:`camkit.layers.families.prefix_tokens`), or 1 for torchvision's ``VisionTransformer``
-    itself (not subclasses, which may add registers).
+def prefix_token_hint(model: nn.Module) -> TokenHint:
+    """What a model says about its tokens: its count of leading non-patch tokens, or its :class:`TokenLayout`.
+
+    A count: timm's ``num_prefix_tokens``; transformers' ViT / DeiT / CLIP vision / DINOv2 from
+    class and config (:func:`camkit.layers.families.prefix_tokens`); 1 for torchvision's
+    ``VisionTransformer`` itself (not subclasses, which may add registers). A
+    :class:`TokenLayout` where the configuration also fixes the grid or the token order:
+    transformers' VideoMAE, TimeSformer and ViViT (:func:`camkit.layers.families.token_layout`),
+    torchvision's MViT (:func:`camkit.layers.families.torchvision.torchvision_tokens`). A model
+    in :class:`camkit.layers.video.ChannelsFirstVideo` is asked through the wrapper.
+    ``None`` when the model says nothing: the layout is inferred.
 
     Example:
         >>> from torch import nn
@@ -319,13 +374,15 @@ def prefix_token_hint(model: nn.Module) -> int | None:
         5
     """
     model = unwrap_model(model)
+    if isinstance(model, ChannelsFirstVideo):
+        model = model.model
     count = getattr(model, "num_prefix_tokens", None)
     if isinstance(count, int) and count >= 0:
         return count
+    layout = token_layout(model)  # transformers' video families, from their config
+    if layout is not None:
+        return layout
     count = prefix_tokens(model)  # transformers' ViT, DeiT, CLIP vision, DINOv2 (camkit.layers.families)
     if count is not None:
         return count
-    vision_transformer = sys.modules.get("torchvision.models.vision_transformer")  # never imported just to check
-    if vision_transformer is not None and type(model) is getattr(vision_transformer, "VisionTransformer", None):
-        return 1
-    return None
+    return torchvision_tokens(model)  # torchvision's VisionTransformer, MViT

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from ..errors import CamkitWarning, InvalidInputError, LayerNotFoundError
 from .auto import auto_layer, is_spatial_here
 from .defaults import default_layer
+from .families import check_frames_order
 from .names import LayerSpec, _names, _resolve_one, _strip_wrappers
 
 __all__ = ["resolve_layers"]
@@ -39,6 +40,13 @@ def resolve_layers(
         forward: how to run the model on ``example`` for the dry run (default ``model(example)``).
         score: what the dry run differentiates (see :func:`qualifying_layers`).
 
+    Raises:
+        InvalidInputError: for a video model that takes its frames before its channels
+            (Hugging Face's VideoMAE, TimeSformer, ViViT) unless it is wrapped in
+            :class:`camkit.layers.video.ChannelsFirstVideo`
+            (:func:`camkit.layers.families.check_frames_order`).
+        LayerNotFoundError: a name that is not the model's, or no layer found automatically.
+
     Example:
         >>> from torch import nn
         >>> from camkit.layers import resolve_layers
@@ -46,6 +54,7 @@ def resolve_layers(
         >>> resolve_layers(net, "0")[0][0]
         '0'
     """
+    check_frames_order(model)
     names = _names(model)
     if layer is None:
         known = default_layer(model)
@@ -58,7 +67,7 @@ def resolve_layers(
         if found is not None:
             warnings.warn(
                 f"{type(model).__name__}'s default layer '{found}' gives no spatial map on this "
-                f"{example.shape[-2]}x{example.shape[-1]} input (1x1, say); using '{chosen[0]}', the last layer that "
+                f"{'x'.join(map(str, example.shape[2:]))} input (1x1, say); using '{chosen[0]}', the last layer that "
                 "does. Pass layer= to choose.",
                 CamkitWarning,
                 stacklevel=3,

@@ -99,3 +99,14 @@ def test_auto_layer_on_a_signal_and_a_volume():
     pooled = nn.Sequential(nn.Conv3d(1, 4, 3, stride=8), nn.Flatten(), nn.Linear(4, 3)).eval()
     with pytest.raises(camkit.LayerNotFoundError, match="no CAM layer found automatically in Sequential for this 8x8x8"):
         camkit.auto_layer(pooled, torch.rand(1, 1, 8, 8, 8))
+
+
+def test_a_signal_layers_type_decides_before_its_shape():
+    # [B, 4, 30] from an unpadded strided Conv1d on 64 samples: 30 is no stride of 64 but 4 is
+    # (64 / 16); the Conv1d is channel-first whatever its shape suggests.
+    net = nn.Sequential(nn.Conv1d(1, 4, 5, stride=2), nn.ReLU(), nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(4, 2))
+    assert grid_shape(net[0], (2, 4, 30), (64,)) == (30,)
+    e = camkit.GradCAM(net, "0").explain(torch.rand(2, 1, 64))
+    assert e.raw.shape == (2, 30) and e.maps.shape == (2, 64)
+    # A LayerNorm is channel-last even where its length would fit.
+    assert grid_shape(nn.LayerNorm(8), (2, 16, 8), (64,)) == (16,)

@@ -19,21 +19,40 @@ their class and config. :func:`layer_layout` says whether a family's default lay
 output is channel-last; a container that ends with a ``Linear`` (MaxViT's and transformers'
 ConvNeXt stages) cannot be judged by its last leaf module.
 
+Video transformers also say how their tokens lie (:func:`token_layout`: a tubelet and patch
+size, a token order), and which take their frames before their channels
+(:func:`check_frames_order`). A model wrapped in :class:`camkit.layers.video.ChannelsFirstVideo`
+gets its inner model's rule, with the layer named ``model.<layer>``.
+
 Each library's rules live in a module of their own: :mod:`camkit.layers.families.timm`,
-:mod:`camkit.layers.families.transformers`, and :mod:`camkit.layers.families.torchvision`
-(torchvision's families are matched by ``isinstance``, by
-:func:`camkit.layers.defaults.default_layer`, before these rules); the shape of a rule is
-:class:`~camkit.layers.families.rule.FamilyRule`.
+:mod:`camkit.layers.families.transformers`, :mod:`camkit.layers.families.torchvision` and
+:mod:`camkit.layers.families.monai` (torchvision's and MONAI's families are matched by
+``isinstance``, by :func:`camkit.layers.defaults.default_layer`, before these rules); the shape
+of a rule is :class:`~camkit.layers.families.rule.FamilyRule`.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
+from ...errors import InvalidInputError
+from ..video import ChannelsFirstVideo
 from . import timm, transformers
-from .rule import FamilyRule, expand
+from .rule import FamilyRule, TokenLayout, expand
 
-__all__ = ["FamilyRule", "family_layer", "family_rule", "family_table", "layer_layout", "markdown_table", "prefix_tokens", "rules"]
+__all__ = [
+    "FamilyRule",
+    "TokenLayout",
+    "check_frames_order",
+    "family_layer",
+    "family_rule",
+    "family_table",
+    "layer_layout",
+    "markdown_table",
+    "prefix_tokens",
+    "rules",
+    "token_layout",
+]
 
 _RULES: tuple[FamilyRule, ...] = timm.RULES + transformers.RULES
 
@@ -70,6 +89,9 @@ def family_rule(model: nn.Module) -> tuple[FamilyRule, str] | None:
         >>> rule.family, layer
         ('ViT', 'encoder.layer.1.layernorm_before')
     """
+    if isinstance(model, ChannelsFirstVideo):
+        inner = family_rule(model.model)
+        return None if inner is None else (inner[0], f"model.{inner[1]}")
     names = _class_names(model)
     for rule in _RULES:
         if not any(name in names for name in rule.classes):
@@ -146,7 +168,77 @@ def prefix_tokens(model: nn.Module) -> int | None:
     if found is None:
         return None
     prefix = found[0].prefix
-    return prefix(model) if callable(prefix) else prefix
+    inner = model.model if isinstance(model, ChannelsFirstVideo) else model
+    return prefix(inner) if callable(prefix) else prefix
+
+
+def token_layout(model: nn.Module) -> TokenLayout | None:
+    """How a recognised video transformer's tokens lie on the input, read from its config; else ``None``.
+
+    A model no rule recognises is searched for a recognised submodule (a user's classifier
+    around a ``TimesformerModel``, say): its tokens are the backbone's.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from torch import nn
+        >>> from camkit.layers.families import token_layout
+        >>> class VideoMAEModel(nn.Module):  # shaped like transformers' VideoMAEModel
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.config = SimpleNamespace(tubelet_size=2, patch_size=16)
+        ...         self.encoder = nn.Module()
+        ...         self.encoder.layer = nn.ModuleList([nn.Module()])
+        ...         self.encoder.layer[0].layernorm_before = nn.LayerNorm(4)
+        >>> token_layout(VideoMAEModel())
+        TokenLayout(prefix=0, strides=(2, 16, 16), order=None)
+    """
+    found = family_rule(model)
+    if found is not None:
+        rule = found[0]
+        return None if rule.layout is None else rule.layout(model.model if isinstance(model, ChannelsFirstVideo) else model)
+    for module in model.modules():  # a user's model around a recognised backbone: the backbone's tokens
+        if module is not model and (inner := family_rule(module)) is not None and inner[0].layout is not None:
+            return inner[0].layout(module)
+    return None
+
+
+def check_frames_order(model: nn.Module) -> None:
+    """Refuse a bare model known to take videos ``[B, T, C, H, W]``; wrapped, it passes.
+
+    Hugging Face's VideoMAE, TimeSformer and ViViT take ``pixel_values`` with the frames before
+    the channels; handed camkit's ``[B, C, T, H, W]`` they would read time as channels, so they
+    are explained through :class:`camkit.layers.video.ChannelsFirstVideo`.
+
+    Raises:
+        InvalidInputError: for such a model, unwrapped; the message says how to wrap it.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from torch import nn
+        >>> from camkit.layers import ChannelsFirstVideo
+        >>> from camkit.layers.families import check_frames_order
+        >>> class VideoMAEModel(nn.Module):  # shaped like transformers' VideoMAEModel
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.encoder = nn.Module()
+        ...         self.encoder.layer = nn.ModuleList([nn.Module()])
+        ...         self.encoder.layer[0].layernorm_before = nn.LayerNorm(4)
+        >>> check_frames_order(ChannelsFirstVideo(VideoMAEModel()))
+        >>> check_frames_order(VideoMAEModel())
+        Traceback (most recent call last):
+        ...
+        camkit.errors.InvalidInputError: VideoMAEModel (VideoMAE) takes videos as pixel_values [B, T, C, H, W], frames before channels, while camkit's videos are [B, C, T, H, W]: explain camkit.layers.ChannelsFirstVideo(model) on x = pixel_values.transpose(1, 2); its maps are [B, T, H, W]
+    """
+    if isinstance(model, ChannelsFirstVideo):
+        return
+    found = family_rule(model)
+    if found is None or not found[0].frames_first:
+        return
+    raise InvalidInputError(
+        f"{type(model).__name__} ({found[0].family}) takes videos as pixel_values [B, T, C, H, W], frames before "
+        "channels, while camkit's videos are [B, C, T, H, W]: explain camkit.layers.ChannelsFirstVideo(model) "
+        "on x = pixel_values.transpose(1, 2); its maps are [B, T, H, W]"
+    )
 
 
 def family_table() -> list[tuple[str, str, str, str, str]]:

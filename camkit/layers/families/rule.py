@@ -12,10 +12,40 @@ from typing import NamedTuple
 
 from torch import nn
 
-__all__ = ["NCHW", "NHWC", "FamilyRule", "expand", "tokens"]
+__all__ = ["NCHW", "NHWC", "FamilyRule", "TokenLayout", "expand", "tokens"]
 
 NCHW = "[B, C, h, w]"
 NHWC = "channel-last [B, h, w, C]"
+
+
+class TokenLayout(NamedTuple):
+    """How a model's patch tokens lie on the input, when its configuration says.
+
+    A model's own numbers decide where inference from the token count alone cannot: ``8 x 7 x 7``
+    and ``2 x 14 x 14`` are both 392 tokens of a 16x112x112 clip, and a model whose tokens run
+    patch by patch, each patch's frames in a row (Hugging Face's TimeSformer), is not read in
+    row-major order. Layers whose tokens do not fit (a pooled stage, another rank) are read by
+    the generic rule, unless ``order`` says the model's tokens are not row-major: then they are
+    refused rather than misread.
+
+    Attributes:
+        prefix: leading non-patch tokens (class, distillation, registers) where a layer has
+            them; a layer whose token count fits the grid without them has none.
+        strides: per spatial axis of the input, its side divided by the grid's (a tubelet
+            and a patch size: ``(2, 16, 16)``); ``None`` on an axis leaves that side to
+            inference (a stride that changes from stage to stage). Sides are rounded down or up.
+        order: the grid's axes from the slowest-varying token to the fastest; ``None`` is
+            row-major (``(0, 1, 2)``: frames, then rows, then columns). TimeSformer: ``(1, 2, 0)``.
+
+    Example:
+        >>> from camkit.layers.families.rule import TokenLayout
+        >>> TokenLayout(prefix=1, strides=(2, 16, 16)).order is None
+        True
+    """
+
+    prefix: int | None = None
+    strides: tuple[int | None, ...] = ()
+    order: tuple[int, ...] | None = None
 
 
 def tokens(prefix: str) -> str:
@@ -37,6 +67,11 @@ class FamilyRule(NamedTuple):
             channel-last/-first, ``None`` for tokens.
         prefix: leading non-patch tokens of the layer's token output, or a callable
             reading them from the model (``None``: not a token layer, or not known).
+        layout: a callable reading the model's :class:`TokenLayout` from its configuration
+            (a video transformer's tubelet and patch sizes, its token order), or ``None``.
+        frames_first: the model takes videos ``[B, T, C, H, W]`` (Hugging Face's
+            ``pixel_values``): camkit explains it through
+            :class:`camkit.layers.video.ChannelsFirstVideo`, and refuses it bare.
 
     Example:
         >>> from camkit.layers.families import rules
@@ -53,6 +88,8 @@ class FamilyRule(NamedTuple):
     examples: str
     channels_last: bool | None = None
     prefix: int | Callable[[nn.Module], int | None] | None = None
+    layout: Callable[[nn.Module], TokenLayout | None] | None = None
+    frames_first: bool = False
 
 
 def expand(model: nn.Module, pattern: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Default layers of torchvision's classification, segmentation and detection families.
+"""Default layers of torchvision's classification, segmentation, detection and video families.
 
 torchvision is imported only when the model's own module already imported it: importing it
 just to say "not a torchvision model" would cost hundreds of MiB (it pulls in torch._dynamo).
@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 from torch import nn
 
-__all__ = ["table", "torchvision_layer"]
+from .rule import TokenLayout
+
+__all__ = ["table", "torchvision_layer", "torchvision_tokens"]
 
 
 def _last_child(module: nn.Module) -> str:
@@ -33,6 +35,12 @@ def _vgg(model: nn.Module) -> str:
     return f"features.{relus[-1]}" if relus else _last_feature(model)
 
 
+def _mvit(model: nn.Module) -> str:
+    # Like a ViT: the head reads the class token after the last block, whose first norm feeds
+    # the attention through which the class token reads the patches.
+    return f"blocks.{_last_child(model.get_submodule('blocks'))}.norm1"
+
+
 def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
     from torchvision.models import (
         VGG,
@@ -47,6 +55,7 @@ def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
     )
     from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
     from torchvision.models.segmentation import FCN, LRASPP, DeepLabV3
+    from torchvision.models.video import S3D, MViT, SwinTransformer3d, VideoResNet
 
     return [
         (VisionTransformer, _vit, "encoder.layers.<last>.ln_1"),
@@ -62,6 +71,10 @@ def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
         (DeepLabV3, lambda m: f"backbone.{_last_child(m.get_submodule('backbone'))}", "backbone.<last>"),
         (LRASPP, lambda m: f"backbone.{_last_child(m.get_submodule('backbone'))}", "backbone.<last>"),
         (GeneralizedRCNN, lambda m: f"backbone.body.{_last_child(m.get_submodule('backbone.body'))}", "backbone.body.<last>"),
+        (VideoResNet, lambda m: "layer4", "layer4"),
+        (S3D, lambda m: "features", "features"),
+        (SwinTransformer3d, _last_feature, "features.<last> (channel-last)"),
+        (MViT, _mvit, "blocks.<last>.norm1"),
     ]
 
 
@@ -96,3 +109,30 @@ def torchvision_layer(model: nn.Module) -> tuple[bool, str | None]:
             except (AttributeError, IndexError):  # get_submodule raises AttributeError
                 return True, None  # a subclass rebuilt differently: fall back to the generic rule
     return False, None
+
+
+def torchvision_tokens(model: nn.Module) -> int | TokenLayout | None:
+    """How a torchvision transformer's tokens lie: its prefix count, or a :class:`TokenLayout`; else ``None``.
+
+    ``VisionTransformer`` itself (not subclasses, which may add registers): one class token.
+    ``MViT``: one class token, and the time stride of its patch embedding (its stages pool
+    space, not time), so that a clip's ``8 x 7 x 7`` tokens are never read as ``2 x 14 x 14``.
+
+    Example:
+        >>> from torch import nn
+        >>> from torchvision.models import VisionTransformer
+        >>> from camkit.layers.families.torchvision import torchvision_tokens
+        >>> vit = VisionTransformer(image_size=16, patch_size=8, num_layers=1, num_heads=1, hidden_dim=4, mlp_dim=8)
+        >>> torchvision_tokens(vit), torchvision_tokens(nn.Linear(2, 2))
+        (1, None)
+    """
+    vision_transformer = sys.modules.get("torchvision.models.vision_transformer")  # never imported just to check
+    if vision_transformer is not None and type(model) is getattr(vision_transformer, "VisionTransformer", None):
+        return 1
+    mvit = sys.modules.get("torchvision.models.video.mvit")
+    if mvit is not None and isinstance(model, mvit.MViT):
+        stride = getattr(getattr(model, "conv_proj", None), "stride", None)
+        if isinstance(stride, tuple) and len(stride) == 3:
+            return TokenLayout(prefix=1, strides=(int(stride[0]), None, None))
+        return 1
+    return None

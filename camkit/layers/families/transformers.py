@@ -2,13 +2,21 @@
 
 transformers is never imported: a model is matched by its class (or a base class) and the
 rule's layer pattern.
+
+The video families (VideoMAE, TimeSformer, ViViT) take ``pixel_values`` ``[B, T, C, H, W]``:
+they are explained through :class:`camkit.layers.video.ChannelsFirstVideo`, and their token
+grid comes from their configuration (:class:`~camkit.layers.families.rule.TokenLayout`), read
+from the installed source (transformers 5): VideoMAE's and ViViT's tubelet tokens run frame
+by frame, row by row (time-major, the order a ``Conv3d`` flattens); TimeSformer's run patch by
+patch, each patch's frames in a row (its embeddings permute ``[B, T, N, D]`` to ``[B, N, T, D]``,
+and every divided space-time layer keeps that order), after one class token.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-from .rule import NCHW, FamilyRule, tokens
+from .rule import NCHW, FamilyRule, TokenLayout, tokens
 
 __all__ = ["RULES"]
 
@@ -20,6 +28,39 @@ def _dinov2_prefix(model: nn.Module) -> int | None:
     registers = getattr(config, "num_register_tokens", 0) or 0
     return 1 + int(registers) if isinstance(registers, int) else None
 
+
+def _pair(value: object) -> tuple[int, int] | None:
+    if isinstance(value, int):
+        return value, value
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+def _videomae_layout(model: nn.Module) -> TokenLayout | None:
+    config = getattr(model, "config", None)
+    tubelet, patch = getattr(config, "tubelet_size", None), _pair(getattr(config, "patch_size", None))
+    if not isinstance(tubelet, int) or patch is None:
+        return None
+    return TokenLayout(prefix=0, strides=(tubelet, *patch))
+
+
+def _vivit_layout(model: nn.Module) -> TokenLayout | None:
+    tubelet = getattr(getattr(model, "config", None), "tubelet_size", None)
+    if not (isinstance(tubelet, (list, tuple)) and len(tubelet) == 3 and all(isinstance(t, int) for t in tubelet)):
+        return None
+    return TokenLayout(prefix=1, strides=tuple(int(t) for t in tubelet))
+
+
+def _timesformer_layout(model: nn.Module) -> TokenLayout | None:
+    config = getattr(model, "config", None)
+    patch = _pair(getattr(config, "patch_size", None))
+    if patch is None or getattr(config, "attention_type", None) not in ("divided_space_time", "joint_space_time"):
+        return None  # "space_only" runs every frame as its own batch row: no [B, N, D] tokens of the clip
+    return TokenLayout(prefix=1, strides=(1, *patch), order=(1, 2, 0))
+
+
+_VIDEO_TOKENS = "tokens [B, {}t·h·w, D]"
 
 RULES: tuple[FamilyRule, ...] = (
     FamilyRule(_HF, "ViT", ("ViTForImageClassification", "ViTModel"),
@@ -49,4 +90,21 @@ RULES: tuple[FamilyRule, ...] = (
                 "encoder.layer.<last>.norm1"),
                tokens("1 + registers + "), "Dinov2ForImageClassification, Dinov2WithRegisters*", None,
                _dinov2_prefix),
+    FamilyRule(_HF, "VideoMAE", ("VideoMAEForVideoClassification", "VideoMAEModel"),
+               ("videomae.encoder.layer.<last>.layernorm_before", "encoder.layer.<last>.layernorm_before"),
+               _VIDEO_TOKENS.format("") + " (frames first: wrap in ChannelsFirstVideo)",
+               "VideoMAEForVideoClassification, VideoMAEModel", None, 0, _videomae_layout, True),
+    # divided space-time attention: the last layer's norms see frames or patch tubes as batch
+    # rows, and its output is a tuple; temporal_dense is the last output holding every patch
+    # token of the clip at the batch's size that feeds the class token
+    FamilyRule(_HF, "TimeSformer", ("TimesformerForVideoClassification", "TimesformerModel"),
+               ("timesformer.encoder.layer.<last>.temporal_dense", "encoder.layer.<last>.temporal_dense",
+                "timesformer.encoder.layer.<last>.layernorm_before", "encoder.layer.<last>.layernorm_before"),
+               "tokens [B, h·w·t, D], patch-major (frames first: wrap in ChannelsFirstVideo)",
+               "TimesformerForVideoClassification, TimesformerModel", None, 0, _timesformer_layout, True),
+    FamilyRule(_HF, "ViViT", ("VivitForVideoClassification", "VivitModel"),
+               ("vivit.layers.<last>.layernorm_before", "layers.<last>.layernorm_before",  # transformers 5
+                "vivit.encoder.layer.<last>.layernorm_before", "encoder.layer.<last>.layernorm_before"),  # 4.x
+               _VIDEO_TOKENS.format("1 + ") + " (frames first: wrap in ChannelsFirstVideo)",
+               "VivitForVideoClassification, VivitModel", None, 1, _vivit_layout, True),
 )
