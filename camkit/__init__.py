@@ -28,7 +28,7 @@ from .explanation import Explanation
 from .functional.views import attribution_view
 from .hooks import HookScope, LayerCapture
 from .io import denormalize, load_image, read_rgb, save_png, to_tensor, to_uint8_rgb
-from .layers import auto_layer, default_layer, list_layers, resolve_layers, unwrap_model
+from .layers import ChannelsFirstVideo, auto_layer, default_layer, list_layers, resolve_layers, unwrap_model
 from .methods import (  # issue 18: pytorch-grad-cam methods
     CAM,
     FEM,
@@ -187,3 +187,4 @@ __all__ += [  # issue 18: pytorch-grad-cam methods
     "ShapleyCAM",
     "factorization_image",
 ]
+__all__ += ["ChannelsFirstVideo"]  # issue 26: Hugging Face video models, [B, T, C, H, W], on camkit's [B, C, T, H, W]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from factories import FACTORIES
-from models import TinyNet
+from models import RANK_SIZES, RankNet, TinyNet, rank_input
 
 import camkit
 from camkit._internal import syncs as _syncs
@@ -102,6 +102,26 @@ def test_recorder_leaves_no_mode_behind():
 
 
 # --- every registered method -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("spatial_dims", [1, 3])
+@pytest.mark.parametrize("key", _method_params())
+def test_explain_makes_no_host_sync_on_signals_and_volumes(key, spatial_dims, on_device):
+    model = RankNet(spatial_dims).eval()
+    if key in ("deepliftshap", "gradientshap"):
+        shape = (2, 3, *RANK_SIZES[spatial_dims])
+        base = torch.linspace(-1, 1, torch.Size(shape).numel()).view(shape)
+        explainer = (camkit.DeepLiftShap(model, base) if key == "deepliftshap"
+                     else camkit.GradientShap(model, base, samples=6, stdev=0.1, seed=0, max_batch=5))
+    else:
+        explainer = FACTORIES[key](model)
+    x = rank_input(spatial_dims)
+    target = torch.tensor([0, 1, 2])
+    explainer.explain(x, target)  # warm-up: per-shape checks and per-device copies happen once
+    with record_syncs() as syncs:
+        explanation = explainer.explain(x, target)
+    assert [str(s) for s in syncs] == []
+    assert explanation.maps.shape == (3, *RANK_SIZES[spatial_dims])
 
 
 @pytest.mark.parametrize("key", _method_params())

@@ -14,7 +14,7 @@ from .._internal.state import eval_mode
 from ..errors import LayerNotFoundError
 from ..functional.tokens import infer_token_grid
 from ..hooks import HookScope
-from .layout import TokenHint, _signal_layout, grid_shape, prefix_token_hint, token_prefix
+from .layout import TokenHint, _signal_layout, conv_ranks, grid_shape, prefix_token_hint, token_prefix
 from .names import _names
 
 __all__ = ["auto_layer", "default_score", "is_spatial_here", "qualifying_layers"]
@@ -44,7 +44,7 @@ def is_spatial_here(
     if not seen or not isinstance(seen[-1], Tensor):
         return True  # not ours to judge here: the explainer reports what it finds
     size = tuple(int(side) for side in x.shape[2:])
-    grid = grid_shape(module, tuple(seen[-1].shape), size, prefix_token_hint(model))
+    grid = grid_shape(module, tuple(seen[-1].shape), size, prefix_token_hint(model), conv_model=len(size) in conv_ranks(model))
     return grid is None or math.prod(grid) > 1
 
 
@@ -162,6 +162,7 @@ def qualifying_layers(
     size = tuple(int(side) for side in probe.shape[2:])
     ranks = {3, len(size) + 2}  # tokens, or a map with one axis per spatial axis of the input
     hint = prefix_token_hint(model)
+    conv = len(size) in conv_ranks(model)  # a convolutional network of this rank: layouts are channel-first
     names = _names(model)
     last: dict[str, _Candidate] = {}
     counter = [0]
@@ -190,7 +191,7 @@ def qualifying_layers(
             if c.output.shape[0] == batch
             and c.output.requires_grad
             and (c.output.dim() != 3 or c.output.shape[-1] > 1)  # [B, C, 1] is a pooled vector, not tokens
-            and (grid := grid_shape(c.module, tuple(c.output.shape), size, hint)) is not None
+            and (grid := grid_shape(c.module, tuple(c.output.shape), size, hint, conv_model=conv)) is not None
             and math.prod(grid) > 1
         ]
         if not shaped or not total.requires_grad:
@@ -204,7 +205,7 @@ def qualifying_layers(
             continue
         if distinct and torch.equal(cand.output[0], cand.output[1]):
             continue  # the same for different images: not a map of the input
-        if not _reaches_grid(cand, grad, size, hint):
+        if not _reaches_grid(cand, grad, size, hint, conv):
             continue
         reached = True
         found.append((cand.name, cand.module))
@@ -223,8 +224,8 @@ _REASONS = {
 }
 
 
-def _reaches_grid(cand: _Candidate, grad: Tensor, size: tuple[int, ...], hint: TokenHint) -> bool:
-    if grad.dim() == 3 and (len(size) != 1 or _signal_layout(cand.module, tuple(grad.shape), size, hint) == "tokens"):
+def _reaches_grid(cand: _Candidate, grad: Tensor, size: tuple[int, ...], hint: TokenHint, conv: bool) -> bool:
+    if grad.dim() == 3 and (len(size) != 1 or _signal_layout(cand.module, tuple(grad.shape), size, hint, conv) == "tokens"):
         prefix = token_prefix(grad.shape[1], size, hint)
         if prefix is None:
             prefix = infer_token_grid(grad.shape[1], size)[0]

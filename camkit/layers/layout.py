@@ -46,7 +46,7 @@ from .families.torchvision import torchvision_tokens
 from .token_layout import TokenLayout, layout_grid, layout_to_grid
 from .video import ChannelsFirstVideo
 
-__all__ = ["TokenLayout", "grid_shape", "known_channels_last", "layer_grid", "prefix_token_hint", "token_prefix"]
+__all__ = ["TokenLayout", "conv_ranks", "grid_shape", "known_channels_last", "layer_grid", "prefix_token_hint", "token_prefix"]
 
 Reshape = Callable[[Tensor], Tensor]
 #: What a model says about its tokens: a prefix count, or its whole :class:`TokenLayout`.
@@ -81,7 +81,9 @@ def token_prefix(count: int, size: tuple[int, ...], hint: TokenHint) -> int | No
     return hint
 
 
-def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...]) -> bool:
+def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], conv_model: bool = False) -> bool:
+    if conv_model and len(size) != 2 and known_channels_last(module) is None:
+        return False  # a convolutional network of this rank: what its type does not say is channel-first
     try:
         return guess_channels_last(shape, size)
     except InvalidInputError:
@@ -91,7 +93,9 @@ def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, .
         return known
 
 
-def _signal_layout(module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], hint: TokenHint) -> str:
+def _signal_layout(
+    module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], hint: TokenHint, conv_model: bool = False
+) -> str:
     """How a [B, d1, d2] output of a signal model lies: ``"first"``, ``"last"`` or ``"tokens"``.
 
     Unlike an image's, a signal's shape is weak evidence: almost any small channel count is the
@@ -113,6 +117,8 @@ def _signal_layout(module: nn.Module, shape: tuple[int, ...], size: tuple[int, .
         return "first"
     if known:
         return "tokens" if tokens else "last"
+    if conv_model:
+        return "first"  # a convolutional signal network: what its type does not say is channel-first
     if not first:
         return "last" if last else "tokens" if tokens else "first"
     if not (last or tokens):
@@ -126,7 +132,12 @@ def _signal_layout(module: nn.Module, shape: tuple[int, ...], size: tuple[int, .
 
 
 def grid_shape(
-    module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], prefix_hint: TokenHint = None
+    module: nn.Module,
+    shape: tuple[int, ...],
+    size: tuple[int, ...],
+    prefix_hint: TokenHint = None,
+    *,
+    conv_model: bool = False,
 ) -> tuple[int, ...] | None:
     """The grid a layer output of ``shape`` lies on for an input of spatial size ``size``, or ``None``.
 
@@ -154,7 +165,7 @@ def grid_shape(
     n = len(size)
     try:
         if len(shape) == 3 and n == 1:
-            layout = _signal_layout(module, shape, size, prefix_hint)
+            layout = _signal_layout(module, shape, size, prefix_hint, conv_model)
             if layout == "tokens":
                 return tuple(infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))[1:])
             return (shape[1],) if layout == "last" else (shape[2],)
@@ -168,7 +179,7 @@ def grid_shape(
             _, *grid = infer_token_grid(shape[1], size, prefix=token_prefix(shape[1], size, prefix_hint))
             return tuple(grid)
         if len(shape) == n + 2:
-            last = _channels_last(module, shape, size)
+            last = _channels_last(module, shape, size, conv_model)
             return tuple(shape[1:-1]) if last else tuple(shape[2:])
     except InvalidInputError:
         return None
@@ -182,6 +193,7 @@ def layer_grid(
     size: tuple[int, ...],
     *,
     prefix_hint: TokenHint = None,
+    conv_model: bool = False,
     reshape: Reshape | None = None,
     last_spatial: Callable[[], str | None] | None = None,
 ) -> Tensor:
@@ -222,7 +234,7 @@ def layer_grid(
     shape = tuple(tensor.shape)
     if tensor.dim() == 3 and n == 1:
         try:
-            layout = _signal_layout(module, shape, size, prefix_hint)
+            layout = _signal_layout(module, shape, size, prefix_hint, conv_model)
         except InvalidInputError as err:
             raise InvalidInputError(f"layer '{name}': {err}") from None
         if layout == "tokens":
@@ -236,7 +248,7 @@ def layer_grid(
         grid = tokens_to_grid(tensor, size, prefix=prefix)
     elif tensor.dim() == n + 2:
         try:
-            last = _channels_last(module, shape, size)
+            last = _channels_last(module, shape, size, conv_model)
         except InvalidInputError as err:
             raise InvalidInputError(f"layer '{name}': {err}") from None
         grid = channels_last_to_grid(tensor) if last else tensor
@@ -386,3 +398,39 @@ def prefix_token_hint(model: nn.Module) -> TokenHint:
     if count is not None:
         return count
     return torchvision_tokens(model)  # torchvision's VisionTransformer, MViT
+
+
+_CHANNEL_LAST_KINDS = ("LayerNorm", "Attention", "Permute", "Transformer", "Swin", "Mixer")
+
+
+def conv_ranks(model: nn.Module) -> frozenset[int]:
+    """The spatial ranks for which ``model`` is a plain convolutional network; empty for any other model.
+
+    A model whose convolutions are all channel-first and which holds nothing that works on
+    channel-last maps or tokens (no ``nn.LayerNorm``, no attention, no ``Permute``, no
+    transformer or Swin block) computes every map channel-first. For such a model, on a signal
+    or a volume, an output whose own type says nothing about its layout (a ``ReLU``, a block of
+    the user's) is read channel-first even when its channel count also fits as a length or a
+    depth: ``[B, 8, 32, 32, 32]`` on a 32-cube fits both ``[B, C, D, H, W]`` and
+    ``[B, D, H, W, C]``, and a signal's small channel counts fit it as lengths. Images keep
+    their rule (the shape decides, then the type): there both layouts rarely fit.
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.layers.layout import conv_ranks
+        >>> sorted(conv_ranks(nn.Sequential(nn.Conv3d(1, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8, 2))))
+        [3]
+        >>> sorted(conv_ranks(nn.Sequential(nn.Conv1d(1, 8, 3), nn.LayerNorm(8))))
+        []
+    """
+    ranks: set[int] = set()
+    for module in model.modules():
+        name = type(module).__name__
+        if isinstance(module, (nn.LayerNorm, nn.MultiheadAttention)) or any(k in name for k in _CHANNEL_LAST_KINDS):
+            if name != "LayerNorm2d":  # timm's and torchvision's channel-first norm of ConvNeXt stems
+                return frozenset()
+        if isinstance(module, nn.modules.conv._ConvNd):
+            for n in (1, 2, 3):
+                if name.endswith(f"{n}d"):
+                    ranks.add(n)
+    return frozenset(ranks)

@@ -21,7 +21,8 @@ from ..functional.perturbation import eigen_projection
 from ..hooks import LayerCapture
 from ..layers.auto import auto_layer, default_score
 from ..layers.defaults import unwrap_model
-from ..layers.layout import layer_grid, prefix_token_hint
+from ..layers.families import check_frames_order
+from ..layers.layout import conv_ranks, layer_grid, prefix_token_hint
 from ..layers.names import LayerSpec
 from ..layers.resolve import resolve_layers
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
@@ -107,6 +108,7 @@ class Explainer:
             raise TypeError(f"input_index must be a position (int) or a keyword name (str), got {input_index!r}")
         self.wrapped_model = model
         self.model = unwrap_model(model)
+        check_frames_order(self.model)  # a bare [B, T, C, H, W] video model would read frames as channels
         self.output = output
         self.keep_mode = keep_mode
         self.input_index = input_index
@@ -307,6 +309,7 @@ class CAMExplainer(Explainer):
         self.reshape = reshape
         self.eigen_smooth = bool(eigen_smooth)
         self._prefix = prefix_token_hint(self.model)
+        self._conv_ranks = conv_ranks(self.model)
         self._layers: list[tuple[str, nn.Module]] | None = (
             None if layer is None else resolve_layers(self.model, layer)
         )
@@ -331,9 +334,11 @@ class CAMExplainer(Explainer):
 
         ``reshape=`` when given; otherwise :func:`camkit.layers.layout.layer_grid`: tokens [B, N, D]
         lose their prefix tokens and go onto the grid inferred from N and ``x``'s aspect
-        ratio (prefix count taken from the model when it says); 4-D outputs are read as
+        ratio (prefix count taken from the model when it says); maps are read as
         channel-first or channel-last from their shape, and only when both fit, from the
-        layer's type; an ambiguous layout or a ``1 x 1`` grid raises. Methods built on
+        layer's type (on a signal or a volume, the layer's type first, and channel-first for
+        any layer of a plain convolutional network: :func:`camkit.layers.layout.conv_ranks`);
+        an ambiguous layout or a ``1 x 1`` grid raises. Methods built on
         activations call this before the CAM math.
         """
         size = tuple(int(side) for side in x.shape[2:])
@@ -344,6 +349,7 @@ class CAMExplainer(Explainer):
                 tensor,
                 size,
                 prefix_hint=self._prefix,
+                conv_model=len(size) in self._conv_ranks,
                 reshape=self.reshape,
                 last_spatial=lambda: self._last_spatial(x),
             )

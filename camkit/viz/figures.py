@@ -152,7 +152,14 @@ def _is_pixel_space(e: Explained) -> bool:
 def _images_float(images: Tensor, mean: Sequence[float] | None, std: Sequence[float] | None) -> Tensor:
     if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3:
         got = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
-        raise InvalidInputError(f"images must be a tensor [B, 3, H, W], got {got}")
+        hint = ""
+        if isinstance(images, Tensor) and images.dim() in (3, 5):
+            kind = "signals [B, C, T]" if images.dim() == 3 else "volumes or videos [B, C, D, H, W]"
+            hint = (
+                f"; these look like {kind}, which figures do not draw yet: draw one slice or frame d "
+                "as an image (images[:, :, d] beside explanation.maps[:, d]) or plot a signal's maps as curves"
+            )
+        raise InvalidInputError(f"images must be a tensor [B, 3, H, W], got {got}{hint}")
     if (mean is None) != (std is None):
         raise InvalidInputError("give both mean and std (the values the images were normalised with), or neither")
     if images.dtype == torch.uint8:

@@ -86,13 +86,23 @@ def test_auto_layer_on_a_signal_and_a_volume():
     signal = nn.Sequential(nn.Conv1d(2, 24, 3, padding=1), nn.ReLU(), nn.Conv1d(24, 40, 3, stride=2, padding=1),
                            nn.ReLU(), nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(40, 3)).eval()
     assert camkit.auto_layer(signal, torch.rand(1, 2, 64))[0] == "3"
-    # 6 channels fit 32 samples (32 / 5 rounded up): the ReLU could be [B, t, C]; its type does not say,
-    # so the convolution before it (channel-first by type) is the last layer that qualifies.
+    # 6 channels fit 32 samples (32 / 5 rounded up): the ReLU could be [B, t, C] by its shape, and its
+    # type does not say; the model is a plain convolutional network, so it is channel-first.
     small = nn.Sequential(nn.Conv1d(2, 4, 3, padding=1), nn.ReLU(), nn.Conv1d(4, 6, 3, stride=2, padding=1),
                           nn.ReLU(), nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(6, 3)).eval()
-    assert camkit.auto_layer(small, torch.rand(1, 2, 32))[0] == "2"
+    assert camkit.auto_layer(small, torch.rand(1, 2, 32))[0] == "3"
+    x = torch.rand(2, 2, 32)
+    e = camkit.GradCAM(small, "3").explain(x)
+    acts = small[:4](x).detach()
+    score = lambda a: small[4:](a).gather(1, e.target[:, None]).sum()  # noqa: E731
+    a = acts.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(score(a), a)
+    torch.testing.assert_close(e.raw, (grad.mean(dim=2, keepdim=True) * acts).sum(dim=1).clamp_min(0))
+    # The same ReLU in a network that also works on channel-last maps: its type and shape do not
+    # decide, and it asks.
+    mixed = nn.Sequential(*small[:4], nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.LayerNorm(6), nn.Linear(6, 3)).eval()
     with pytest.raises(camkit.InvalidInputError, match=r"fits both \[B, C, t\] and \[B, t, C\].*ReLU"):
-        camkit.GradCAM(small, "3").explain(torch.rand(1, 2, 32))
+        camkit.GradCAM(mixed, "3").explain(torch.rand(1, 2, 32))
     volume = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv3d(4, 6, 3, stride=2, padding=1),
                            nn.ReLU(), nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(6, 3)).eval()
     assert camkit.auto_layer(volume, torch.rand(1, 1, 8, 8, 8))[0] == "3"
@@ -108,5 +118,8 @@ def test_a_signal_layers_type_decides_before_its_shape():
     assert grid_shape(net[0], (2, 4, 30), (64,)) == (30,)
     e = camkit.GradCAM(net, "0").explain(torch.rand(2, 1, 64))
     assert e.raw.shape == (2, 30) and e.maps.shape == (2, 64)
+    # The ReLU after it is channel-first in a plain convolutional network.
+    relu = camkit.GradCAM(net, "1").explain(torch.rand(2, 1, 64))
+    assert relu.raw.shape == (2, 30)
     # A LayerNorm is channel-last even where its length would fit.
     assert grid_shape(nn.LayerNorm(8), (2, 16, 8), (64,)) == (16,)

@@ -204,14 +204,16 @@ def test_monai_3d_segmenters_explain_their_last_features_before_the_output_conv(
     assert explanation.maps.shape == (2, 32, 32, 32)
 
 
-def test_monai_segresnet_relu_of_ambiguous_layout_asks_rather_than_guesses():
-    # [B, 8, 32, 32, 32] after a ReLU (no layout of its own) fits [B, C, D, H, W] and [B, D, H, W, C]
+def test_monai_segresnet_relu_of_a_cube_is_read_channel_first():
+    # [B, 8, 32, 32, 32] after a ReLU (no layout of its own) fits [B, C, D, H, W] and [B, D, H, W, C] by its
+    # shape; SegResNet is a plain convolutional network (camkit.layers.layout.conv_ranks), so it is channel-first.
     model = monai_nets.SegResNet(spatial_dims=3, in_channels=1, out_channels=3, init_filters=8).eval()
-    with pytest.raises(InvalidInputError, match=r"fits both.*reshape="):
-        camkit.GradCAM(model, "act_mod").explain(clip(1, 1, 32, 32, 32), _segmentation_target())
-    explanation = camkit.GradCAM(model, "act_mod", reshape=lambda t: t).explain(clip(1, 1, 32, 32, 32),
-                                                                                _segmentation_target())
-    assert explanation.raw.shape == (1, 32, 32, 32)
+    x = clip(1, 1, 32, 32, 32)
+    explanation = camkit.GradCAM(model, "act_mod").explain(x, _segmentation_target())
+    expected, raw = hand_gradcam(model, model.act_mod, x, channels_first, _segmentation_target())
+    assert raw.shape == (1, 32, 32, 32)
+    torch.testing.assert_close(explanation.raw, raw, rtol=1e-4, atol=1e-5 * float(raw.abs().max()))
+    torch.testing.assert_close(explanation.maps, expected, rtol=0, atol=1e-4)
 
 
 def test_monai_rules_serve_every_rank():

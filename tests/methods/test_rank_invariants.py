@@ -134,3 +134,13 @@ def test_frame_share_of_a_video_map():
     torch.testing.assert_close(share, e.maps.sum(dim=(2, 3)) / e.maps.sum(dim=(1, 2, 3))[:, None])
     with pytest.raises(camkit.InvalidInputError, match="frame_share needs maps of a video"):
         _ = camkit.GradCAM(RankNet(1).eval(), "conv2").explain(rank_input(1)).frame_share
+
+
+def test_figures_refuse_volumes_and_signals_and_say_what_to_draw():
+    model = RankNet(3).eval()
+    x = rank_input(3, batch=2)
+    e = camkit.GradCAM(model, "conv2").explain(x)
+    with pytest.raises(camkit.InvalidInputError, match=r"volumes or videos \[B, C, D, H, W\].*images\[:, :, d\]"):
+        camkit.figure(x, e)
+    with pytest.raises(camkit.InvalidInputError, match=r"signals \[B, C, T\]"):
+        camkit.figure(rank_input(1, batch=2), camkit.GradCAM(RankNet(1).eval(), "conv2").explain(rank_input(1, batch=2)))

@@ -8,8 +8,8 @@ examples use the ReLU after it, ``class_layers.relu``); segmentation networks ge
 their last decoder features before the output convolution, not the output itself, whose
 Grad-CAM for a class would only repeat that class's logits. SegResNet's are read at the
 ``GroupNorm`` that opens its ``conv_final`` (a normalisation, like torchvision's DenseNet's
-``norm5``): the ``ReLU`` after it has no layout of its own, and its ``[B, 8, 32, 32, 32]``
-output on a 32x32x32 volume fits both channel-first and channel-last readings.
+``norm5``); the ``ReLU`` after it (``act_mod``) also works, read channel-first because
+SegResNet is a plain convolutional network (:func:`camkit.layers.layout.conv_ranks`).
 """
 
 from __future__ import annotations
