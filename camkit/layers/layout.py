@@ -82,8 +82,14 @@ def token_prefix(count: int, size: tuple[int, ...], hint: TokenHint) -> int | No
 
 
 def _channels_last(module: nn.Module, shape: tuple[int, ...], size: tuple[int, ...], conv_model: bool = False) -> bool:
-    if conv_model and len(size) != 2 and known_channels_last(module) is None:
-        return False  # a convolutional network of this rank: what its type does not say is channel-first
+    if len(size) != 2:
+        # Signals and volumes: the type first, then a plain convolutional network's convention,
+        # then the shape (a small channel count often fits as a length or a depth).
+        known = known_channels_last(module)
+        if known is not None:
+            return known
+        if conv_model:
+            return False
     try:
         return guess_channels_last(shape, size)
     except InvalidInputError:

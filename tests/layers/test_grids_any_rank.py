@@ -123,3 +123,14 @@ def test_a_signal_layers_type_decides_before_its_shape():
     assert relu.raw.shape == (2, 30)
     # A LayerNorm is channel-last even where its length would fit.
     assert grid_shape(nn.LayerNorm(8), (2, 16, 8), (64,)) == (16,)
+
+
+def test_a_volume_layers_type_decides_before_its_shape():
+    # [B, 4, 32, 32, 30] on an 8x64x64 input: only the channel-last reading (4 slices of 32x32 and
+    # 30 channels) fits by shape, but a Conv3d is channel-first.
+    assert grid_shape(nn.Conv3d(1, 4, 1), (2, 4, 32, 32, 30), (8, 64, 64)) == (32, 32, 30)
+    # A module whose type does not say: the shape decides, unless the model is a plain conv network.
+    assert grid_shape(nn.ReLU(), (2, 4, 32, 32, 30), (8, 64, 64)) == (4, 32, 32)
+    assert grid_shape(nn.ReLU(), (2, 4, 32, 32, 30), (8, 64, 64), conv_model=True) == (32, 32, 30)
+    # Images keep their rule: the shape first, the type only when both readings fit.
+    assert grid_shape(nn.Conv2d(1, 4, 1), (2, 14, 14, 30), (224, 224)) == (14, 14)
