@@ -23,6 +23,7 @@ __all__ = [
     "blur",
     "completeness_gap",
     "deconv_relu_grad",
+    "filter_axes",
     "guided_relu_grad",
     "integration_points",
     "reduce_channels",
@@ -152,6 +153,31 @@ def _gaussian_kernel(sigma: float, size: int, dtype: torch.dtype, device: torch.
 _CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
+def filter_axes(flat: Tensor, kernel: Tensor, mode: str = "replicate") -> Tensor:
+    """Run one odd 1-D kernel along every spatial axis of ``flat`` [N, 1, *S], the last axis first.
+
+    Each axis is padded by ``len(kernel) // 2`` with ``mode`` (``F.pad``'s: ``"replicate"``,
+    ``"reflect"``...) before its pass, so the result has ``flat``'s shape: a separable filter
+    for signals, images and volumes alike. The Gaussian blurs of camkit (:func:`blur`, the
+    deletion metrics' blur baseline, SESS's map smoothing) all run through it.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional.attribution import filter_axes
+        >>> filter_axes(torch.tensor([[[0.0, 3.0, 0.0]]]), torch.tensor([1.0, 1.0, 1.0]) / 3)
+        tensor([[[1., 1., 1.]]])
+    """
+    n = flat.dim() - 2
+    half = kernel.numel() // 2
+    for axis in range(n - 1, -1, -1):  # the last spatial axis first
+        pad = [0] * (2 * n)
+        pad[2 * (n - 1 - axis)] = pad[2 * (n - 1 - axis) + 1] = half  # F.pad lists the last axis first
+        shape = [1] * n
+        shape[axis] = -1
+        flat = _CONVS[n](F.pad(flat, tuple(pad), mode=mode), kernel.view(1, 1, *shape))
+    return flat
+
+
 def blur(x: Tensor, sigma: float) -> Tensor:
     """Gaussian blur of a batch [B, C, *S] along every spatial axis; ``x`` is unchanged.
 
@@ -181,16 +207,7 @@ def blur(x: Tensor, sigma: float) -> Tensor:
     radius = max(1, math.ceil(3.0 * sigma))
     kernel = _gaussian_kernel(sigma, 2 * radius + 1, x.dtype, x.device)
     b, c, *spatial = x.shape
-    n = len(spatial)
-    conv = _CONVS[n]
-    flat = x.reshape(b * c, 1, *spatial)
-    for axis in range(n - 1, -1, -1):  # the last spatial axis first
-        pad = [0] * (2 * n)
-        pad[2 * (n - 1 - axis)] = pad[2 * (n - 1 - axis) + 1] = radius  # F.pad lists the last axis first
-        shape = [1] * n
-        shape[axis] = -1
-        flat = conv(F.pad(flat, tuple(pad), mode="replicate"), kernel.view(1, 1, *shape))
-    return flat.reshape(b, c, *spatial)
+    return filter_axes(x.reshape(b * c, 1, *spatial), kernel).reshape(b, c, *spatial)
 
 
 def completeness_gap(attribution: Tensor, score: Tensor, baseline_score: Tensor, *, spatial_dims: int = 2) -> Tensor:

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
+from ..functional.attribution import filter_axes
 from ..functional.maps import interpolation_mode, normalize_maps
 from ..targets.classes import Target
 from ._forward import check_positive, chunks
@@ -38,9 +39,6 @@ def window_starts(length: int, stride: int, window: int) -> list[int]:
     return starts
 
 
-_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-
-
 def gaussian_blur(maps: Tensor, size: int = 11, sigma: float = 5.0) -> Tensor:
     """Separable Gaussian blur of maps [B, *S], mirrored at the border without repeating the edge.
 
@@ -63,14 +61,7 @@ def gaussian_blur(maps: Tensor, size: int = 11, sigma: float = 5.0) -> Tensor:
     kernel = torch.exp(-(offsets**2) / (2 * sigma**2))
     kernel = (kernel / kernel.sum()).to(device=maps.device, dtype=maps.dtype)
     mode = "reflect" if min(maps.shape[1:]) > half else "replicate"
-    flat = maps[:, None]
-    for axis in reversed(range(n)):
-        pad = [0] * (2 * n)
-        pad[2 * (n - 1 - axis)] = pad[2 * (n - 1 - axis) + 1] = half  # F.pad lists the last axis first
-        shape = [1] * n
-        shape[axis] = size
-        flat = _CONVS[n](F.pad(flat, tuple(pad), mode=mode), kernel.view(1, 1, *shape))
-    return flat[:, 0]
+    return filter_axes(maps[:, None], kernel, mode)[:, 0]
 
 
 def _rescale(x: Tensor, size: tuple[int, ...], antialias: bool) -> Tensor:

@@ -4,17 +4,16 @@ of Chattopadhay et al. 2018 (average drop, increase in confidence).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._internal.checks import BATCH_SHAPES, check_broadcasts
 from .._internal.state import eval_mode
 from ..errors import InvalidInputError
+from ..functional.attribution import blur
 from ..targets.classes import OutputSelector, Target
 from ._common import ChunkScorer, check_images, check_maps, chunks, nan_maps, pixel_ranks
 
@@ -48,7 +47,6 @@ Example:
 """
 
 _BASELINE_NAMES = ("blur", "mean")
-_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
 def blur_baseline(x: Tensor, sigma: float = 5.0) -> Tensor:
@@ -69,17 +67,7 @@ def blur_baseline(x: Tensor, sigma: float = 5.0) -> Tensor:
     check_images(x)
     if not sigma > 0:
         raise InvalidInputError(f"sigma must be a positive number of pixels, got {sigma!r}")
-    radius = math.ceil(3 * sigma)
-    taps = torch.arange(-radius, radius + 1, dtype=torch.float64, device=x.device)
-    kernel = torch.exp(-0.5 * (taps / sigma) ** 2)
-    kernel = (kernel / kernel.sum()).to(x.dtype)
-    channels, n = x.shape[1], x.dim() - 2
-    out = F.pad(x, (radius, radius) * n, mode="replicate")
-    for axis in reversed(range(n)):  # the last axis first: one 1-D pass per axis
-        taps_shape = [1] * n
-        taps_shape[axis] = -1
-        out = _CONV[n](out, kernel.view(1, 1, *taps_shape).expand(channels, *[-1] * (n + 1)), groups=channels)
-    return out
+    return blur(x, sigma)
 
 
 def _broadcast_hint(dim: int) -> str:
