@@ -40,9 +40,9 @@ def _assert_same_state(before, after) -> None:
         assert torch.equal(before[3][key], after[3][key]), f"state_dict entry {key} changed"
 
 
-def _messy_model() -> TinyNet:
-    """Mixed training flags, a frozen parameter and existing gradients."""
-    model = TinyNet()
+def _messy_model(model: TinyNet | None = None) -> TinyNet:
+    """Mixed training flags, a frozen parameter and existing gradients (on ``model``, default a TinyNet)."""
+    model = TinyNet() if model is None else model
     model.train()
     model.bn1.eval()
     model.conv1.weight.requires_grad_(False)

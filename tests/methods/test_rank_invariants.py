@@ -11,7 +11,7 @@ import pytest
 import torch
 from factories import FACTORIES
 from models import RANK_SIZES, RankNet, TinyNet, rank_input, tiny_input
-from test_invariants import _assert_same_state, _hook_count, _state
+from test_invariants import _assert_same_state, _hook_count, _messy_model, _state
 
 import camkit
 
@@ -38,12 +38,7 @@ def _factory(key: str, spatial_dims: int):
 
 
 def _messy(spatial_dims: int) -> RankNet:
-    model = RankNet(spatial_dims)
-    model.train()
-    model.bn1.eval()
-    model.conv1.weight.requires_grad_(False)
-    model.fc.weight.grad = torch.randn_like(model.fc.weight)
-    return model
+    return _messy_model(RankNet(spatial_dims))
 
 
 def test_ranknet_2d_is_tinynet():
