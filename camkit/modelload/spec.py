@@ -123,7 +123,9 @@ def _load_demo(weights: str | None) -> tuple[nn.Module, Preprocess, list[str], l
         raise ModelLoadError(
             f"--model demo: the weights in {weights} do not fit the demo model: {first_line(err)}"
         ) from None
-    pre = Preprocess(size=(IMAGE_SIZE, IMAGE_SIZE), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    pre = Preprocess(
+        size=(IMAGE_SIZE, IMAGE_SIZE), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), origin="the bundled demo model"
+    )
     return model, pre, list(CLASSES), ["the bundled demo model (camkit.demo.model.load_shapes_cnn)"]
 
 
@@ -152,26 +154,27 @@ def _compose(
     std: Sequence[float] | None,
 ) -> Preprocess:
     """The model's own preprocessing, with what the caller gave in its place."""
-    stats = {"mean": known.mean, "std": known.std} if known else {"mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+    m, sd = (known.mean, known.std) if known else (IMAGENET_MEAN, IMAGENET_STD)
     if mean is not None and std is not None:
-        stats = {"mean": tuple(float(v) for v in mean), "std": tuple(float(v) for v in std)}
+        m, sd = (float(mean[0]), float(mean[1]), float(mean[2])), (float(std[0]), float(std[1]), float(std[2]))
     crop_hw = _pair(crop, "crop") if crop is not None else None
     if size is not None:
         if crop_hw is not None and isinstance(size, int):  # as torchvision: Resize(N) then CenterCrop
-            return Preprocess(resize=int(size), crop=crop_hw, origin="given", **stats)
-        return Preprocess(size=_pair(size, "size"), crop=crop_hw, origin="given", **stats)
+            return Preprocess(resize=int(size), crop=crop_hw, mean=m, std=sd, origin="given")
+        return Preprocess(size=_pair(size, "size"), crop=crop_hw, mean=m, std=sd, origin="given")
     if known is None:
         if crop_hw is not None:
             raise ModelLoadError("--crop needs --size (the resize before the crop) for this model")
-        return Preprocess(size=(224, 224), origin="default (224x224, ImageNet statistics)", **stats)
+        return Preprocess(size=(224, 224), mean=m, std=sd, origin="default (224x224, ImageNet statistics)")
     if crop_hw is None and mean is None:
         return known
     origin = f"{known.origin or 'the model'}'s, with " + " and ".join(
         w for w, given in (("--crop", crop_hw is not None), ("--mean/--std", mean is not None)) if given
     )
     return Preprocess(
-        size=known.size, resize=known.resize, crop=crop_hw or known.crop, interpolation=known.interpolation,
-        backend=known.backend, crop_rounding=known.crop_rounding, scale=known.scale, origin=origin, **stats,
+        size=known.size, resize=known.resize, crop=crop_hw or known.crop, mean=m, std=sd,
+        interpolation=known.interpolation, backend=known.backend, crop_rounding=known.crop_rounding,
+        scale=known.scale, origin=origin,
     )  # fmt: skip
 
 

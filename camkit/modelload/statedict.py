@@ -191,7 +191,7 @@ def fit_state_dict(model: nn.Module, state: Mapping[str, Tensor], source: Path |
         >>> from camkit.modelload.statedict import fit_state_dict
         >>> net = torch.nn.Linear(2, 2)
         >>> ckpt = {f"model.{k}": torch.zeros_like(v) for k, v in net.state_dict().items()}
-        >>> fit_state_dict(net, ckpt, "last.ckpt"), float(net.weight.abs().sum())
+        >>> fit_state_dict(net, ckpt, "last.ckpt"), float(net.weight.detach().abs().sum())
         (["stripped the prefix 'model.' from the keys of last.ckpt"], 0.0)
     """
     own = model.state_dict()

@@ -13,8 +13,8 @@ from typing import Any
 from torch import nn
 
 from ..errors import ModelLoadError
-from .statedict import classes_in, fit_state_dict, read_state_dict
 from .preprocess import Preprocess
+from .statedict import classes_in, fit_state_dict, read_state_dict
 
 __all__ = ["load_torchvision", "preprocess_from_weights"]
 
@@ -45,10 +45,7 @@ def load_torchvision(
             model = torchvision.models.get_model(name, weights=None, num_classes=classes)
             notes.append(f"num_classes={classes} taken from the state dict")
         notes += fit_state_dict(model, state, path)
-        preset = _default_preset(name)
-        if preset is not None:
-            notes.append(f"preprocessing of torchvision's {name} DEFAULT weights (the state dict carries none)")
-        return model, preset, None, notes
+        return model, _default_preset(name), None, notes
     enum = torchvision.models.get_model_weights(name)
     try:
         chosen = enum[weights]

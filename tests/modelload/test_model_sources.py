@@ -100,11 +100,15 @@ def _hf_folder(root, processor):
 
 HF_PROCESSORS = {
     # resize straight to height x width, bicubic, statistics that are not ImageNet's
-    "height-width": dict(size={"height": 64, "width": 64}, resample=3, image_mean=[0.3, 0.5, 0.7],
-                         image_std=[0.2, 0.3, 0.4]),  # fmt: skip
+    "height-width": {
+        "size": {"height": 64, "width": 64}, "resample": 3, "image_mean": [0.3, 0.5, 0.7],
+        "image_std": [0.2, 0.3, 0.4],
+    },
     # shortest edge, then a centre crop (HF floors the crop offset), bilinear
-    "shortest-edge-crop": dict(size={"shortest_edge": 72}, do_center_crop=True, crop_size={"height": 64, "width": 64},
-                               resample=2, image_mean=[0.3, 0.5, 0.7], image_std=[0.2, 0.3, 0.4]),  # fmt: skip
+    "shortest-edge-crop": {
+        "size": {"shortest_edge": 72}, "do_center_crop": True, "crop_size": {"height": 64, "width": 64},
+        "resample": 2, "image_mean": [0.3, 0.5, 0.7], "image_std": [0.2, 0.3, 0.4],
+    },
 }
 
 
@@ -190,7 +194,7 @@ def test_torchvision_state_dict_gets_the_default_weights_preset(photo, tmp_path)
     loaded = load_model("torchvision:resnet18", str(tmp_path / "r18.pth"), device="cpu")
     pre = loaded.preprocess
     assert (pre.resize, pre.crop, pre.interpolation, pre.backend) == (256, (224, 224), "bilinear", "pil")
-    assert any("DEFAULT weights" in note for note in loaded.notes)
+    assert pre.origin == "torchvision weights ResNet18_Weights.IMAGENET1K_V1"  # DEFAULT's, recorded in manifests
     x, _ = pre(photo[0])
     torch.testing.assert_close(x, reference_x, atol=1e-6, rtol=0)
     manifest = _explain(["--model", "torchvision:resnet18", "--weights", str(tmp_path / "r18.pth")], photo[1],
