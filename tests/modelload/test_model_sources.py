@@ -270,3 +270,46 @@ def test_refusals_are_one_line_with_exit_2(tmp_path, capsys):
             err = capsys.readouterr().err.strip()
             assert code == 2 and len(err.splitlines()) == 1, err
             assert reason in err and "hooks" in err and "Pass the eager model instead" in err
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        # Pillow backend, lanczos, a non-square output
+        lambda t: t.ViTImageProcessorPil(size={"height": 48, "width": 80}, resample=1, image_mean=[0.3, 0.5, 0.7],
+                                         image_std=[0.2, 0.3, 0.4]),  # fmt: skip
+        # ConvNeXT below 384: shortest edge / crop_pct, then a square crop; at 384 and above: a square warp
+        lambda t: t.ConvNextImageProcessor(size={"shortest_edge": 96}, crop_pct=0.8),
+        lambda t: t.ConvNextImageProcessor(size={"shortest_edge": 400}),
+        # no rescale: the statistics are in 0..255 units
+        lambda t: t.ViTImageProcessor(size={"height": 48, "width": 80}, do_rescale=False, image_mean=[100, 110, 120],
+                                      image_std=[50, 60, 70]),  # fmt: skip
+        lambda t: t.CLIPImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32}),
+    ],
+    ids=["pil-lanczos", "convnext-crop-pct", "convnext-warp", "no-rescale", "clip"],
+)
+def test_hf_processor_steps_are_reproduced(make, photo):
+    transformers = pytest.importorskip("transformers")
+    from camkit.modelload.hf import preprocess_from_processor
+
+    processor = make(transformers)
+    reference = processor(photo[0], return_tensors="pt")["pixel_values"][0]
+    x, shown = preprocess_from_processor(processor)(photo[0])
+    assert x.shape == reference.shape and shown.shape[:2] == reference.shape[1:]
+    torch.testing.assert_close(x, reference, atol=2e-6, rtol=1e-6)
+
+
+def test_unreproduced_processor_steps_and_float_images_are_refused():
+    transformers = pytest.importorskip("transformers")
+    from camkit.modelload.hf import preprocess_from_processor
+
+    class Custom(transformers.ViTImageProcessor):
+        def resize(self, image, size, resample=None, **kwargs):  # a step of its own
+            return super().resize(image, size, resample, **kwargs).flip(-1)
+
+    with pytest.raises(ModelLoadError, match=r"Custom has steps of its own.*--size, --mean\s+and --std"):
+        preprocess_from_processor(Custom())
+    with pytest.raises(ModelLoadError, match=r"resizes to .*longest_edge=1333"):
+        preprocess_from_processor(transformers.ViTImageProcessor(size={"shortest_edge": 800, "longest_edge": 1333}))
+    with pytest.raises(camkit.InvalidInputError, match=r"got a float32 array \[8, 8, 3\].*\(img \* 255\)\.round\(\)"):
+        Preprocess(size=(4, 4))(np.zeros((8, 8, 3), np.float32))
