@@ -277,13 +277,13 @@ def test_refusals_are_one_line_with_exit_2(tmp_path, capsys):
     [
         # Pillow backend, lanczos, a non-square output
         lambda t: t.ViTImageProcessorPil(size={"height": 48, "width": 80}, resample=1, image_mean=[0.3, 0.5, 0.7],
-                                         image_std=[0.2, 0.3, 0.4]),  # fmt: skip
+                                         image_std=[0.2, 0.3, 0.4]),
         # ConvNeXT below 384: shortest edge / crop_pct, then a square crop; at 384 and above: a square warp
         lambda t: t.ConvNextImageProcessor(size={"shortest_edge": 96}, crop_pct=0.8),
         lambda t: t.ConvNextImageProcessor(size={"shortest_edge": 400}),
         # no rescale: the statistics are in 0..255 units
         lambda t: t.ViTImageProcessor(size={"height": 48, "width": 80}, do_rescale=False, image_mean=[100, 110, 120],
-                                      image_std=[50, 60, 70]),  # fmt: skip
+                                      image_std=[50, 60, 70]),
         lambda t: t.CLIPImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32}),
     ],
     ids=["pil-lanczos", "convnext-crop-pct", "convnext-warp", "no-rescale", "clip"],
