@@ -242,7 +242,7 @@ def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: Loade
     from tqdm import tqdm
 
     pre = loaded.preprocess
-    shape = pre.size or pre.crop or (0, 0)
+    shape = pre.crop or pre.size or (0, 0)  # the crop, when there is one, is the input size
     items = AuditDataset(dataset.records, shard, pre, shape, dataset.box_regions, dataset.mask_regions, cfg.max_pixels)
     workers = cfg.loader_workers()
     loader = make_loader(items, cfg.batch_size, workers, loaded.device)

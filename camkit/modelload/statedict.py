@@ -136,8 +136,9 @@ def read_state_dict(path: Path) -> dict[str, Tensor]:
     except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ... on foreign files
         raise ModelLoadError(
             f"--weights {path} is not a plain state dict readable with weights_only=True ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''}). Save the weights with "
-            "torch.save(model.state_dict(), path) or as safetensors."
+            f"{str(err).splitlines()[0][:200] if str(err) else ''}). Save the weights with "
+            "torch.save(model.state_dict(), path) or as safetensors; from a checkpoint that holds other objects "
+            "(hyper-parameters, callbacks), save its 'state_dict' entry alone."
         ) from None
     if isinstance(loaded, Mapping):
         for key in ("state_dict", "model_state_dict", "model"):

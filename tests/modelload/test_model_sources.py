@@ -313,3 +313,14 @@ def test_unreproduced_processor_steps_and_float_images_are_refused():
         preprocess_from_processor(transformers.ViTImageProcessor(size={"shortest_edge": 800, "longest_edge": 1333}))
     with pytest.raises(camkit.InvalidInputError, match=r"got a float32 array \[8, 8, 3\].*\(img \* 255\)\.round\(\)"):
         Preprocess(size=(4, 4))(np.zeros((8, 8, 3), np.float32))
+
+
+def test_audit_with_size_and_crop_uses_the_crop_as_input_size(tmp_path):
+    (tmp_path / "data").mkdir()
+    camkit.save_png(tmp_path / "data" / "a.png", np.full((30, 50, 3), 90, np.uint8))
+    (tmp_path / "data" / "b.png").write_bytes(b"not an image")  # its placeholder row must have the input's size
+    summary = camkit.audit(tmp_path / "data", "tinyfactory:tiny", out=tmp_path / "run", layer="conv2", size=(40, 48),
+                           crop=32, device="cpu", workers=0, progress=False, batch_size=2)  # fmt: skip
+    assert summary["images"] == 2 and summary["errors"] == 1
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["preprocess"]["size"] == [40, 48] and run["preprocess"]["crop"] == [32, 32]
