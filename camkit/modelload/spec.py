@@ -273,6 +273,6 @@ def warn_random_weights(loaded: LoadedModel) -> None:
         if note.startswith("random weights"):
             warnings.warn(
                 f"{loaded.spec} has {note}: its maps say nothing about a trained model; pass --weights "
-                "(e.g. DEFAULT for torchvision's pretrained weights)",
+                "(e.g. DEFAULT for torchvision's pretrained weights, pretrained for timm's, or a state-dict file)",
                 CamkitWarning, stacklevel=3,
             )  # fmt: skip

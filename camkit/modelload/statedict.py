@@ -201,8 +201,9 @@ def fit_state_dict(model: nn.Module, state: Mapping[str, Tensor], source: Path |
     dropped = len(state) - len(fitted)
     if prefix and dropped:
         notes.append(f"ignored {dropped} key(s) of {source} outside the prefix {prefix!r}")
-    missing = [k for k in own if k not in fitted]
-    unexpected = [k for k in fitted if k not in own]
+    counters = lambda k: k.endswith("num_batches_tracked")  # noqa: E731  (BatchNorm counters say little: listed last)
+    missing = sorted((k for k in own if k not in fitted), key=counters)
+    unexpected = sorted((k for k in fitted if k not in own), key=counters)
     shapes = [
         f"{k} {list(fitted[k].shape)} (the model has {list(own[k].shape)})"
         for k in own
