@@ -156,6 +156,14 @@ def test_hf_without_processor_needs_the_preprocessing_given(tmp_path):
         load_model(f"hf:{folder}", device="cpu")
     loaded = load_model(f"hf:{folder}", size=64, mean=(0.5,) * 3, std=(0.5,) * 3, device="cpu")
     assert loaded.preprocess.size == (64, 64)
+    # an extra state dict (fine-tuned weights kept apart from the folder) goes over the folder's weights
+    from safetensors.torch import save_file
+
+    other = {k: torch.full_like(v, 0.125) if v.is_floating_point() else v for k, v in loaded.model.state_dict().items()}
+    save_file(other, tmp_path / "tuned.safetensors")
+    tuned = load_model(f"hf:{folder}", str(tmp_path / "tuned.safetensors"), size=64, mean=(0.5,) * 3,
+                       std=(0.5,) * 3, device="cpu")  # fmt: skip
+    assert all(torch.equal(v, other[k]) for k, v in tuned.model.state_dict().items())
 
 
 def _offline(monkeypatch, tmp_path):
