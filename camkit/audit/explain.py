@@ -48,6 +48,7 @@ def explain_files(
     device: str | torch.device | None = None,
     batch_size: int = 8,
     max_pixels: int = 64_000_000,
+    crop: int | Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Explain image files (the Python side of ``camkit explain``); returns the manifest.
 
@@ -67,7 +68,9 @@ def explain_files(
         >>> len(manifest["images"][0]["targets"]), sorted(os.listdir(f"{root}/out"))
         (2, ['manifest.json', 'maps', 'overlays'])
     """
-    loaded = load_model(model, weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, device=device)
+    loaded = load_model(
+        model, weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, device=device, crop=crop
+    )
     warn_random_weights(loaded)
     refresh_umask()
     spec = parse_target(target, allow=("pred", "class", "topk"))

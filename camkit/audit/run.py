@@ -136,6 +136,7 @@ def audit(
     overlay_quality: int = 90,
     writers: int | None = None,
     progress: bool = True,
+    crop: int | Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Audit where a model's attention falls over a dataset (the Python side of ``camkit audit``).
 
@@ -145,7 +146,7 @@ def audit(
         model: a model description (see :func:`camkit.modelload.load_model`) or an ``nn.Module``.
         out: the output folder; everything is written inside it. A non-empty folder that is
             not a camkit run is refused unless ``overwrite`` (see :mod:`camkit.audit.outdir`).
-        weights, trust_pickle, size, mean, std, device: as in :func:`~camkit.modelload.load_model`.
+        weights, trust_pickle, size, mean, std, device, crop: as in :func:`~camkit.modelload.load_model`.
         method, layer: the explainer (a registry key) and its layer (``None``: automatic).
         target: ``"pred"`` (the predicted class), a class index, or ``"label"`` (the true class).
         batch_size, workers: DataLoader batch size and worker processes (default: up to 4).
@@ -190,7 +191,7 @@ def audit(
     ctx, dev = DistContext.start(resolve_device(device))
     try:
         return _audit(
-            cfg, model, dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std), ctx, dev
+            cfg, model, dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, crop=crop), ctx, dev
         )
     finally:
         ctx.finish()
@@ -241,7 +242,7 @@ def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: Loade
     from tqdm import tqdm
 
     pre = loaded.preprocess
-    shape = pre.size or pre.crop or (0, 0)
+    shape = pre.crop or pre.size or (0, 0)  # the crop, when there is one, is the input size
     items = AuditDataset(dataset.records, shard, pre, shape, dataset.box_regions, dataset.mask_regions, cfg.max_pixels)
     workers = cfg.loader_workers()
     loader = make_loader(items, cfg.batch_size, workers, loaded.device)

@@ -76,7 +76,7 @@ def run_explain(args: argparse.Namespace) -> int:
     manifest = explain_files(
         args.images, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
         method=args.method, layer=args.layer, target=args.target, size=args.size, mean=args.mean, std=args.std,
-        device=args.device, batch_size=args.batch_size, max_pixels=args.max_pixels,
+        device=args.device, batch_size=args.batch_size, max_pixels=args.max_pixels, crop=args.crop,
     )  # fmt: skip
     failed = [e for e in manifest["images"] if e["error"]]
     for entry in failed:
@@ -106,7 +106,7 @@ def run_audit(args: argparse.Namespace) -> int:
             resume=args.resume, overwrite=args.overwrite, faithfulness=args.faithfulness, steps=args.steps,
             classes=classes, alphabetical_classes=args.alphabetical_classes, max_pixels=args.max_pixels,
             save_maps=args.save_maps, overlay_format=args.overlay_format, overlay_quality=args.overlay_quality,
-            writers=args.writers, progress=not args.no_progress,
+            writers=args.writers, progress=not args.no_progress, crop=args.crop,
         )  # fmt: skip
     except KeyboardInterrupt:
         print(

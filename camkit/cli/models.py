@@ -10,47 +10,55 @@ from ..modelload import LoadedModel, load_model
 __all__ = ["add_model_arguments", "model_from_args"]
 
 
-def _size_arg(text: str) -> tuple[int, int]:
+def _size_arg(text: str) -> int | tuple[int, int]:
     parts = re.split(r"[x,]", text.lower())
     try:
         values = [int(p) for p in parts]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
-    if len(values) == 1:
-        values = values * 2
-    if len(values) != 2 or min(values) < 1:
+    if len(values) not in (1, 2) or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected N or HxW with positive numbers, got {text!r}")
-    return values[0], values[1]
+    return values[0] if len(values) == 1 else (values[0], values[1])
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, preprocessing: bool = True) -> None:
     """Add the shared model options to a subcommand's parser.
 
     ``--model``, ``--weights``, ``--trust-pickle`` and ``--device``; with ``preprocessing``
-    also ``--size``, ``--mean`` and ``--std`` (commands that build their own inputs, such
+    also ``--size``, ``--crop``, ``--mean`` and ``--std`` (commands that build their own inputs, such
     as ``camkit layers``, pass ``preprocessing=False``). Read them back with :func:`model_from_args`.
     """
     group = parser.add_argument_group("model")
     group.add_argument(
         "--model", required=True,
-        help="torchvision:NAME, package.module:factory, demo (the bundled demo model with its preprocessing and "
-        "class names), or a whole model saved with torch.save (needs --trust-pickle)",
+        help="torchvision:NAME, timm:NAME, hf:PATH_OR_ID (a save_pretrained folder or a hub id), "
+        "package.module:factory, demo (the bundled demo model with its preprocessing and class names), or a whole "
+        "model saved with torch.save (needs --trust-pickle)",
     )  # fmt: skip
-    group.add_argument("--weights", help="torchvision weights name (e.g. DEFAULT) or a state-dict file")
+    group.add_argument(
+        "--weights",
+        help="a state-dict file (.safetensors, .pth/.pt, a Lightning .ckpt), a torchvision weights name (e.g. "
+        "DEFAULT), or pretrained (timm's own weights)",
+    )
     group.add_argument(
         "--trust-pickle", action="store_true",
         help="allow loading a whole pickled model (this runs code from the file: only for files you trust)",
     )  # fmt: skip
     if preprocessing:
         group.add_argument(
-            "--size", type=_size_arg, help="resize inputs to N or HxW (default: the weights' transforms, else 224)"
-        )
+            "--size", type=_size_arg,
+            help="resize inputs to N or HxW (default: the model's own preprocessing, else 224); with --crop, N "
+            "resizes the shorter side",
+        )  # fmt: skip
+        group.add_argument("--crop", type=_size_arg, help="centre crop N or HxW after the resize")
         group.add_argument(
-            "--mean", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation mean (default ImageNet's)"
-        )
+            "--mean", type=float, nargs=3, metavar=("R", "G", "B"),
+            help="normalisation mean (default: the model's own, else ImageNet's)",
+        )  # fmt: skip
         group.add_argument(
-            "--std", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation std (default ImageNet's)"
-        )
+            "--std", type=float, nargs=3, metavar=("R", "G", "B"),
+            help="normalisation std (default: the model's own, else ImageNet's)",
+        )  # fmt: skip
     group.add_argument("--device", help="cpu, cuda, cuda:N (default: CUDA when available)")
 
 
@@ -59,4 +67,5 @@ def model_from_args(args: argparse.Namespace) -> LoadedModel:
     return load_model(
         args.model, args.weights, trust_pickle=args.trust_pickle, size=getattr(args, "size", None),
         mean=getattr(args, "mean", None), std=getattr(args, "std", None), device=args.device,
+        crop=getattr(args, "crop", None),
     )  # fmt: skip

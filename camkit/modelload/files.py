@@ -1,87 +1,24 @@
 """Models and weights from files and factories: state dicts, ``package.module:factory``, whole pickles.
 
-State dicts are always read with ``torch.load(..., weights_only=True)``. A whole pickled model
-runs code from the file when unpickled, so it is refused unless the caller trusts the file.
-TorchScript files are refused with an explanation: hooks cannot attach to scripted modules.
+State dicts are read by :mod:`camkit.modelload.statedict` (safetensors, or ``torch.load(...,
+weights_only=True)``). A whole pickled model runs code from the file when unpickled, so it is
+refused unless the caller trusts the file. TorchScript, ``torch.export`` and ONNX files are
+refused with an explanation: hooks cannot see inside them.
 """
 
 from __future__ import annotations
 
 import importlib
-import zipfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..errors import ModelLoadError
+from .statedict import fit_state_dict, read_state_dict, refusal
 
-__all__ = ["SCRIPT_HINT", "apply_state_dict", "classes_in", "first_line", "is_torchscript", "load_factory", "load_whole", "read_state_dict"]
-
-
-def is_torchscript(path: Path) -> bool:
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as archive:
-        names = archive.namelist()
-    return any(n.endswith("/constants.pkl") or "/code/" in n for n in names)
-
-
-SCRIPT_HINT = (
-    "is a TorchScript file; camkit needs forward and backward hooks on the model's layers, and hooks "
-    "cannot attach to scripted modules. Pass the eager model instead: --model package.module:factory "
-    "(or torchvision:NAME) with --weights a state dict saved by torch.save(model.state_dict(), path)."
-)
-
-
-def read_state_dict(path: Path) -> dict[str, Tensor]:
-    """A state dict from a file, read with ``weights_only=True``; common checkpoint wrappers unwrapped."""
-    if not path.is_file():
-        raise ModelLoadError(f"no weights file at {path}")
-    if is_torchscript(path):
-        raise ModelLoadError(f"--weights {path} {SCRIPT_HINT}")
-    try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ... on foreign files
-        raise ModelLoadError(
-            f"--weights {path} is not a plain state dict readable with weights_only=True ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''}). Save the weights with "
-            "torch.save(model.state_dict(), path)."
-        ) from None
-    if isinstance(loaded, Mapping):
-        for key in ("state_dict", "model_state_dict", "model"):
-            inner = loaded.get(key)
-            if isinstance(inner, Mapping) and inner and all(isinstance(v, Tensor) for v in inner.values()):
-                loaded = inner
-                break
-    if not isinstance(loaded, Mapping) or not all(isinstance(v, Tensor) for v in loaded.values()):
-        raise ModelLoadError(
-            f"--weights {path} holds a {type(loaded).__name__}, not a state dict (a mapping of names to tensors)"
-        )
-    state = dict(loaded)
-    if state and all(k.startswith("module.") for k in state):  # saved from DataParallel / DDP
-        state = {k[len("module.") :]: v for k, v in state.items()}
-    return state
-
-
-def apply_state_dict(model: nn.Module, state: Mapping[str, Tensor], source: Path) -> None:
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        lines = str(err).splitlines()
-        detail = "; ".join(line.strip() for line in lines[1:4]) or lines[0]
-        raise ModelLoadError(
-            f"the weights in {source} do not fit {type(model).__name__}: {detail[:500]}. Check that --model names "
-            "the architecture the state dict was saved from."
-        ) from None
-
-
-def classes_in(state: Mapping[str, Tensor]) -> int | None:
-    """The output count of the last 2-D weight in a state dict (the classifier head), if any."""
-    heads = [v for k, v in state.items() if k.endswith(".weight") and v.dim() == 2]
-    return int(heads[-1].shape[0]) if heads else None
+__all__ = ["first_line", "load_factory", "load_whole"]
 
 
 def load_factory(spec: str, weights: str | None) -> tuple[nn.Module, list[str]]:
@@ -112,7 +49,7 @@ def load_factory(spec: str, weights: str | None) -> tuple[nn.Module, list[str]]:
     notes: list[str] = []
     if weights is not None:
         path = Path(weights)
-        apply_state_dict(model, read_state_dict(path), path)
+        notes += fit_state_dict(model, read_state_dict(path), path)
     else:
         notes.append("weights as built by the factory (no --weights given)")
     return model, notes
@@ -126,10 +63,12 @@ def first_line(err: BaseException) -> str:
 def load_whole(path: Path, weights: str | None, trust_pickle: bool) -> nn.Module:
     if not path.is_file():
         raise ModelLoadError(
-            f"--model {str(path)!r} is not torchvision:NAME, package.module:factory, or an existing file"
+            f"--model {str(path)!r} is not torchvision:NAME, timm:NAME, hf:PATH_OR_ID, package.module:factory, "
+            "or an existing file"
         )
-    if is_torchscript(path):
-        raise ModelLoadError(f"--model {path} {SCRIPT_HINT}")
+    hint = refusal(path)
+    if hint is not None:
+        raise ModelLoadError(f"--model {path} {hint}")
     if weights is not None:
         raise ModelLoadError(
             f"--weights goes with --model torchvision:NAME or package.module:factory, not with a saved model file ({path})"

@@ -1,5 +1,13 @@
 """Image preprocessing for a loaded model: resize, optional centre crop, scale to [0, 1], normalise.
 
+A :class:`Preprocess` reproduces the steps of the model's own library: torchvision's weights
+transforms, timm's data config (:mod:`camkit.modelload.timm`) or a Hugging Face image processor
+(:mod:`camkit.modelload.hf`). ``backend`` says how pixels are resized, because the libraries
+differ there and a heatmap must explain the input the model really sees: ``"pil"`` resizes the
+uint8 image with Pillow (torchvision and timm transforms applied to PIL images), ``"tensor"``
+resizes the uint8 tensor with torchvision's antialiased kernel (Hugging Face's torchvision
+image processors), ``"float"`` resizes in float with antialiasing (camkit's own, for ``--size``).
+
 The same geometry maps region boxes and masks in original-image pixels onto the model input
 (:meth:`Preprocess.transform_boxes`, :meth:`Preprocess.transform_mask`) and a map back onto
 the original image (:meth:`Preprocess.invert_map`).
@@ -7,7 +15,8 @@ the original image (:meth:`Preprocess.invert_map`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,14 +30,27 @@ from ..io import IMAGENET_MEAN, IMAGENET_STD
 __all__ = ["Preprocess"]
 
 
+_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos")
+_BACKENDS = ("float", "pil", "tensor")
+
+
 @dataclass(frozen=True)
 class Preprocess:
     """Image preprocessing: resize, optional centre crop, scale to [0, 1], normalise.
 
     Exactly one of ``size`` (resize straight to ``(height, width)``) and ``resize``
     (resize the shorter side to this many pixels, keeping the aspect ratio, as
-    torchvision's ``Resize(int)``) is set. ``crop`` centre-crops after resizing.
-    Resizing is bilinear with antialiasing, in float.
+    torchvision's ``Resize(int)``) is set. ``crop`` centre-crops after resizing; its offset
+    is rounded (``crop_rounding="round"``, torchvision and timm) or floored (``"floor"``,
+    Hugging Face). ``interpolation`` is ``"bilinear"``, ``"bicubic"``, ``"nearest"`` or
+    ``"lanczos"`` (``"pil"`` backend only); ``backend`` is ``"float"``, ``"pil"`` or ``"tensor"``
+    (see the module docstring). Pixels are then multiplied by ``scale`` (1/255: [0, 1]) and
+    normalised with ``mean`` and ``std``. ``origin`` says where the settings came from (not
+    compared).
+
+    Calling it on one image (a PIL image, a uint8 array [H, W, 3] or a uint8 tensor [3, H, W])
+    gives ``(x, shown)``: the model input [3, h, w] and the uint8 RGB image [h, w, 3] it shows.
+    :meth:`batch` stacks several images into a model batch.
 
     Example:
         >>> import numpy as np
@@ -39,6 +61,8 @@ class Preprocess:
         ((3, 4, 4), (4, 4, 3))
         >>> p.transform_boxes(np.array([[0.0, 0.0, 16.0, 8.0]]), 8, 16).tolist()
         [[-2.0, 0.0, 6.0, 4.0]]
+        >>> tuple(p.batch([np.zeros((8, 8, 3), np.uint8)] * 2).shape)
+        (2, 3, 4, 4)
     """
 
     size: tuple[int, int] | None = None
@@ -46,10 +70,23 @@ class Preprocess:
     crop: tuple[int, int] | None = None
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+    interpolation: str = "bilinear"
+    backend: str = "float"
+    crop_rounding: str = "round"
+    scale: float = 1.0 / 255.0
+    origin: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if (self.size is None) == (self.resize is None):
             raise ModelLoadError("Preprocess needs exactly one of size=(height, width) and resize=shorter_side")
+        if self.interpolation not in _INTERPOLATIONS:
+            raise ModelLoadError(f"Preprocess interpolation must be one of {_INTERPOLATIONS}, got {self.interpolation!r}")
+        if self.backend not in _BACKENDS:
+            raise ModelLoadError(f"Preprocess backend must be one of {_BACKENDS}, got {self.backend!r}")
+        if self.interpolation == "lanczos" and self.backend != "pil":
+            raise ModelLoadError("Preprocess: lanczos resizing is only reproduced with backend='pil'")
+        if self.crop_rounding not in ("round", "floor"):
+            raise ModelLoadError(f"Preprocess crop_rounding must be 'round' or 'floor', got {self.crop_rounding!r}")
 
     def resized_shape(self, height: int, width: int) -> tuple[int, int]:
         """``(height, width)`` after the resize step, before cropping."""
@@ -66,6 +103,8 @@ class Preprocess:
         if self.crop is None:
             return 0, 0, rh, rw
         ch, cw = self.crop
+        if self.crop_rounding == "floor":
+            return int((rh - ch) / 2.0), int((rw - cw) / 2.0), ch, cw
         return round((rh - ch) / 2.0), round((rw - cw) / 2.0), ch, cw
 
     def output_shape(self, height: int, width: int) -> tuple[int, int]:
@@ -73,17 +112,8 @@ class Preprocess:
         _, _, oh, ow = self.crop_offsets(height, width)
         return oh, ow
 
-    def _geometry(self, tensor: Tensor, mode: str) -> Tensor:
-        """Resize and crop a float tensor [C, H, W] (crop zero-pads when the image is smaller)."""
-        height, width = tensor.shape[-2:]
-        rh, rw = self.resized_shape(height, width)
-        if (rh, rw) != (height, width):
-            if mode == "bilinear":
-                tensor = F.interpolate(
-                    tensor[None], size=(rh, rw), mode="bilinear", align_corners=False, antialias=True
-                )[0]
-            else:
-                tensor = F.interpolate(tensor[None], size=(rh, rw), mode="nearest-exact")[0]
+    def _crop(self, tensor: Tensor, height: int, width: int) -> Tensor:
+        rh, rw = tensor.shape[-2:]
         top, left, oh, ow = self.crop_offsets(height, width)
         if (top, left, oh, ow) != (0, 0, rh, rw):
             pad = (max(0, -left), max(0, left + ow - rw), max(0, -top), max(0, top + oh - rh))
@@ -93,16 +123,65 @@ class Preprocess:
             tensor = tensor[:, top : top + oh, left : left + ow]
         return tensor
 
-    def __call__(self, rgb: np.ndarray) -> tuple[Tensor, np.ndarray]:
-        """``(x, shown)``: the model input [3, h, w] and the uint8 RGB image [h, w, 3] it shows."""
-        if not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
-            got = f"{rgb.dtype} {list(rgb.shape)}" if isinstance(rgb, np.ndarray) else type(rgb).__name__
-            raise InvalidInputError(f"expected a uint8 RGB image [H, W, 3] (see camkit.read_rgb), got {got}")
-        x01 = self._geometry(torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1).float() / 255.0, "bilinear")
-        x01 = x01.clamp(0.0, 1.0)
-        shown = (x01 * 255.0).round().to(torch.uint8).permute(1, 2, 0).numpy()
-        x = (x01 - torch.tensor(self.mean).view(3, 1, 1)) / torch.tensor(self.std).view(3, 1, 1)
-        return x, shown
+    def _geometry(self, tensor: Tensor, mode: str) -> Tensor:
+        """Resize and crop a float tensor [C, H, W] (crop zero-pads when the image is smaller)."""
+        height, width = tensor.shape[-2:]
+        rh, rw = self.resized_shape(height, width)
+        if (rh, rw) != (height, width):
+            if mode == "nearest":
+                tensor = F.interpolate(tensor[None], size=(rh, rw), mode="nearest-exact")[0]
+            else:
+                tensor = F.interpolate(
+                    tensor[None], size=(rh, rw), mode=mode, align_corners=False, antialias=True
+                )[0].clamp(0.0, 1.0)
+        return self._crop(tensor, height, width)
+
+    def _resize_uint8(self, rgb: np.ndarray) -> Tensor:
+        """Resize and crop a uint8 image [H, W, 3] as the backend does; uint8 [3, h, w] back."""
+        height, width = rgb.shape[:2]
+        rh, rw = self.resized_shape(height, width)
+        if (rh, rw) == (height, width):
+            out = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
+        elif self.backend == "pil":
+            from PIL import Image
+
+            resample = getattr(Image.Resampling, self.interpolation.upper())
+            out = torch.from_numpy(np.array(Image.fromarray(rgb).resize((rw, rh), resample))).permute(2, 0, 1)
+        else:
+            from torchvision.transforms.v2 import InterpolationMode
+            from torchvision.transforms.v2 import functional as tvf
+
+            mode = InterpolationMode.NEAREST_EXACT if self.interpolation == "nearest" else InterpolationMode(self.interpolation)
+            out = tvf.resize(
+                torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1), [rh, rw], interpolation=mode, antialias=True
+            )
+        return self._crop(out, height, width)
+
+    def __call__(self, image: Any) -> tuple[Tensor, np.ndarray]:
+        """``(x, shown)``: the model input [3, h, w] and the uint8 RGB image [h, w, 3] it shows.
+
+        ``image`` is a PIL image (converted to RGB), a uint8 array [H, W, 3] or a uint8 tensor [3, H, W].
+        """
+        rgb = _as_rgb(image)
+        if self.backend == "float":
+            x01 = self._geometry(torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1).float() / 255.0, self.interpolation)
+            shown_t = (x01 * 255.0).round().to(torch.uint8)
+            pixels = x01 * (self.scale * 255.0) if self.scale != 1.0 / 255.0 else x01
+        else:
+            shown_t = self._resize_uint8(rgb)
+            pixels = shown_t.float() * self.scale
+        x = (pixels - torch.tensor(self.mean).view(3, 1, 1)) / torch.tensor(self.std).view(3, 1, 1)
+        return x, shown_t.permute(1, 2, 0).numpy()
+
+    def batch(self, images: Sequence[Any]) -> Tensor:
+        """Several images (each as :meth:`__call__` takes) -> a model batch [B, 3, h, w] (same output size needed)."""
+        xs = [self(image)[0] for image in images]
+        if len({tuple(x.shape) for x in xs}) > 1:
+            raise InvalidInputError(
+                f"the images give inputs of different sizes {sorted({tuple(x.shape[1:]) for x in xs})}; this "
+                "preprocessing has no fixed output size: give a crop or a (height, width) size"
+            )
+        return torch.stack(xs)
 
     def transform_boxes(self, boxes: np.ndarray, height: int, width: int) -> np.ndarray:
         """Boxes [N, 4] ``(x0, y0, x1, y1)`` in original pixels -> the model input's pixels.
@@ -153,4 +232,28 @@ class Preprocess:
 
     def describe(self) -> dict[str, Any]:
         """A JSON-friendly description (for manifests)."""
-        return {"size": self.size, "resize": self.resize, "crop": self.crop, "mean": self.mean, "std": self.std}
+        return {
+            "size": self.size, "resize": self.resize, "crop": self.crop, "mean": self.mean, "std": self.std,
+            "interpolation": self.interpolation, "backend": self.backend, "crop_rounding": self.crop_rounding,
+            "scale": self.scale, "origin": self.origin,
+        }  # fmt: skip
+
+
+def _as_rgb(image: Any) -> np.ndarray:
+    """A PIL image, uint8 array [H, W, 3] or uint8 tensor [3, H, W] as a uint8 array [H, W, 3]."""
+    if isinstance(image, Tensor):
+        if image.dtype == torch.uint8 and image.dim() == 3 and image.shape[0] == 3:
+            return image.detach().cpu().permute(1, 2, 0).numpy()
+        got = f"a {image.dtype} tensor {list(image.shape)}"
+    elif isinstance(image, np.ndarray):
+        if image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3:
+            return image if image.flags.writeable else image.copy()
+        got = f"a {image.dtype} array {list(image.shape)}"
+    elif hasattr(image, "convert") and hasattr(image, "mode"):  # a PIL image
+        return np.array(image.convert("RGB"))
+    else:
+        got = type(image).__name__
+    raise InvalidInputError(
+        f"expected one image: a PIL image, a uint8 RGB array [H, W, 3] (see camkit.read_rgb) or a uint8 tensor "
+        f"[3, H, W], got {got}; a float image in [0, 1] becomes uint8 with (img * 255).round() and a cast"
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,9 @@ from torch import nn
 
 from ..errors import ModelLoadError
 from ..io import IMAGENET_MEAN, IMAGENET_STD
-from .files import SCRIPT_HINT, first_line, load_factory, load_whole
+from .files import first_line, load_factory, load_whole
 from .preprocess import Preprocess
+from .statedict import SCRIPT_HINT
 from .torchvision import load_torchvision
 
 __all__ = ["LoadedModel", "load_model", "resolve_device", "warn_random_weights"]
@@ -25,7 +26,7 @@ _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 @dataclass
 class LoadedModel:
-    """What :func:`load_model` returns.
+    """What :func:`load_model` returns; unpacks as ``model, preprocess = load_model(...)``.
 
     Attributes:
         model: the ``nn.Module`` on ``device`` (its modes are as loaded; explainers run it in eval mode).
@@ -42,6 +43,10 @@ class LoadedModel:
     weights: str | None = None
     categories: list[str] | None = None
     notes: list[str] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[Any]:
+        """``model, preprocess``: the two things a notebook needs."""
+        return iter((self.model, self.preprocess))
 
     def weights_sha256(self) -> str:
         """SHA-256 of the model's state dict (names, dtypes, shapes and values): what the weights *are*.
@@ -118,8 +123,59 @@ def _load_demo(weights: str | None) -> tuple[nn.Module, Preprocess, list[str], l
         raise ModelLoadError(
             f"--model demo: the weights in {weights} do not fit the demo model: {first_line(err)}"
         ) from None
-    pre = Preprocess(size=(IMAGE_SIZE, IMAGE_SIZE), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    pre = Preprocess(
+        size=(IMAGE_SIZE, IMAGE_SIZE), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), origin="the bundled demo model"
+    )
     return model, pre, list(CLASSES), ["the bundled demo model (camkit.demo.model.load_shapes_cnn)"]
+
+
+def _pair(value: int | Sequence[int], option: str) -> tuple[int, int]:
+    hw = (int(value), int(value)) if isinstance(value, int) else tuple(int(s) for s in value)
+    if len(hw) != 2 or min(hw) < 1:
+        raise ModelLoadError(f"--{option} must be a positive int or HEIGHT WIDTH, got {value!r}")
+    return hw[0], hw[1]
+
+
+def _check_stats(mean: Sequence[float] | None, std: Sequence[float] | None) -> None:
+    if (mean is None) != (std is None):
+        raise ModelLoadError("give both --mean and --std, or neither")
+    for label, stat in (("mean", mean), ("std", std)):
+        if stat is not None and len(stat) != 3:
+            raise ModelLoadError(f"--{label} needs 3 numbers (R G B), got {list(stat)}")
+    if std is not None and not all(float(v) > 0 and np.isfinite(float(v)) for v in std):
+        raise ModelLoadError(f"--std must be three positive numbers (inputs are divided by it), got {list(std)}")
+
+
+def _compose(
+    known: Preprocess | None,
+    size: int | Sequence[int] | None,
+    crop: int | Sequence[int] | None,
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
+) -> Preprocess:
+    """The model's own preprocessing, with what the caller gave in its place."""
+    m, sd = (known.mean, known.std) if known else (IMAGENET_MEAN, IMAGENET_STD)
+    if mean is not None and std is not None:
+        m, sd = (float(mean[0]), float(mean[1]), float(mean[2])), (float(std[0]), float(std[1]), float(std[2]))
+    crop_hw = _pair(crop, "crop") if crop is not None else None
+    if size is not None:
+        if crop_hw is not None and isinstance(size, int):  # as torchvision: Resize(N) then CenterCrop
+            return Preprocess(resize=int(size), crop=crop_hw, mean=m, std=sd, origin="given")
+        return Preprocess(size=_pair(size, "size"), crop=crop_hw, mean=m, std=sd, origin="given")
+    if known is None:
+        if crop_hw is not None:
+            raise ModelLoadError("--crop needs --size (the resize before the crop) for this model")
+        return Preprocess(size=(224, 224), mean=m, std=sd, origin="default (224x224, ImageNet statistics)")
+    if crop_hw is None and mean is None:
+        return known
+    origin = f"{known.origin or 'the model'}'s, with " + " and ".join(
+        w for w, given in (("--crop", crop_hw is not None), ("--mean/--std", mean is not None)) if given
+    )
+    return Preprocess(
+        size=known.size, resize=known.resize, crop=crop_hw or known.crop, mean=m, std=sd,
+        interpolation=known.interpolation, backend=known.backend, crop_rounding=known.crop_rounding,
+        scale=known.scale, origin=origin,
+    )  # fmt: skip
 
 
 def load_model(
@@ -131,28 +187,39 @@ def load_model(
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     device: str | torch.device | None = None,
+    crop: int | Sequence[int] | None = None,
 ) -> LoadedModel:
     """Load a model and its preprocessing (see the module docstring for the forms of ``spec``).
 
+    The preprocessing is the model's own (torchvision weights' transforms, also for a state
+    dict of a torchvision architecture; timm's data config; the Hugging Face image processor),
+    unless ``size``, ``crop``, ``mean`` or ``std`` are given.
+
     Args:
-        spec: ``torchvision:NAME``, ``package.module:factory``, a path to a whole saved
-            model, or an ``nn.Module`` (used as is).
-        weights: a torchvision weights name or a state-dict file.
+        spec: ``torchvision:NAME``, ``timm:NAME``, ``hf:PATH_OR_ID``, ``package.module:factory``,
+            ``demo``, a path to a whole saved model, or an ``nn.Module`` (used as is).
+        weights: a torchvision weights name, ``"pretrained"`` (timm), or a state-dict file
+            (``.safetensors``, ``.pth``/``.pt``, a Lightning ``.ckpt``).
         trust_pickle: allow unpickling a whole saved model (runs code from the file).
-        size: resize straight to this (an int for a square, or ``(height, width)``);
-            overrides the weights' transforms.
+        size: resize straight to this (an int for a square, or ``(height, width)``); with ``crop``
+            an int resizes the shorter side, as torchvision's ``Resize(int)``.
         mean, std: per-channel normalisation; both or neither.
         device: where to put the model; default CUDA when available.
+        crop: centre crop after the resize (an int for a square, or ``(height, width)``).
 
     Example:
         >>> from camkit.modelload import load_model
         >>> loaded = load_model("torch.nn:Identity", size=8, device="cpu")
         >>> type(loaded.model).__name__, loaded.preprocess.size
         ('Identity', (8, 8))
+        >>> model, preprocess = loaded
+        >>> preprocess.describe()["origin"]
+        'given'
     """
     notes: list[str] = []
     categories: list[str] | None = None
     known: Preprocess | None = None
+    _check_stats(mean, std)
     if isinstance(spec, nn.Module):
         model, name = spec, type(spec).__name__
     elif not isinstance(spec, str) or not spec:
@@ -163,6 +230,17 @@ def load_model(
     elif spec.startswith("torchvision:"):
         model, known, categories, notes = load_torchvision(spec.split(":", 1)[1], weights)
         name = spec
+    elif spec.startswith("timm:"):
+        from .timm import load_timm
+
+        model, known, categories, notes = load_timm(spec.split(":", 1)[1], weights)
+        name = spec
+    elif spec.startswith("hf:"):
+        from .hf import load_hf
+
+        given = size is not None and mean is not None
+        model, known, categories, notes = load_hf(spec.split(":", 1)[1], weights, need_processor=not given)
+        name = spec
     elif _FACTORY.match(spec) and not Path(spec).exists():
         model, notes = load_factory(spec, weights)
         name = spec
@@ -170,27 +248,7 @@ def load_model(
         model, name = load_whole(Path(spec), weights, trust_pickle), spec
     if isinstance(model, torch.jit.ScriptModule):
         raise ModelLoadError(f"the model {name} {SCRIPT_HINT}")
-    if (mean is None) != (std is None):
-        raise ModelLoadError("give both --mean and --std, or neither")
-    for label, stat in (("mean", mean), ("std", std)):
-        if stat is not None and len(stat) != 3:
-            raise ModelLoadError(f"--{label} needs 3 numbers (R G B), got {list(stat)}")
-    if std is not None and not all(float(v) > 0 and np.isfinite(float(v)) for v in std):
-        raise ModelLoadError(f"--std must be three positive numbers (inputs are divided by it), got {list(std)}")
-    if size is not None:
-        hw = (int(size), int(size)) if isinstance(size, int) else tuple(int(s) for s in size)
-        if len(hw) != 2 or min(hw) < 1:
-            raise ModelLoadError(f"--size must be a positive int or HEIGHT WIDTH, got {size!r}")
-        base = Preprocess(
-            size=(hw[0], hw[1]), mean=known.mean if known else IMAGENET_MEAN, std=known.std if known else IMAGENET_STD
-        )
-    else:
-        base = known or Preprocess(size=(224, 224))
-    if mean is not None and std is not None:
-        base = Preprocess(
-            size=base.size, resize=base.resize, crop=base.crop,
-            mean=(float(mean[0]), float(mean[1]), float(mean[2])), std=(float(std[0]), float(std[1]), float(std[2])),
-        )  # fmt: skip
+    base = _compose(known, size, crop, mean, std)
     dev = resolve_device(device)
     return LoadedModel(model.to(dev), base, dev, name, weights, categories, notes)
 
@@ -215,6 +273,6 @@ def warn_random_weights(loaded: LoadedModel) -> None:
         if note.startswith("random weights"):
             warnings.warn(
                 f"{loaded.spec} has {note}: its maps say nothing about a trained model; pass --weights "
-                "(e.g. DEFAULT for torchvision's pretrained weights)",
+                "(e.g. DEFAULT for torchvision's pretrained weights, pretrained for timm's, or a state-dict file)",
                 CamkitWarning, stacklevel=3,
             )  # fmt: skip

@@ -1,4 +1,9 @@
-"""torchvision models by name, with their weights' own preprocessing and class names."""
+"""torchvision models by name, with their weights' own preprocessing and class names.
+
+A user's state dict for a torchvision architecture gets the preprocessing of that architecture's
+``DEFAULT`` weights (resize, centre crop, interpolation, mean and std): a model fine-tuned from
+those weights expects it, and a plain resize would explain another input than the one it sees.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,8 @@ from typing import Any
 from torch import nn
 
 from ..errors import ModelLoadError
-from .files import apply_state_dict, classes_in, read_state_dict
 from .preprocess import Preprocess
+from .statedict import classes_in, fit_state_dict, read_state_dict
 
 __all__ = ["load_torchvision", "preprocess_from_weights"]
 
@@ -39,8 +44,8 @@ def load_torchvision(
         if classes is not None and head is not None and classes != head:
             model = torchvision.models.get_model(name, weights=None, num_classes=classes)
             notes.append(f"num_classes={classes} taken from the state dict")
-        apply_state_dict(model, state, path)
-        return model, None, None, notes
+        notes += fit_state_dict(model, state, path)
+        return model, _default_preset(name), None, notes
     enum = torchvision.models.get_model_weights(name)
     try:
         chosen = enum[weights]
@@ -53,15 +58,29 @@ def load_torchvision(
     return model, preprocess_from_weights(chosen), list(chosen.meta.get("categories") or []) or None, notes
 
 
+def _default_preset(name: str) -> Preprocess | None:
+    import torchvision
+
+    try:
+        enum = torchvision.models.get_model_weights(name)
+    except (ValueError, KeyError):
+        return None
+    default = getattr(enum, "DEFAULT", None)
+    return preprocess_from_weights(default) if default is not None else None
+
+
 def preprocess_from_weights(weights: Any) -> Preprocess | None:
-    """Preprocessing read from torchvision weights' ``transforms()`` (resize, crop, mean, std) when it has them.
+    """Preprocessing read from torchvision weights' ``transforms()`` (resize, crop, interpolation, mean, std).
+
+    The resize is Pillow's, as the transforms do on a PIL image. ``None`` when the transforms
+    are not a resize and centre crop (video and optical-flow weights, say).
 
     Example:
         >>> import torchvision
         >>> from camkit.modelload.torchvision import preprocess_from_weights
         >>> p = preprocess_from_weights(torchvision.models.ResNet18_Weights.DEFAULT)
-        >>> p.resize, p.crop, p.mean
-        (256, (224, 224), (0.485, 0.456, 0.406))
+        >>> p.resize, p.crop, p.mean, p.interpolation
+        (256, (224, 224), (0.485, 0.456, 0.406), 'bilinear')
     """
     transform = weights.transforms()
     resize, crop = getattr(transform, "resize_size", None), getattr(transform, "crop_size", None)
@@ -69,4 +88,10 @@ def preprocess_from_weights(weights: Any) -> Preprocess | None:
     if not resize or not crop or mean is None or std is None or len(resize) != 1:
         return None
     crop_hw = (int(crop[0]), int(crop[-1]))
-    return Preprocess(resize=int(resize[0]), crop=crop_hw, mean=tuple(mean), std=tuple(std))
+    interpolation = getattr(getattr(transform, "interpolation", None), "value", "bilinear")
+    if interpolation not in ("nearest", "bilinear", "bicubic"):
+        return None
+    return Preprocess(
+        resize=int(resize[0]), crop=crop_hw, mean=tuple(mean), std=tuple(std), interpolation=interpolation,
+        backend="pil", origin=f"torchvision weights {weights}",
+    )  # fmt: skip

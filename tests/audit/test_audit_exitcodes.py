@@ -142,8 +142,11 @@ def test_model_demo_brings_its_preprocessing_and_classes(runs):
     assert code == 0, stderr
     summary = json.loads((root / "o_demo" / "summary.json").read_text())
     assert summary["label_mapping"] == {"source": "model", "classes": list(CLASSES)}
-    assert summary["model"]["preprocess"] == {"size": [64, 64], "resize": None, "crop": None,
-                                              "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}  # fmt: skip
+    pre = summary["model"]["preprocess"]
+    assert {k: pre[k] for k in ("size", "resize", "crop", "mean", "std", "origin")} == {
+        "size": [64, 64], "resize": None, "crop": None, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0],
+        "origin": "the bundled demo model",
+    }  # fmt: skip
     rows = read_rows(root / "o_demo" / "results.csv")
     assert len(rows) == 8 and all(r["prediction_name"] in CLASSES for r in rows)
     assert summary["accuracy"] >= 0.75 and "audited 8 of 8 image(s), 0 failed" in stdout

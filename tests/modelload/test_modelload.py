@@ -78,13 +78,15 @@ def test_torchscript_is_refused_with_the_reason(tmp_path):
     for args in ((str(tmp_path / "scripted.pt"),), ("tinyfactory:tiny", str(tmp_path / "scripted.pt"))):
         with pytest.raises(ModelLoadError, match=r"TorchScript file; .*hooks cannot attach to scripted modules"):
             load_model(*args, trust_pickle=True, device="cpu")
-    with pytest.raises(ModelLoadError, match=r"not torchvision:NAME, package.module:factory, or an existing file"):
+    with pytest.raises(ModelLoadError, match=r"not torchvision:NAME, timm:NAME, hf:PATH_OR_ID, package.module:factory, or an existing file"):
         load_model(str(tmp_path / "missing.pt"), device="cpu")
 
 
 def test_preprocess_from_torchvision_weights_without_download():
     pre = _preprocess_from_weights(torchvision.models.ResNet18_Weights.DEFAULT)
-    assert pre == Preprocess(resize=256, crop=(224, 224), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    assert pre == Preprocess(
+        resize=256, crop=(224, 224), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), backend="pil"
+    )
 
 
 def test_box_follows_resize_and_centre_crop():
