@@ -18,6 +18,8 @@ from ._atomic import write_via_temp
 
 __all__ = ["VIDEO_SUFFIXES", "Video", "read_video", "video_clips", "write_video"]
 
+_GIF_TICK = "camkit frame ms="  # the comment a GIF written here carries: its frame time
+
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".gif")
 """File endings read as videos (case-insensitive)."""
 
@@ -52,16 +54,28 @@ class Video:
 
 
 def _read_gif(path: Path, max_frames: int | None) -> tuple[list[np.ndarray], float]:
+    """GIF frames at one rate (the frame time camkit wrote in its comment, else its shortest frame's).
+
+    A frame shown k times as long counts k times, so identical frames Pillow joined come back apart.
+    """
     from PIL import Image, ImageSequence
 
-    frames: list[np.ndarray] = []
+    shown: list[tuple[np.ndarray, float]] = []
+    written = 0.0
     with Image.open(path) as gif:
-        duration = float(gif.info.get("duration") or 0)
+        comment = gif.info.get("comment", b"")
+        if isinstance(comment, bytes) and comment.startswith(_GIF_TICK.encode("ascii")):
+            written = float(comment[len(_GIF_TICK) :] or 0)  # the frame time camkit wrote it with
         for frame in ImageSequence.Iterator(gif):
-            frames.append(np.asarray(frame.convert("RGB")))
-            if max_frames is not None and len(frames) > max_frames:
+            shown.append((np.asarray(frame.convert("RGB")), float(frame.info.get("duration") or 0)))
+            if max_frames is not None and len(shown) > max_frames:
                 break
-    return frames, (1000.0 / duration if duration > 0 else 0.0)
+    timed = [d for _, d in shown if d > 0]
+    if not timed:
+        return [f for f, _ in shown], 0.0
+    tick = written if written > 0 else min(timed)
+    frames = [f for f, d in shown for _ in range(max(1, round(d / tick)))]
+    return frames, 1000.0 / tick
 
 
 def _read_cv2(path: Path, max_frames: int | None) -> tuple[list[np.ndarray], float]:
@@ -157,9 +171,9 @@ def video_clips(frames: Any, length: int, stride: int | None = None, step: int =
 def write_video(path: str | os.PathLike[str], frames: Any, fps: float = 8.0) -> None:
     """Write uint8 RGB frames [T, H, W, 3] as an animated GIF (Pillow) or an MP4/AVI (OpenCV).
 
-    GIFs loop forever, with up to 256 colours per frame (OpenCV 4.11 or later keeps every frame;
-    with an older OpenCV, Pillow writes them and joins identical consecutive frames into one
-    longer frame). MP4 is encoded with OpenCV's ``mp4v`` codec, AVI with MJPG. The file appears whole or not at all.
+    GIFs (written by Pillow) loop forever, with an adaptive palette of up to 256 colours per
+    frame; identical consecutive frames are stored as one frame shown as long (which
+    :func:`read_video` splits again). MP4 is encoded with OpenCV's ``mp4v`` codec, AVI with MJPG. The file appears whole or not at all.
 
     Example:
         >>> import os, tempfile, numpy as np
@@ -184,20 +198,13 @@ def write_video(path: str | os.PathLike[str], frames: Any, fps: float = 8.0) -> 
 
 
 def _write_gif(tmp: str, frames: np.ndarray, fps: float) -> None:
-    import cv2
-
-    duration = max(1, round(1000.0 / fps))
-    if hasattr(cv2, "imwriteanimation"):  # OpenCV 4.11+: every frame kept, identical ones too
-        animation = cv2.Animation()
-        animation.frames = [cv2.cvtColor(np.ascontiguousarray(f), cv2.COLOR_RGB2BGR) for f in frames]
-        animation.durations = [duration] * len(frames)
-        if not cv2.imwriteanimation(tmp, animation):
-            raise InvalidInputError(f"OpenCV could not write a GIF of {len(frames)} frames")
-        return
-    from PIL import Image  # older OpenCV: Pillow joins identical consecutive frames into one longer frame
+    from PIL import Image
 
     images = [Image.fromarray(f) for f in frames]
-    images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=duration, loop=0)
+    duration = max(1, round(1000.0 / fps))
+    # Pillow joins identical consecutive frames into one longer frame; read_video splits them again
+    images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=duration, loop=0,
+                   comment=f"{_GIF_TICK}{duration}".encode("ascii"))  # fmt: skip
 
 
 def _write_cv2(tmp: str, frames: np.ndarray, fps: float, codec: str) -> None:
