@@ -26,6 +26,7 @@ from ..methods.base import CAMExplainer
 from ..modelload import load_model, warn_random_weights
 from ..viz.overlay import overlay
 from .data import _reason, read_checked
+from .explain_media import explain_media_files, media_kind
 from .explaining import build_explainer, chooser, explain_batch, parse_target
 from .files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
 
@@ -67,6 +68,9 @@ def explain_files(
         >>> len(manifest["images"][0]["targets"]), sorted(os.listdir(f"{root}/out"))
         (2, ['manifest.json', 'maps', 'overlays'])
     """
+    if any(media_kind(p) for p in images):  # volumes, videos and signals (camkit.audit.explain_media)
+        return explain_media_files(images, model, out=out, weights=weights, trust_pickle=trust_pickle, method=method,
+                                   layer=layer, target=target, size=size, mean=mean, std=std, device=device)  # fmt: skip
     loaded = load_model(model, weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, device=device)
     warn_random_weights(loaded)
     refresh_umask()

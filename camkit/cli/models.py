@@ -10,17 +10,17 @@ from ..modelload import LoadedModel, load_model
 __all__ = ["add_model_arguments", "model_from_args"]
 
 
-def _size_arg(text: str) -> tuple[int, int]:
+def _size_arg(text: str) -> tuple[int, ...]:
     parts = re.split(r"[x,]", text.lower())
     try:
         values = [int(p) for p in parts]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected N, HxW or (volumes) DxHxW, got {text!r}") from None
     if len(values) == 1:
         values = values * 2
-    if len(values) != 2 or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected N or HxW with positive numbers, got {text!r}")
-    return values[0], values[1]
+    if len(values) not in (2, 3) or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected N, HxW or (volumes) DxHxW with positive numbers, got {text!r}")
+    return tuple(values)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, preprocessing: bool = True) -> None:
@@ -43,7 +43,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, preprocessing: bool 
     )  # fmt: skip
     if preprocessing:
         group.add_argument(
-            "--size", type=_size_arg, help="resize inputs to N or HxW (default: the weights' transforms, else 224)"
+            "--size", type=_size_arg, help="resize inputs to N or HxW (default: the weights' transforms, else 224); volumes: N or DxHxW "
+            "(default: their own size)"
         )
         group.add_argument(
             "--mean", type=float, nargs=3, metavar=("R", "G", "B"), help="normalisation mean (default ImageNet's)"

@@ -211,7 +211,7 @@ def _write_cv2(tmp: str, frames: np.ndarray, fps: float, codec: str) -> None:
     import cv2
 
     height, width = frames.shape[1:3]
-    writer = cv2.VideoWriter(tmp, cv2.VideoWriter_fourcc(*codec), float(fps), (int(width), int(height)))
+    writer = cv2.VideoWriter(tmp, cv2.VideoWriter.fourcc(*codec), float(fps), (int(width), int(height)))
     try:
         if not writer.isOpened():
             raise InvalidInputError(f"OpenCV cannot write {codec} video here (its build lacks the codec); use .gif")

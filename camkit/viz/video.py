@@ -139,7 +139,7 @@ def video_figure(
     named = as_maps(explanations, None if single else batch, tuple(clips.shape[1:2]) + tuple(clips.shape[3:]))
     if single:
         named = {k: v[None] for k, v in named.items()}
-    picks = sorted({int(round(v)) for v in np.linspace(0, frames - 1, max(1, min(count, frames)))})
+    picks = sorted({round(v) for v in np.linspace(0, frames - 1, max(1, min(count, frames)))})
     columns = tuple(f"frame {t}" for t in picks)
     rows = batch * (1 + len(named))
     tall = panel * min(2.0, clips.shape[-2] / clips.shape[-1])

@@ -168,7 +168,7 @@ def montage_figure(
         raise InvalidInputError(f"a montage shows one map, got {len(named)}: {list(named)}")
     label, heat = next(iter(named.items()))
     length = gray.shape[axis]
-    picks = sorted({int(round(v)) for v in np.linspace(0, length - 1, max(1, min(count, length)))})
+    picks = sorted({round(v) for v in np.linspace(0, length - 1, max(1, min(count, length)))})
     ncols = max(1, min(columns, len(picks)))
     nrows = -(-len(picks) // ncols)
     images = gray.movedim(axis, 0)[picks]

@@ -183,5 +183,5 @@ def test_signals_from_npy(tmp_path):
         read_signal(tmp_path / "three.npy")
     with pytest.raises(camkit.InvalidInputError, match="not numbers"):
         read_signal(tmp_path / "names.npy")
-    with pytest.raises(camkit.InvalidInputError, match="could not be read as a .npy array"):
+    with pytest.raises(camkit.InvalidInputError, match=r"could not be read as a \.npy array"):
         read_signal(tmp_path / "objects.npy")  # pickles are never loaded

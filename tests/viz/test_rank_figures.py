@@ -126,7 +126,7 @@ def test_video_figure_undoes_normalisation_and_refuses_normalised_clips_without_
     clip, maps = _clip()
     mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
     normalised = (clip - torch.tensor(mean).view(3, 1, 1, 1)) / torch.tensor(std).view(3, 1, 1, 1)
-    with pytest.raises(camkit.InvalidInputError, match="outside \\[0, 1\\].*pass mean= and std="):
+    with pytest.raises(camkit.InvalidInputError, match=r"outside \[0, 1\].*pass mean= and std="):
         video_figure(normalised, maps)
     a = video_figure(normalised, maps, mean=mean, std=std, count=2, dpi=40)
     b = video_figure(clip, maps, count=2, dpi=40)
