@@ -52,7 +52,10 @@ def _media_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data", metavar="DATA", help="a folder of images, a folder of class folders, or a CSV manifest")
+    parser.add_argument(
+        "data", metavar="DATA",
+        help="a folder of images (or of NIfTI volumes or videos), a folder of class folders, or a CSV manifest",
+    )  # fmt: skip
     add_model_arguments(parser)
     _method_arguments(parser)
     parser.add_argument("--target", default="pred", help="pred (default), a class index N, or label (the true class)")
@@ -84,6 +87,11 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         "--writers", type=int, help="threads that draw, encode and write overlays (default: cores, 2-8)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    group = parser.add_argument_group("volumes and videos (DATA of NIfTI files or videos)")
+    group.add_argument("--max-voxels", type=int, default=64_000_000, help="larger volumes or videos give an error row")
+    group.add_argument("--intensity", choices=("none", "minmax", "zscore", "percentile"), default="none",
+                       help="volume intensity normalisation (default none: as stored)")  # fmt: skip
+    group.add_argument("--frames", type=int, help="audit the first N frames of each video (default: all)")
 
 
 @command("explain", "explain image files: overlay PNGs, maps (.npy) and manifest.json", _explain_arguments)
@@ -132,7 +140,8 @@ def run_audit(args: argparse.Namespace) -> int:
             resume=args.resume, overwrite=args.overwrite, faithfulness=args.faithfulness, steps=args.steps,
             classes=classes, alphabetical_classes=args.alphabetical_classes, max_pixels=args.max_pixels,
             save_maps=args.save_maps, overlay_format=args.overlay_format, overlay_quality=args.overlay_quality,
-            writers=args.writers, progress=not args.no_progress,
+            writers=args.writers, progress=not args.no_progress, max_voxels=args.max_voxels, intensity=args.intensity,
+            frames=args.frames,
         )  # fmt: skip
     except KeyboardInterrupt:
         print(
