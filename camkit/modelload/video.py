@@ -49,7 +49,7 @@ class VideoPreprocess:
 
     def __call__(self, frames: np.ndarray) -> tuple[Tensor, np.ndarray]:
         """``(x, shown)``: the clip [3, T, h, w] for the model and the uint8 frames [T, h, w, 3] it shows."""
-        import torchvision.transforms.v2.functional as TF
+        import torchvision.transforms.functional as TF  # the functions VideoClassification itself calls
 
         if not isinstance(frames, np.ndarray) or frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[3] != 3:
             got = f"{frames.dtype} {list(frames.shape)}" if isinstance(frames, np.ndarray) else type(frames).__name__

@@ -23,6 +23,8 @@ def _one(label: str, value: Any, batch: int | None, shape: Sequence[int]) -> Ten
     maps = maps.detach().float().cpu()
     if batch is not None and maps.dim() == len(shape):
         maps = maps[None]
+    if batch is None and maps.dim() == len(shape) + 1 and maps.shape[0] == 1:
+        maps = maps[0]  # one item's explanation, [1, *shape]
     want = ([batch] if batch is not None else []) + list(shape)
     if list(maps.shape) != want:
         raise InvalidInputError(
