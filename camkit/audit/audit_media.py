@@ -42,7 +42,8 @@ from ..modelload import LoadedModel, load_model, warn_random_weights
 from ..modelload.video import VideoPreprocess, video_preprocess
 from .data import Dataset, Record, _from_csv, _reason
 from .distributed import DistContext
-from .explaining import build_explainer, chooser, explain_batch
+from .explain_media import _explain, _volume_size
+from .explaining import build_explainer, chooser
 from .files import atomic_write, encode_image, npy_bytes, safe_name
 from .labels import map_labels
 from .outdir import PARTS, finished_keys, prepare_out
@@ -101,11 +102,14 @@ def is_media_data(data: str | os.PathLike[str], exclude: Sequence[str | os.PathL
     """
     root = Path(data)
     if root.is_file() and root.suffix.lower() == ".csv":
-        try:
-            records = _from_csv(root).records
-        except InvalidInputError:
+        import csv
+
+        try:  # the first row decides (the whole manifest is read once, by the audit)
+            with open(root, newline="", encoding="utf-8-sig") as handle:
+                first = next(csv.DictReader(handle), None)
+        except (OSError, UnicodeDecodeError, csv.Error):
             return False  # the image audit reports the CSV's problem
-        return bool(records) and _is_media(records[0].key)
+        return first is not None and _is_media((first.get("path") or "").strip())
     if not root.is_dir():
         return False
     from .data import IMAGE_SUFFIXES
@@ -239,7 +243,7 @@ def _row(record: Record, index: int, ctx: dict[str, Any]) -> dict[str, Any]:
     else:
         x, masks, shown, extra = _video_item(record, ctx["opts"], ctx["video_pre"], ctx["regions"])
     labels = ctx["labels"][index : index + 1]
-    result = explain_batch(ctx["explainer"], x.to(ctx["device"]), chooser(ctx["spec"], labels))
+    result = _explain(ctx, x.to(ctx["device"]), chooser(ctx["spec"], labels))
     logits = result.logits.float()
     heat = result.maps.detach().float()
     if not bool(logits.isfinite().all()):
@@ -298,8 +302,6 @@ def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ct
     size = load.get("size")
     cube = None
     if size is not None and "volume" in kinds:
-        from .explain_media import _volume_size
-
         cube = _volume_size(size)
     video_pre = video_preprocess(model, load.get("weights"), size=size if "video" in kinds and size else None,
                                  mean=load.get("mean"), std=load.get("std")) if "video" in kinds else None  # fmt: skip

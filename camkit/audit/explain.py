@@ -55,7 +55,8 @@ def explain_files(
     ``target`` is ``"pred"`` (top-1), a class index, or ``"topK"`` (the K best classes,
     one map each). Overlays are at each image's own size; images above ``max_pixels``
     pixels get an error entry. Other arguments as in :func:`camkit.audit`. An image that cannot be read
-    gets an ``error`` entry in the manifest; the others are still explained.
+    gets an ``error`` entry in the manifest; the others are still explained. NIfTI volumes, videos
+    and ``.npy`` signals go to :func:`camkit.audit.explain_media.explain_media_files` (with its defaults).
 
     Example:
         >>> import os, tempfile, numpy as np, torch, camkit

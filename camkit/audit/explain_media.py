@@ -185,10 +185,20 @@ def _video(path: Path, ctx: dict[str, Any], files: _Files, entry: dict[str, Any]
     clips = torch.stack([x[:, s : s + length] for s in starts])  # [N, 3, L, h, w]
     explainer, spec, batch = ctx["explainer"], ctx["spec"], ctx["batch_size"]
     if spec.kind == "pred" and len(starts) > 1:  # one class for the whole video: the best by mean probability
+        scored: list[Tensor] = []
+
+        def keep(logits: Tensor) -> Tensor:  # a target that records the logits and picks class 0
+            scored.append(logits.detach().float().cpu())
+            return torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
+
         with torch.no_grad(), eval_mode(explainer.model, enabled=not explainer.keep_mode):
-            logits = torch.cat([explainer._forward(clips[i : i + batch].to(ctx["device"])).detach()
-                                for i in range(0, len(starts), batch)])  # fmt: skip
-        spec = TargetSpec("class", int(logits.float().softmax(dim=1).mean(dim=0).argmax()))
+            for i in range(0, len(starts), batch):
+                try:
+                    keep(explainer._forward(clips[i : i + batch].to(ctx["device"])))
+                except RuntimeError:  # the first clip's explanation below names the problem
+                    _explain(ctx, clips[:1].to(ctx["device"]), keep)
+                    raise
+        spec = TargetSpec("class", int(torch.cat(scored).softmax(dim=1).mean(dim=0).argmax()))
     total_map = torch.zeros(total, *x.shape[2:])
     count = torch.zeros(total)
     all_logits, all_classes = [], []

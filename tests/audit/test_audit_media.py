@@ -133,3 +133,18 @@ def test_audit_over_videos_with_a_mask_volume(tmp_path, capsys):
         mask = torch.from_numpy(np.load(tmp_path / "data" / f"m{i}.npy"))[None]
         assert float(row["energy_object"]) == pytest.approx(float(energy_pointing_game(e.maps, mask)[0]), abs=1e-5)
         assert camkit.read_rgb(tmp_path / "out" / row["overlay"]).shape == (16, 16, 3)
+
+
+def test_audit_rows_for_a_model_of_another_rank_or_channel_count(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    write_scan(tmp_path / "data" / "scan.nii.gz")
+    for model, message in (("mediafactory:image_net", "the model takes images [B, C, H, W]"),
+                           ("mediafactory:video_net", "takes 3 channel(s), but x has 1")):  # fmt: skip
+        out = tmp_path / model.split(":")[1]
+        code = main(["audit", str(tmp_path / "data"), "--model", model, "--device", "cpu", "--out", str(out),
+                     "--no-progress"])  # fmt: skip
+        assert code == 1
+        error = _rows(out / "results.csv")["scan.nii.gz"]["error"]
+        assert message in error and "\n" not in error, error
+        assert [p.name for p in out.rglob("*") if p.parent.name in ("overlays", "maps")] == []  # no picture, no map
+    capsys.readouterr()

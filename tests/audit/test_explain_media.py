@@ -172,3 +172,27 @@ def test_images_and_volumes_are_explained_in_separate_runs(tmp_path, capsys):
                         "--device", "cpu", "--out", tmp_path / "out")  # fmt: skip
     assert code == 2 and err.count("\n") == 1 and "separate runs" in err and "a.png is an image" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_without_matplotlib_the_maps_are_written_and_the_note_says_why_pictures_are_missing(tmp_path, capsys,
+                                                                                             monkeypatch):  # fmt: skip
+    import sys
+
+    write_scan(tmp_path / "scan.nii.gz")
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, _, err = _run(capsys, tmp_path / "scan.nii.gz", "--model", "mediafactory:volume_net", "--device", "cpu",
+                        "--out", tmp_path / "out")  # fmt: skip
+    assert code == 0, err
+    entry = json.loads((tmp_path / "out" / "manifest.json").read_text())["images"][0]
+    assert entry["note"] == "pictures left out: they need matplotlib (pip install 'camkit[plot]')"
+    assert "pictures" not in entry and _files(tmp_path / "out") == sorted(["manifest.json", entry["map"]])
+
+
+def test_clips_of_a_video_for_a_model_of_another_rank_fail_in_one_line(tmp_path, capsys):
+    write_video(tmp_path / "clip.mp4", moving_clip(frames=8, height=16, width=16, size=4), fps=5)
+    code, _, _ = _run(capsys, tmp_path / "clip.mp4", "--model", "mediafactory:image_net", "--frames", "4",
+                      "--device", "cpu", "--out", tmp_path / "out")  # fmt: skip
+    entry = json.loads((tmp_path / "out" / "manifest.json").read_text())["images"][0]
+    assert code == 1 and entry["error"].startswith("the model takes images [B, C, H, W]"), entry["error"]
