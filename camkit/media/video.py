@@ -18,7 +18,7 @@ from ._atomic import write_via_temp
 
 __all__ = ["VIDEO_SUFFIXES", "Video", "read_video", "video_clips", "write_video"]
 
-_GIF_TICK = "camkit frame ms="  # the comment a GIF written here carries: its frame time
+_GIF_FPS = "camkit fps="  # the comment a GIF written here carries: its frame rate (GIF stores 1/100 s delays)
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".gif")
 """File endings read as videos (case-insensitive)."""
@@ -54,7 +54,7 @@ class Video:
 
 
 def _read_gif(path: Path, max_frames: int | None) -> tuple[list[np.ndarray], float]:
-    """GIF frames at one rate (the frame time camkit wrote in its comment, else its shortest frame's).
+    """GIF frames at one rate (the frame rate camkit wrote in its comment, else its shortest frame's).
 
     A frame shown k times as long counts k times, so identical frames Pillow joined come back apart.
     """
@@ -64,8 +64,8 @@ def _read_gif(path: Path, max_frames: int | None) -> tuple[list[np.ndarray], flo
     written = 0.0
     with Image.open(path) as gif:
         comment = gif.info.get("comment", b"")
-        if isinstance(comment, bytes) and comment.startswith(_GIF_TICK.encode("ascii")):
-            written = float(comment[len(_GIF_TICK) :] or 0)  # the frame time camkit wrote it with
+        if isinstance(comment, bytes) and comment.startswith(_GIF_FPS.encode("ascii")):
+            written = float(comment[len(_GIF_FPS) :] or 0)  # the frame rate camkit wrote it with
         for frame in ImageSequence.Iterator(gif):
             shown.append((np.asarray(frame.convert("RGB")), float(frame.info.get("duration") or 0)))
             if max_frames is not None and len(shown) > max_frames:
@@ -73,9 +73,9 @@ def _read_gif(path: Path, max_frames: int | None) -> tuple[list[np.ndarray], flo
     timed = [d for _, d in shown if d > 0]
     if not timed:
         return [f for f, _ in shown], 0.0
-    tick = written if written > 0 else min(timed)
+    tick = 1000.0 / written if written > 0 else min(timed)
     frames = [f for f, d in shown for _ in range(max(1, round(d / tick)))]
-    return frames, 1000.0 / tick
+    return frames, written if written > 0 else 1000.0 / tick
 
 
 def _read_cv2(path: Path, max_frames: int | None) -> tuple[list[np.ndarray], float]:
@@ -204,7 +204,7 @@ def _write_gif(tmp: str, frames: np.ndarray, fps: float) -> None:
     duration = max(1, round(1000.0 / fps))
     # Pillow joins identical consecutive frames into one longer frame; read_video splits them again
     images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=duration, loop=0,
-                   comment=f"{_GIF_TICK}{duration}".encode("ascii"))  # fmt: skip
+                   comment=f"{_GIF_FPS}{float(fps)!r}".encode("ascii"))  # fmt: skip
 
 
 def _write_cv2(tmp: str, frames: np.ndarray, fps: float, codec: str) -> None:
