@@ -31,8 +31,9 @@ class ExplanationFigure:
 
     Attributes:
         image: uint8 RGB [H, W, 3].
-        columns: the column names, left to right: ``"image"``, then ``"map: <label>"`` and
-            ``"overlay: <label>"`` for each explanation.
+        columns: the column names, left to right: for :func:`camkit.figure` on images ``"image"``,
+            then ``"map: <label>"`` and ``"overlay: <label>"`` for each explanation; the pictures
+            of other ranks name theirs (``"axis 0"``, ``"frame 3"``, ``"signal"``...).
         panels: ``(row, column) -> (x0, y0, x1, y1)``, the panel's pixel box in ``image``
             (``x1``/``y1`` exclusive).
         titles: ``(row, column) -> title``.

@@ -148,3 +148,18 @@ def test_audit_rows_for_a_model_of_another_rank_or_channel_count(tmp_path, capsy
         assert message in error and "\n" not in error, error
         assert [p.name for p in out.rglob("*") if p.parent.name in ("overlays", "maps")] == []  # no picture, no map
     capsys.readouterr()
+
+
+def test_resume_skips_finished_volumes_and_a_changed_setting_is_refused(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    for i in range(3):
+        write_scan(tmp_path / "data" / f"s{i}.nii.gz", center=(4 + i, 8, 8))
+    args = ["audit", str(tmp_path / "data"), "--model", "mediafactory:volume_net", "--device", "cpu",
+            "--out", str(tmp_path / "out"), "--no-progress", "--batch-size", "2"]  # fmt: skip
+    assert main(args) == 0
+    first = (tmp_path / "out" / "results.csv").read_text()
+    assert main([*args, "--resume"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["images_this_run"] == 0 and (tmp_path / "out" / "results.csv").read_text() == first
+    assert main([*args, "--resume", "--intensity", "zscore"]) == 2  # the preprocessing changed: not the same run
+    assert "preprocess" in capsys.readouterr().err
