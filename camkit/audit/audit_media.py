@@ -299,6 +299,8 @@ def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ct
     loaded: LoadedModel = load_model(model, load.get("weights"), trust_pickle=load.get("trust_pickle", False), device=dev)
     warn_random_weights(loaded)
     kinds = {"volume" if is_nifti(r.key) else "video" for r in dataset.records}
+    if "volume" in kinds and (load.get("mean") is not None or load.get("std") is not None):
+        raise InvalidInputError("--mean/--std normalise video frames; volumes take --intensity")
     size = load.get("size")
     cube = None
     if size is not None and "volume" in kinds:

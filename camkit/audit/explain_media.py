@@ -18,7 +18,8 @@ Per input ``NAME`` (its safe name, see :func:`camkit.audit.files.safe_name`), in
 * a signal (``.npy``, ``[T]`` or ``[C, T]``): ``maps/NAME.npy`` (float32 ``[T]``) and
   ``overlays/NAME.png`` (the waveform with the map beneath).
 
-Pictures need matplotlib; without it they are left out and the entry's note says so. An input
+``manifest.json`` lists every input under ``"images"`` (as for images) with its ``kind``, its
+prediction, target and files. Pictures need matplotlib; without it they are left out and the entry's note says so. An input
 that cannot be explained gets an ``error`` in its entry and none of its files: everything of an
 entry is computed before the first of its files is written, and removed again if a write fails.
 """
@@ -321,6 +322,8 @@ def explain_media_files(
             "explain images and volumes, videos or signals in separate runs: "
             f"{next(str(p) for p in paths if media_kind(p) is None)} is an image"
         )
+    if (mean is not None or std is not None) and kinds & {"volume", "signal"}:
+        raise InvalidInputError("--mean/--std normalise video frames; volumes take --intensity, signals are used as stored")
     spec = parse_target(target, allow=("pred", "class"))
     cube = _volume_size(size) if "volume" in kinds else None
     video_pre = (

@@ -163,3 +163,14 @@ def test_resume_skips_finished_volumes_and_a_changed_setting_is_refused(tmp_path
     assert summary["images_this_run"] == 0 and (tmp_path / "out" / "results.csv").read_text() == first
     assert main([*args, "--resume", "--intensity", "zscore"]) == 2  # the preprocessing changed: not the same run
     assert "preprocess" in capsys.readouterr().err
+
+
+def test_faithfulness_on_volumes_and_mean_std_refused_for_them(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    write_scan(tmp_path / "data" / "s.nii.gz")
+    base = ["audit", str(tmp_path / "data"), "--model", "mediafactory:volume_net", "--device", "cpu", "--no-progress"]
+    assert main([*base, "--out", str(tmp_path / "out"), "--faithfulness", "--steps", "4"]) == 0
+    row = _rows(tmp_path / "out" / "results.csv")["s.nii.gz"]
+    assert 0 <= float(row["deletion_auc"]) <= 1 and 0 <= float(row["insertion_auc"]) <= 1
+    assert main([*base, "--out", str(tmp_path / "bad"), "--mean", "0", "0", "0", "--std", "1", "1", "1"]) == 2
+    assert "volumes take --intensity" in capsys.readouterr().err and not (tmp_path / "bad").exists()
