@@ -10,8 +10,8 @@ Per input ``NAME`` (its safe name, see :func:`camkit.audit.files.safe_name`), in
 * a video (``.mp4``, ``.avi``, ``.mov``, ``.mkv``, ``.webm``, ``.gif``...): ``maps/NAME.npy``
   (float32 ``[T, H, W]`` at the model input's frame size), ``overlays/NAME.mp4`` (the frames the
   model saw with the map over them, at the file's frame rate), ``overlays/NAME-frames.png`` (a
-  strip of frames) and ``curves/NAME.csv`` (each frame's share of the map: which moments
-  mattered). Frames are preprocessed with the model's preset (:func:`camkit.modelload.video.video_preprocess`).
+  strip of frames), ``curves/NAME.csv`` and ``overlays/NAME-curve.png`` (each frame's share of
+  the map: which moments mattered). Frames are preprocessed with the model's preset (:func:`camkit.modelload.video.video_preprocess`).
   With ``frames=N`` the video is cut into clips of ``N`` frames ``stride`` apart, every clip is
   explained for the video's class (the best class by the clips' mean probability, or the one
   asked), and the clip maps are averaged where clips overlap.
@@ -168,7 +168,7 @@ def _volume(path: Path, ctx: dict[str, Any], files: _Files, entry: dict[str, Any
 
 
 def _video(path: Path, ctx: dict[str, Any], files: _Files, entry: dict[str, Any]) -> None:
-    from ..viz.video import overlay_frames, video_figure
+    from ..viz.video import frame_curve_figure, overlay_frames, video_figure
 
     video = read_video(path, ctx["max_frames"])
     total, height, width = video.frames.shape[:3]
@@ -233,9 +233,10 @@ def _video(path: Path, ctx: dict[str, Any], files: _Files, entry: dict[str, Any]
         writer.writerow([t, round(t / fps, 6), repr(float(value))])
     entry["curve"] = files.add(f"curves/{stem}.csv", text.getvalue())
     entry["fps"] = video.fps
-    fig, note = _pictures(lambda: video_figure(shown, heat))
-    if fig is not None:
-        entry["pictures"] = [files.add(f"overlays/{stem}-frames.png", _png(fig))]
+    figs, note = _pictures(lambda: (video_figure(shown, heat), frame_curve_figure(share, fps)))
+    if figs is not None:
+        entry["pictures"] = [files.add(f"overlays/{stem}-frames.png", _png(figs[0])),
+                             files.add(f"overlays/{stem}-curve.png", _png(figs[1]))]  # fmt: skip
     entry["note"] = "; ".join(n for n in (entry.get("note", ""), note) if n)
 
 

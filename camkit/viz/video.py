@@ -21,7 +21,7 @@ from ..media.video import write_video
 from ._draw import add_colorbar, as_maps, bare, blend
 from .canvas import COLORBAR_INCHES, TITLE_INCHES, ExplanationFigure, matplotlib_parts, render
 
-__all__ = ["overlay_frames", "save_animation", "video_figure"]
+__all__ = ["frame_curve_figure", "overlay_frames", "save_animation", "video_figure"]
 
 
 def _clips(video: Any, mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> Tensor:
@@ -172,3 +172,36 @@ def video_figure(
     grid[rows, middle].set_axis_on()
     add_colorbar(fig, grid[rows, middle], colormap, fontsize)
     return render(fig, axes, columns, titles)
+
+
+def frame_curve_figure(
+    share: Any, fps: float | None = None, *, label: str = "map", width: float = 6.0, height: float = 2.0,
+    dpi: int = 100,
+) -> ExplanationFigure:  # fmt: skip
+    """Each frame's share of the map as a curve (:attr:`camkit.Explanation.frame_share`): when the evidence lies.
+
+    One panel, key ``(0, "curve")``: the share of frame ``t`` at ``t / fps`` seconds (or at
+    frame ``t`` without ``fps``), one marker per frame; the shares sum to 1.
+
+    Example:
+        >>> import torch
+        >>> from camkit.viz.video import frame_curve_figure
+        >>> fig = frame_curve_figure(torch.tensor([0.1, 0.2, 0.7]), fps=25.0, width=3, height=1, dpi=40)
+        >>> fig.columns, fig.image.shape
+        (('curve',), (40, 120, 3))
+    """
+    Figure, *_ = matplotlib_parts()
+    values = share.detach().float().cpu().numpy() if isinstance(share, Tensor) else np.asarray(share, np.float64)
+    if values.ndim != 1 or values.size == 0:
+        raise InvalidInputError(f"frame_curve_figure takes one share per frame [T], got shape {list(values.shape)}")
+    fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
+    ax = fig.subplots()
+    time = np.arange(values.size) / fps if fps else np.arange(values.size)
+    ax.plot(time, values, marker="o", markersize=3, linewidth=1.2, label=label)
+    ax.set_xlabel("seconds" if fps else "frame", fontsize=8)
+    ax.set_ylabel("share of the map", fontsize=8)
+    ax.set_ylim(0, max(float(values.max()) * 1.1, 1e-6))
+    ax.tick_params(labelsize=7)
+    title = f"{label}: each frame's share"
+    ax.set_title(title, fontsize=8)
+    return render(fig, {(0, "curve"): ax}, ("curve",), {(0, "curve"): title})

@@ -93,7 +93,9 @@ def test_explain_an_mp4_writes_the_map_an_overlay_video_and_the_frame_curve(tmp_
     assert [int(r["frame"]) for r in rows] == list(range(10)) and float(rows[3]["seconds"]) == 0.6
     shares = np.array([float(r["share"]) for r in rows])
     np.testing.assert_allclose(shares, expected.frame_share[0].numpy(), atol=1e-5)
-    assert entry["pictures"] == [entry["overlay_video"][: -len(".mp4")] + "-frames.png"]
+    stem = entry["overlay_video"][: -len(".mp4")]
+    assert entry["pictures"] == [stem + "-frames.png", stem + "-curve.png"]
+    assert camkit.read_rgb(tmp_path / "out" / entry["pictures"][1]).shape == (200, 600, 3)
 
 
 def test_explain_cuts_a_video_into_clips_for_one_class(tmp_path, capsys):

@@ -183,3 +183,16 @@ def test_figure_and_show_choose_by_rank():
     assert fig.columns == ("signal", "map") and len({r for r, _ in fig.panels}) == 2
     image = torch.rand(1, 3, 8, 8)
     assert camkit.GradCAM(RankNet(2).eval(), "conv2").explain(image).show(image, dpi=40).columns[0] == "image"
+
+
+def test_frame_curve_figure_size_and_refusal():
+    from camkit.viz.video import frame_curve_figure
+
+    fig = frame_curve_figure(torch.tensor([0.2, 0.3, 0.5]), fps=10.0, label="gradcam", width=4, height=2, dpi=50)
+    assert fig.image.shape == (100, 200, 3) and fig.titles[(0, "curve")] == "gradcam: each frame's share"
+    x0, y0, x1, y1 = fig.panels[(0, "curve")]
+    assert 0 < x0 < x1 <= 200 and 0 < y0 < y1 <= 100
+    line = fig.image[y0:y1, x0:x1].astype(int)  # the curve: matplotlib's first colour (#1f77b4), antialiased
+    assert ((line[..., 2] - line[..., 0]) > 60).sum() > 30  # blue pixels: the curve and its markers
+    with pytest.raises(camkit.InvalidInputError, match=r"one share per frame \[T\]"):
+        frame_curve_figure(torch.rand(2, 3))
