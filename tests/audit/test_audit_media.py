@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 
 import numpy as np
@@ -17,7 +18,9 @@ from camkit.cli import main
 from camkit.media import write_video, write_volume
 from camkit.metrics import energy_pointing_game, pointing_game
 
-nib = pytest.importorskip("nibabel")
+needs_nibabel = pytest.mark.skipif(
+    importlib.util.find_spec("nibabel") is None, reason="NIfTI files need nibabel (the optional 'medical' extra)"
+)
 
 
 def _rows(path):
@@ -27,6 +30,8 @@ def _rows(path):
 
 @pytest.fixture(scope="module")
 def scans(tmp_path_factory):
+    import nibabel as nib
+
     """Four scans (lesions in different places) with lesion and organ masks, a CSV, and three bad rows."""
     root = tmp_path_factory.mktemp("scans")
     (root / "masks").mkdir()
@@ -45,6 +50,7 @@ def scans(tmp_path_factory):
     return root
 
 
+@needs_nibabel
 def test_audit_over_volumes_with_masks_measures_energy_and_pointing_in_3d(scans, tmp_path, capsys):
     code = main(["audit", str(scans / "data.csv"), "--model", "mediafactory:volume_net", "--layer", "conv2",
                  "--device", "cpu", "--out", str(tmp_path / "out"), "--classes", str(_classes(tmp_path)),
@@ -88,6 +94,7 @@ def _classes(tmp_path):
     return tmp_path / "classes.txt"
 
 
+@needs_nibabel
 def test_audit_over_a_folder_of_class_folders_of_volumes_and_max_voxels(tmp_path, capsys):
     for label, centers in (("healthy", [(4, 4, 4)]), ("lesion", [(8, 8, 8), (10, 6, 7)])):
         (tmp_path / "data" / label).mkdir(parents=True)
@@ -135,6 +142,7 @@ def test_audit_over_videos_with_a_mask_volume(tmp_path, capsys):
         assert camkit.read_rgb(tmp_path / "out" / row["overlay"]).shape == (16, 16, 3)
 
 
+@needs_nibabel
 def test_audit_rows_for_a_model_of_another_rank_or_channel_count(tmp_path, capsys):
     (tmp_path / "data").mkdir()
     write_scan(tmp_path / "data" / "scan.nii.gz")
@@ -150,6 +158,7 @@ def test_audit_rows_for_a_model_of_another_rank_or_channel_count(tmp_path, capsy
     capsys.readouterr()
 
 
+@needs_nibabel
 def test_resume_skips_finished_volumes_and_a_changed_setting_is_refused(tmp_path, capsys):
     (tmp_path / "data").mkdir()
     for i in range(3):
@@ -165,6 +174,7 @@ def test_resume_skips_finished_volumes_and_a_changed_setting_is_refused(tmp_path
     assert "preprocess" in capsys.readouterr().err
 
 
+@needs_nibabel
 def test_faithfulness_on_volumes_and_mean_std_refused_for_them(tmp_path, capsys):
     (tmp_path / "data").mkdir()
     write_scan(tmp_path / "data" / "s.nii.gz")

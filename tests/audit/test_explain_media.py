@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 
@@ -17,7 +18,9 @@ from camkit.audit.files import safe_name
 from camkit.cli import main
 from camkit.media import read_video, read_volume, write_video
 
-nib = pytest.importorskip("nibabel")
+needs_nibabel = pytest.mark.skipif(
+    importlib.util.find_spec("nibabel") is None, reason="NIfTI files need nibabel (the optional 'medical' extra)"
+)
 pytest.importorskip("matplotlib")
 
 
@@ -31,6 +34,7 @@ def _files(folder):
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
+@needs_nibabel
 def test_explain_a_nifti_scan_writes_the_map_with_its_affine_and_slice_pictures(tmp_path, capsys):
     scan, _ = write_scan(tmp_path / "scan.nii.gz")
     code, out, err = _run(capsys, tmp_path / "scan.nii.gz", "--model", "mediafactory:volume_net", "--layer", "conv2",
@@ -56,6 +60,7 @@ def test_explain_a_nifti_scan_writes_the_map_with_its_affine_and_slice_pictures(
     assert _files(tmp_path / "out") == sorted(["manifest.json", entry["map"], *entry["pictures"]])
 
 
+@needs_nibabel
 def test_explain_resizes_a_volume_only_with_size_and_maps_it_back(tmp_path, capsys):
     _scan, _ = write_scan(tmp_path / "scan.nii")
     code, _, err = _run(capsys, tmp_path / "scan.nii", "--model", "mediafactory:volume_net", "--size", "8",
@@ -125,7 +130,10 @@ def test_explain_a_signal(tmp_path, capsys):
     assert camkit.read_rgb(tmp_path / "out" / entry["pictures"][0]).shape[1] == 800
 
 
+@needs_nibabel
 def test_bad_inputs_get_one_line_error_rows_and_no_files(tmp_path, capsys):
+    import nibabel as nib
+
     write_scan(tmp_path / "ok.nii.gz")
     nib.save(nib.Nifti1Image(np.zeros((8, 8, 8, 4), np.float32), AFFINE), str(tmp_path / "fmri.nii.gz"))
     write_scan(tmp_path / "big.nii.gz", shape=(20, 20, 20))
@@ -145,6 +153,7 @@ def test_bad_inputs_get_one_line_error_rows_and_no_files(tmp_path, capsys):
                                                f"overlays/{stem}-montage.png"])  # fmt: skip
 
 
+@needs_nibabel
 def test_a_rank_or_channel_count_the_model_does_not_take(tmp_path, capsys):
     write_scan(tmp_path / "scan.nii.gz")
     write_video(tmp_path / "clip.mp4", moving_clip(frames=6, height=16, width=16, size=4), fps=5)
@@ -167,6 +176,7 @@ def test_a_rank_or_channel_count_the_model_does_not_take(tmp_path, capsys):
         assert _files(out) == ["manifest.json"]
 
 
+@needs_nibabel
 def test_images_and_volumes_are_explained_in_separate_runs(tmp_path, capsys):
     write_scan(tmp_path / "scan.nii.gz")
     camkit.save_png(tmp_path / "a.png", np.zeros((8, 8, 3), np.uint8))
@@ -176,6 +186,7 @@ def test_images_and_volumes_are_explained_in_separate_runs(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@needs_nibabel
 def test_without_matplotlib_the_maps_are_written_and_the_note_says_why_pictures_are_missing(tmp_path, capsys,
                                                                                              monkeypatch):  # fmt: skip
     import sys

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 import sys
 
@@ -13,7 +14,9 @@ import camkit
 from camkit.media import read_signal, read_video, read_volume, video_clips, write_video, write_volume
 from camkit.media.nifti import normalize_intensity
 
-nib = pytest.importorskip("nibabel")  # the 'medical' extra: optional for users, a test dependency here
+needs_nibabel = pytest.mark.skipif(
+    importlib.util.find_spec("nibabel") is None, reason="NIfTI files need nibabel (the optional 'medical' extra)"
+)
 
 # A rotation about the third axis by 30 degrees, anisotropic voxels and a shift: no identity hides a bug.
 _C, _S = np.cos(np.pi / 6), np.sin(np.pi / 6)
@@ -26,7 +29,10 @@ def _leftovers(folder):
 
 
 @pytest.mark.parametrize("name", ["scan.nii", "scan.nii.gz", "SCAN.NII.GZ"])
+@needs_nibabel
 def test_nifti_round_trip_keeps_shape_values_and_affine(tmp_path, name):
+    import nibabel as nib
+
     data = np.random.default_rng(0).normal(size=(5, 7, 9)).astype(np.float32)
     write_volume(tmp_path / name, data, AFFINE)
     volume = read_volume(tmp_path / name)
@@ -42,7 +48,10 @@ def test_nifti_round_trip_keeps_shape_values_and_affine(tmp_path, name):
     assert _leftovers(tmp_path) == []
 
 
+@needs_nibabel
 def test_nifti_reads_a_trailing_singleton_axis_and_refuses_a_time_series(tmp_path):
+    import nibabel as nib
+
     nib.save(nib.Nifti1Image(np.ones((4, 5, 6, 1), np.float32), AFFINE), str(tmp_path / "one.nii.gz"))
     assert read_volume(tmp_path / "one.nii.gz").shape == (4, 5, 6)
     nib.save(nib.Nifti1Image(np.ones((4, 5, 6, 3), np.float32), AFFINE), str(tmp_path / "fmri.nii.gz"))
@@ -54,6 +63,7 @@ def test_nifti_reads_a_trailing_singleton_axis_and_refuses_a_time_series(tmp_pat
         read_volume(tmp_path / "flat.nii")
 
 
+@needs_nibabel
 def test_nifti_refuses_empty_garbage_missing_and_too_large_files(tmp_path):
     (tmp_path / "empty.nii.gz").write_bytes(b"")
     (tmp_path / "junk.nii").write_bytes(b"not a nifti header" * 40)
@@ -70,7 +80,10 @@ def test_nifti_refuses_empty_garbage_missing_and_too_large_files(tmp_path):
     assert read_volume(tmp_path / "big.nii.gz", max_voxels=1000).shape == (10, 10, 10)
 
 
+@needs_nibabel
 def test_write_volume_refuses_bad_arguments_and_leaves_nothing_half_written(tmp_path, monkeypatch):
+    import nibabel as nib
+
     with pytest.raises(camkit.InvalidInputError, match=r"3-D array \[I, J, K\], got shape \[2, 2\]"):
         write_volume(tmp_path / "a.nii", np.zeros((2, 2)), np.eye(4))
     with pytest.raises(camkit.InvalidInputError, match=r"4x4 matrix"):
