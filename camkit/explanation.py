@@ -123,10 +123,11 @@ class Explanation:
 
         Args:
             images: the explained images [B, 3, H, W] (float in [0, 1] or uint8; normalised
-                ones with ``mean=``/``std=``).
+                ones with ``mean=``/``std=``); or signals [B, C, T], volumes or videos
+                [B, C, D, H, W], drawn by their own pictures (see :func:`camkit.figure`).
             classes: class names, indexed by ``target``.
             **options: passed on to :func:`camkit.figure` (``sign``, ``outlier_perc``,
-                ``colormap``, ``alpha``, ``mean``, ``std``, ``panel``, ``dpi``).
+                ``colormap``, ``alpha``, ``mean``, ``std``, ``panel``, ``dpi``, ``kind``).
 
         Example:
             >>> import torch

@@ -167,6 +167,8 @@ FORBIDDEN = [
     ("camkit.viz", ("camkit.methods", "camkit.explanation", "camkit.hooks", "camkit.audit", "camkit.cli"),
      "pictures take any object with maps"),
     ("camkit.registry", ("camkit.methods",), "each method tells the registry its kind"),
+    ("camkit.media", ("camkit.methods", "camkit.hooks", "camkit.viz", "camkit.audit", "camkit.cli", "camkit.explanation"),
+     "file reading and writing knows no explainers, pictures or audits"),
     ("camkit.audit", ("camkit.cli",), "the audit knows no command line"),
     ("camkit.modelload", ("camkit.cli",), "loading knows no command line"),
     ("camkit.demo", ("camkit.cli",), "the demo knows no command line"),

@@ -22,10 +22,12 @@ import torch
 from torch import nn
 
 from .._version import __version__
+from ..errors import InvalidInputError
 from ..methods.base import CAMExplainer
 from ..modelload import load_model, warn_random_weights
 from ..viz.overlay import overlay
 from .data import _reason, read_checked
+from .explain_media import explain_media_files, media_kind
 from .explaining import build_explainer, chooser, explain_batch, parse_target
 from .files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
 
@@ -55,7 +57,8 @@ def explain_files(
     ``target`` is ``"pred"`` (top-1), a class index, or ``"topK"`` (the K best classes,
     one map each). Overlays are at each image's own size; images above ``max_pixels``
     pixels get an error entry. Other arguments as in :func:`camkit.audit`. An image that cannot be read
-    gets an ``error`` entry in the manifest; the others are still explained.
+    gets an ``error`` entry in the manifest; the others are still explained. NIfTI volumes, videos
+    and ``.npy`` signals go to :func:`camkit.audit.explain_media.explain_media_files` (with its defaults).
 
     Example:
         >>> import os, tempfile, numpy as np, torch, camkit
@@ -68,6 +71,11 @@ def explain_files(
         >>> len(manifest["images"][0]["targets"]), sorted(os.listdir(f"{root}/out"))
         (2, ['manifest.json', 'maps', 'overlays'])
     """
+    if any(media_kind(p) for p in images):  # volumes, videos and signals (camkit.audit.explain_media)
+        if crop is not None:
+            raise InvalidInputError("--crop applies to images; volumes keep their size unless --size, videos follow the model's preset")
+        return explain_media_files(images, model, out=out, weights=weights, trust_pickle=trust_pickle, method=method,
+                                   layer=layer, target=target, size=size, mean=mean, std=std, device=device)  # fmt: skip
     loaded = load_model(
         model, weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, device=device, crop=crop
     )

@@ -397,7 +397,7 @@ def render_html(out: Path, acc: Summary, summary: dict[str, Any]) -> str:
     body = (
         f"<h1>camkit audit</h1><table class=meta>{meta}</table>{errors}"
         f"<h2>Per class</h2><p>Classes from the {_e(summary['classes_from'])}s. Energy = share of the map "
-        "inside each region; spread = share in the map's top 10% pixels (high = concentrated); border = share "
+        "inside each region; spread = share in the map's top 10% pixels or voxels (high = concentrated); border = share "
         f"in the outer 10% frame.</p>{_table(class_head, class_rows)}"
         f"<h2>Galleries</h2>{_galleries(out, acc)}"
         f'<h2>All images</h2><p>Click a column to sort.</p>{more}<div class="scroll">'

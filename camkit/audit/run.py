@@ -26,6 +26,7 @@ from torch import nn
 from .._version import __version__
 from ..errors import InvalidInputError
 from ..modelload import LoadedModel, load_model, resolve_device, warn_random_weights
+from .audit_media import MediaOptions, audit_media, is_media_data
 from .data import AuditDataset, Dataset, discover
 from .distributed import DistContext
 from .explaining import TargetSpec, build_explainer, parse_target
@@ -137,6 +138,9 @@ def audit(
     writers: int | None = None,
     progress: bool = True,
     crop: int | Sequence[int] | None = None,
+    max_voxels: int = 64_000_000,
+    intensity: str = "none",
+    frames: int | None = None,
 ) -> dict[str, Any]:
     """Audit where a model's attention falls over a dataset (the Python side of ``camkit audit``).
 
@@ -163,6 +167,9 @@ def audit(
             are at the model input's size.
         writers: threads that draw, encode and write (default: the cores, 2 to 8).
         progress: show a progress bar with images per second (rank 0).
+        max_voxels, intensity, frames: for a folder or manifest of NIfTI volumes or videos (see
+            :mod:`camkit.audit.audit_media`): larger inputs give error rows; the volumes'
+            intensity normalisation; audit the first ``frames`` frames of each video.
 
     Returns:
         The summary written to ``summary.json`` (see :func:`camkit.audit.report.summarize`);
@@ -188,8 +195,14 @@ def audit(
         alphabetical_classes, max_pixels, save_maps, overlay_format, overlay_quality, progress,
     )  # fmt: skip
     refresh_umask()
+    media = MediaOptions(max_voxels, intensity, frames) if is_media_data(data, [out]) else None
+    if media is not None and crop is not None:
+        raise InvalidInputError("--crop applies to images; volumes keep their size unless --size, videos follow the model's preset")
     ctx, dev = DistContext.start(resolve_device(device))
     try:
+        if media is not None:  # volumes and videos (issue 27)
+            load = dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std)
+            return audit_media(cfg, model, load, ctx, dev, media, base_columns)
         return _audit(
             cfg, model, dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, crop=crop), ctx, dev
         )

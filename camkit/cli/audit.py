@@ -25,17 +25,37 @@ def _method_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _explain_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
+    parser.add_argument(
+        "images", nargs="+", metavar="FILE",
+        help="image files; or NIfTI volumes (.nii, .nii.gz), videos (.mp4, .avi, .gif...) and signals (.npy)",
+    )  # fmt: skip
     add_model_arguments(parser)
     _method_arguments(parser)
     parser.add_argument("--target", default="pred", help="pred (top-1, default), a class index N, or topK")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-pixels", type=int, default=64_000_000, help="larger images get an error entry")
+    _media_arguments(parser)
+
+
+def _media_arguments(parser: argparse.ArgumentParser) -> None:
+    """Volumes, videos and signals (issue 27): see camkit.audit.explain_media."""
+    group = parser.add_argument_group("volumes, videos and signals")
+    group.add_argument("--max-voxels", type=int, default=64_000_000,
+                       help="larger volumes (and videos: frames x pixels) get an error entry, unread")  # fmt: skip
+    group.add_argument("--intensity", choices=("none", "minmax", "zscore", "percentile"), default="none",
+                       help="volume intensity normalisation (default none: as stored)")  # fmt: skip
+    group.add_argument("--frames", type=int, help="explain videos as clips of N frames (default: the whole video)")
+    group.add_argument("--stride", type=int, help="frames between clip starts (default: --frames, no overlap)")
+    group.add_argument("--max-frames", type=int, default=4096, help="longer videos get an error entry")
+    group.add_argument("--video-format", choices=("mp4", "gif"), default="mp4", help="the overlay video's format")
 
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data", metavar="DATA", help="a folder of images, a folder of class folders, or a CSV manifest")
+    parser.add_argument(
+        "data", metavar="DATA",
+        help="a folder of images (or of NIfTI volumes or videos), a folder of class folders, or a CSV manifest",
+    )  # fmt: skip
     add_model_arguments(parser)
     _method_arguments(parser)
     parser.add_argument("--target", default="pred", help="pred (default), a class index N, or label (the true class)")
@@ -67,13 +87,27 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         "--writers", type=int, help="threads that draw, encode and write overlays (default: cores, 2-8)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    group = parser.add_argument_group("volumes and videos (DATA of NIfTI files or videos)")
+    group.add_argument("--max-voxels", type=int, default=64_000_000, help="larger volumes or videos give an error row")
+    group.add_argument("--intensity", choices=("none", "minmax", "zscore", "percentile"), default="none",
+                       help="volume intensity normalisation (default none: as stored)")  # fmt: skip
+    group.add_argument("--frames", type=int, help="audit the first N frames of each video (default: all)")
 
 
 @command("explain", "explain image files: overlay PNGs, maps (.npy) and manifest.json", _explain_arguments)
 def run_explain(args: argparse.Namespace) -> int:
     from ..audit.explain import explain_files
+    from ..audit.explain_media import explain_media_files, media_kind
 
-    manifest = explain_files(
+    if any(media_kind(p) for p in args.images):  # volumes, videos and signals
+        manifest = explain_media_files(
+            args.images, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
+            method=args.method, layer=args.layer, target=args.target, size=args.size, mean=args.mean, std=args.std,
+            device=args.device, batch_size=args.batch_size, max_voxels=args.max_voxels, intensity=args.intensity,
+            frames=args.frames, stride=args.stride, max_frames=args.max_frames, video_format=args.video_format,
+        )  # fmt: skip
+    else:
+        manifest = explain_files(
         args.images, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
         method=args.method, layer=args.layer, target=args.target, size=args.size, mean=args.mean, std=args.std,
         device=args.device, batch_size=args.batch_size, max_pixels=args.max_pixels, crop=args.crop,
@@ -106,7 +140,8 @@ def run_audit(args: argparse.Namespace) -> int:
             resume=args.resume, overwrite=args.overwrite, faithfulness=args.faithfulness, steps=args.steps,
             classes=classes, alphabetical_classes=args.alphabetical_classes, max_pixels=args.max_pixels,
             save_maps=args.save_maps, overlay_format=args.overlay_format, overlay_quality=args.overlay_quality,
-            writers=args.writers, progress=not args.no_progress, crop=args.crop,
+            writers=args.writers, progress=not args.no_progress, crop=args.crop, max_voxels=args.max_voxels,
+            intensity=args.intensity, frames=args.frames,
         )  # fmt: skip
     except KeyboardInterrupt:
         print(

@@ -10,15 +10,15 @@ from ..modelload import LoadedModel, load_model
 __all__ = ["add_model_arguments", "model_from_args"]
 
 
-def _size_arg(text: str) -> int | tuple[int, int]:
+def _size_arg(text: str) -> int | tuple[int, ...]:
     parts = re.split(r"[x,]", text.lower())
     try:
         values = [int(p) for p in parts]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
-    if len(values) not in (1, 2) or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected N or HxW with positive numbers, got {text!r}")
-    return values[0] if len(values) == 1 else (values[0], values[1])
+        raise argparse.ArgumentTypeError(f"expected N, HxW or (volumes) DxHxW, got {text!r}") from None
+    if len(values) not in (1, 2, 3) or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected N, HxW or (volumes) DxHxW with positive numbers, got {text!r}")
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, preprocessing: bool = True) -> None:
@@ -48,7 +48,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, preprocessing: bool 
         group.add_argument(
             "--size", type=_size_arg,
             help="resize inputs to N or HxW (default: the model's own preprocessing, else 224); with --crop, N "
-            "resizes the shorter side",
+            "resizes the shorter side; volumes: N or DxHxW (default: their own size)",
         )  # fmt: skip
         group.add_argument("--crop", type=_size_arg, help="centre crop N or HxW after the resize")
         group.add_argument(

@@ -9,8 +9,9 @@ The tensor math under the pictures (colouring, batched overlays, attribution vie
 :mod:`camkit.functional`; the pixel conversions in :mod:`camkit.io`.
 """
 
+from .canvas import ExplanationFigure
 from .colormaps import colormap_names
-from .figures import Explained, ExplanationFigure, figure
+from .figures import Explained, figure
 from .overlay import overlay
 
 __all__ = ["Explained", "ExplanationFigure", "colormap_names", "figure", "overlay"]

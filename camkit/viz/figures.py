@@ -8,11 +8,8 @@ from camkit's own tables (:mod:`camkit.viz.colormaps`, OpenCV's), so a figure sh
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -21,9 +18,11 @@ from torch import Tensor
 from ..errors import InvalidInputError
 from ..functional.overlay import colorize, colormap_lut, overlay_batch
 from ..functional.views import DEFAULT_COLORMAP, blended_heat_map, heat_map, scale_attribution
-from ..io import check_unit_range, denormalize, save_png
+from ..io import check_unit_range, denormalize
+from .canvas import COLORBAR_INCHES, TITLE_INCHES, ExplanationFigure, matplotlib_parts
+from .ranks import rank_figure
 
-__all__ = ["Explained", "ExplanationFigure", "figure"]
+__all__ = ["Explained", "figure"]  # ExplanationFigure lives in camkit.viz.canvas (imported here too)
 
 
 @runtime_checkable
@@ -64,80 +63,6 @@ class Explained(Protocol):
     @property
     def method(self) -> str: ...
 
-TITLE_INCHES = 0.5  # a panel's title band
-COLORBAR_INCHES = 0.7  # the colorbar row under the panels
-
-
-@dataclass(frozen=True)
-class ExplanationFigure:
-    """A rendered figure: its pixels, where each panel lies, and what each panel is titled.
-
-    Jupyter shows it inline (``_repr_png_``); :meth:`save` writes it as a PNG.
-
-    Attributes:
-        image: uint8 RGB [H, W, 3].
-        columns: the column names, left to right: ``"image"``, then ``"map: <label>"`` and
-            ``"overlay: <label>"`` for each explanation.
-        panels: ``(row, column) -> (x0, y0, x1, y1)``, the panel's pixel box in ``image``
-            (``x1``/``y1`` exclusive).
-        titles: ``(row, column) -> title``.
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> import camkit
-        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        ...                     nn.Flatten(), nn.Linear(4, 2))
-        >>> x = torch.rand(2, 3, 8, 8)
-        >>> fig = camkit.GradCAM(net, "1").explain(x).show(x, panel=1.0, dpi=50)
-        >>> fig.image.shape, fig.columns
-        ((185, 150, 3), ('image', 'map: gradcam', 'overlay: gradcam'))
-        >>> fig._repr_png_()[:4]
-        b'\\x89PNG'
-    """
-
-    image: np.ndarray
-    columns: tuple[str, ...]
-    panels: Mapping[tuple[int, str], tuple[int, int, int, int]] = field(default_factory=dict)
-    titles: Mapping[tuple[int, str], str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "panels", MappingProxyType(dict(self.panels)))
-        object.__setattr__(self, "titles", MappingProxyType(dict(self.titles)))
-
-    def _repr_png_(self) -> bytes:
-        import cv2
-
-        ok, buf = cv2.imencode(".png", np.ascontiguousarray(self.image[:, :, ::-1]))
-        if not ok:
-            raise InvalidInputError(f"could not encode a figure of shape {self.image.shape} as PNG")
-        return buf.tobytes()
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the figure as a PNG (see :func:`camkit.save_png`)."""
-        save_png(path, self.image)
-
-    def __repr__(self) -> str:
-        height, width = self.image.shape[:2]
-        rows = 1 + max((r for r, _ in self.panels), default=-1)
-        return f"ExplanationFigure({width}x{height} px, {rows} rows, columns={list(self.columns)})"
-
-
-def _matplotlib() -> tuple[Any, Any, Any, Any, Any]:
-    """matplotlib's Figure, Agg canvas, ScalarMappable, ListedColormap, Normalize; or a clear ImportError."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.cm import ScalarMappable
-        from matplotlib.colors import ListedColormap, Normalize
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError(
-            "camkit.figure needs matplotlib, an optional dependency: pip install 'camkit[plot]' "
-            "(or pip install matplotlib)"
-        ) from err
-    return Figure, FigureCanvasAgg, ScalarMappable, ListedColormap, Normalize
-
-
 def _is_pixel_space(e: Explained) -> bool:
     """Raw values at the input's size (Saliency, IG, Guided Grad-CAM, Occlusion...), not a layer's CAM."""
     raw = e.raw
@@ -152,14 +77,9 @@ def _is_pixel_space(e: Explained) -> bool:
 def _images_float(images: Tensor, mean: Sequence[float] | None, std: Sequence[float] | None) -> Tensor:
     if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3:
         got = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
-        hint = ""
-        if isinstance(images, Tensor) and images.dim() in (3, 5):
-            kind = "signals [B, C, T]" if images.dim() == 3 else "volumes or videos [B, C, D, H, W]"
-            hint = (
-                f"; these look like {kind}, which figures do not draw yet: draw one slice or frame d "
-                "as an image (images[:, :, d] beside explanation.maps[:, d]) or plot a signal's maps as curves"
-            )
-        raise InvalidInputError(f"images must be a tensor [B, 3, H, W], got {got}{hint}")
+        raise InvalidInputError(
+            f"images must be a tensor [B, 3, H, W] (or signals [B, C, T], volumes or videos [B, C, D, H, W]), got {got}"
+        )
     if (mean is None) != (std is None):
         raise InvalidInputError("give both mean and std (the values the images were normalised with), or neither")
     if images.dtype == torch.uint8:
@@ -181,6 +101,7 @@ def figure(
     std: Sequence[float] | None = None,
     panel: float = 2.0,
     dpi: int = 100,
+    kind: str | None = None,
 ) -> ExplanationFigure:
     """Lay out a batch as rows of image | map per explanation | overlay per explanation.
 
@@ -194,6 +115,12 @@ def figure(
     The figure is ``(1 + 2 * E) * panel`` inches wide and ``B * (panel + 0.5) + 0.7`` high
     (``E`` explanations, ``B`` images; 0.5 inch for the titles, 0.7 for the colorbars), at
     ``dpi`` pixels per inch.
+
+    Other ranks are drawn by their own pictures (:func:`camkit.viz.ranks.rank_figure`): a
+    signal batch [B, C, T] as waveforms with the map as colour beneath; a 5-D batch
+    [B, C, D, H, W] as three orthogonal slices through the map's peak (a volume) or a strip of
+    frames (a video: ``kind="video"``, the default for three channels), every map panel on one
+    colour scale. ``sign``, ``classes`` and ``outlier_perc`` apply to images only.
 
     Args:
         images: the images explained, [B, 3, H, W]: float in [0, 1], uint8, or normalised
@@ -209,6 +136,7 @@ def figure(
         std: per-channel standard deviation, with ``mean``.
         panel: a panel's side in inches.
         dpi: pixels per inch.
+        kind: for a 5-D input, ``"volume"`` or ``"video"`` (default: video for three channels).
 
     Returns:
         An :class:`ExplanationFigure` (RGB pixels, panel boxes, titles; ``save(path)``).
@@ -228,7 +156,10 @@ def figure(
         >>> fig.image.shape  # 3 rows of 1.5 inches + 0.7; 5 columns of 1 inch; at 40 dpi
         (208, 200, 3)
     """
-    Figure, Canvas, ScalarMappable, ListedColormap, Normalize = _matplotlib()
+    if isinstance(images, Tensor) and images.dim() in (3, 5):  # signals, volumes and videos
+        return rank_figure(images, explanations, kind=kind, sign=sign, mean=mean, std=std, colormap=colormap,
+                           alpha=alpha, panel=panel, dpi=dpi)  # fmt: skip
+    Figure, Canvas, ScalarMappable, ListedColormap, Normalize = matplotlib_parts()
     if isinstance(explanations, Explained):
         named = {explanations.method: explanations}
     elif isinstance(explanations, Mapping):

@@ -131,11 +131,15 @@ def test_frame_share_of_a_video_map():
         _ = camkit.GradCAM(RankNet(1).eval(), "conv2").explain(rank_input(1)).frame_share
 
 
-def test_figures_refuse_volumes_and_signals_and_say_what_to_draw():
+def test_figures_draw_volumes_and_signals_by_rank():
+    """Issue 27: figures draw these ranks (their layouts are tested in tests/viz/test_rank_figures.py)."""
+    pytest.importorskip("matplotlib")
     model = RankNet(3).eval()
     x = rank_input(3, batch=2)
     e = camkit.GradCAM(model, "conv2").explain(x)
-    with pytest.raises(camkit.InvalidInputError, match=r"volumes or videos \[B, C, D, H, W\].*images\[:, :, d\]"):
-        camkit.figure(x, e)
-    with pytest.raises(camkit.InvalidInputError, match=r"signals \[B, C, T\]"):
-        camkit.figure(rank_input(1, batch=2), camkit.GradCAM(RankNet(1).eval(), "conv2").explain(rank_input(1, batch=2)))
+    assert camkit.figure(x.sigmoid(), e, kind="volume", dpi=30).columns == ("axis 0", "axis 1", "axis 2")
+    with pytest.raises(camkit.InvalidInputError, match=r"outside \[0, 1\].*pass mean= and std="):
+        camkit.figure(x, e)  # three channels, drawn as a video: a normalised clip needs its mean and std
+    signal = rank_input(1, batch=2)
+    fig = camkit.figure(signal, camkit.GradCAM(RankNet(1).eval(), "conv2").explain(signal), dpi=30)
+    assert fig.columns == ("signal", "map")
