@@ -239,6 +239,7 @@ class FEM(ForwardCAM):
         torch.Size([2, 8, 8])
     """
 
+    needs_score: ClassVar[bool] = False  # no score needed: runs on any output (detectors...)
     cost: ClassVar[str] = "1 forward (no autograd)"
     use_when: ClassVar[str] = "You want a cheap, class-agnostic map of the layer's outstanding peaks (no gradients)."
 
@@ -287,6 +288,7 @@ class KPCACAM(ForwardCAM):
         torch.Size([2, 8, 8])
     """
 
+    needs_score: ClassVar[bool] = False  # no score needed: runs on any output (detectors...)
     cost: ClassVar[str] = "1 forward (no autograd) + an (h*w) x (h*w) eigendecomposition per image"
     use_when: ClassVar[str] = (
         "You want Eigen-CAM's class-agnostic dominant pattern with a non-linear kernel; mind the cost at large layers."
@@ -344,6 +346,7 @@ class RandomCAM(ForwardCAM):
         True
     """
 
+    needs_score: ClassVar[bool] = False  # no score needed: runs on any output (detectors...)
     cost: ClassVar[str] = "1 forward (no autograd)"
     use_when: ClassVar[str] = (
         "You need a baseline that ignores the model's decision, to check that a method or metric beats chance."

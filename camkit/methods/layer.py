@@ -110,6 +110,7 @@ class LayerActivation(LayerAttribution):
     """
 
     needs_grad = False
+    needs_score: ClassVar[bool] = False  # no score needed: runs on any output (detectors...)
     cost: ClassVar[str] = "1 forward"
     use_when: ClassVar[str] = "You want to see what a layer responds to, whatever the class."
 
