@@ -17,6 +17,7 @@ from ..io import IMAGENET_MEAN, IMAGENET_STD
 from .files import SCRIPT_HINT, first_line, load_factory, load_whole
 from .preprocess import Preprocess
 from .torchvision import load_torchvision
+from .ultralytics import load_ultralytics
 
 __all__ = ["LoadedModel", "load_model", "resolve_device", "warn_random_weights"]
 
@@ -135,8 +136,9 @@ def load_model(
     """Load a model and its preprocessing (see the module docstring for the forms of ``spec``).
 
     Args:
-        spec: ``torchvision:NAME``, ``package.module:factory``, a path to a whole saved
-            model, or an ``nn.Module`` (used as is).
+        spec: ``torchvision:NAME``, ``package.module:factory``, ``ultralytics:PATH.pt`` (a
+            YOLO checkpoint, a pickle: needs ``trust_pickle``; letterboxed as ultralytics
+            does), a path to a whole saved model, or an ``nn.Module`` (used as is).
         weights: a torchvision weights name or a state-dict file.
         trust_pickle: allow unpickling a whole saved model (runs code from the file).
         size: resize straight to this (an int for a square, or ``(height, width)``);
@@ -163,6 +165,9 @@ def load_model(
     elif spec.startswith("torchvision:"):
         model, known, categories, notes = load_torchvision(spec.split(":", 1)[1], weights)
         name = spec
+    elif spec.startswith("ultralytics:"):  # a YOLO checkpoint with ultralytics' letterbox (modelload/ultralytics.py)
+        model, known, categories, notes = load_ultralytics(spec.split(":", 1)[1], trust_pickle, size, mean, std)
+        name, size, mean, std = spec, None, None, None
     elif _FACTORY.match(spec) and not Path(spec).exists():
         model, notes = load_factory(spec, weights)
         name = spec
