@@ -186,7 +186,7 @@ def explain_dense(
     else:
         found = detections_of(loaded.model, output, (int(x.shape[2]), int(x.shape[3])))[0]
         keep = (found["scores"] >= score_threshold).nonzero().flatten()
-        keep = keep[found["scores"][keep].argsort(descending=True)][: top or None]
+        keep = keep[torch.sort(found["scores"][keep], descending=True, stable=True).indices][: top or None]
         if keep.numel() == 0:
             best = float(found["scores"].max()) if found["scores"].numel() else None
             entry["error"] = (

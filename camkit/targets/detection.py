@@ -333,17 +333,20 @@ class DetectionTarget:
                 raise InvalidTargetError(f"label {high if high >= classes else low} is out of range for {classes} classes")
 
     def _check_inside(self) -> None:
-        """Refuse reference boxes that leave the input image (when its size is known)."""
+        """Refuse reference boxes that do not overlap the input image (when its size is known).
+
+    A box that only crosses the border is kept: detectors' own boxes do (ultralytics' candidates).
+    """
         size = self.image_size or getattr(self._local, "size", None)
         if size is None or self.boxes.device.type != "cpu":
             return
         height, width = size
         boxes = self.boxes.reshape(-1, 4)
-        outside = (boxes[:, 0] < -1) | (boxes[:, 1] < -1) | (boxes[:, 2] > width + 1) | (boxes[:, 3] > height + 1)
+        outside = (boxes[:, 2] <= 0) | (boxes[:, 3] <= 0) | (boxes[:, 0] >= width) | (boxes[:, 1] >= height)
         if bool(outside.any()):
             raise InvalidTargetError(
-                f"reference box {boxes[outside][0].tolist()} leaves the {height}x{width} input image; boxes are "
-                "(x1, y1, x2, y2) in the pixels of the image given to the explainer."
+                f"reference box {boxes[outside][0].tolist()} lies outside the {height}x{width} input image; boxes "
+                "are (x1, y1, x2, y2) in the pixels of the image given to the explainer."
             )
 
     def __call__(self, output: Any) -> Tensor:

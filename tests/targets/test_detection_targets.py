@@ -83,8 +83,8 @@ def _faster_rcnn(**kwargs: float) -> nn.Module:
 def test_bad_inputs_on_a_detector():
     x = torch.rand(1, 3, 48, 64, generator=torch.Generator().manual_seed(0))
     model = _faster_rcnn(box_score_thresh=0.0)
-    with pytest.raises(camkit.InvalidTargetError, match="leaves the 48x64 input image"):
-        camkit.GradCAM(model).explain(x, camkit.DetectionTarget(torch.tensor([10.0, 10.0, 80.0, 40.0]), 1))
+    with pytest.raises(camkit.InvalidTargetError, match="lies outside the 48x64 input image"):
+        camkit.GradCAM(model).explain(x, camkit.DetectionTarget(torch.tensor([70.0, 10.0, 90.0, 40.0]), 1))
     with pytest.raises(camkit.InvalidTargetError, match="label 3 is out of range for 3 classes"):
         camkit.GradCAM(model).explain(x, camkit.DetectionTarget(torch.tensor([10.0, 10.0, 30.0, 40.0]), 3))
     strict = _faster_rcnn(box_score_thresh=0.99)  # random weights: nothing scores 0.99
