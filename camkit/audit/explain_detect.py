@@ -22,12 +22,11 @@ candidate's score is its best class probability, then class-wise NMS at IoU 0.7
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -95,8 +94,10 @@ def detections_of(model: nn.Module, output: Any, size: tuple[int, int]) -> list[
     if candidates is not None and is_ultralytics(model) is not None:
         from torchvision.ops import batched_nms
 
-        head = model.get_submodule("model")[-1]
-        classes = int(getattr(head, "nc", candidates.shape[1] - 4))
+        layers = model.get_submodule("model")
+        head = layers[-1] if isinstance(layers, nn.Sequential) else None
+        count = getattr(head, "nc", None)
+        classes = count if isinstance(count, int) else candidates.shape[1] - 4
         found = []
         for sample in candidates.detach():
             boxes = cxcywh_to_xyxy(sample[:4].T)

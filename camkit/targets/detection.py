@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -32,7 +32,7 @@ from ..errors import InvalidTargetError, OutputSelectionError
 from ..hooks import HookScope
 from ..layers.families.ultralytics import is_ultralytics
 
-__all__ = ["DetectionTarget", "box_iou", "candidates_of", "cxcywh_to_xyxy", "default_output"]
+__all__ = ["DetectionTarget", "box_iou", "candidates_of", "cxcywh_to_xyxy", "default_output", "per_sample"]
 
 
 def per_sample(value: int | Sequence[int] | Tensor, batch: int, device: torch.device, name: str) -> Tensor:
@@ -137,8 +137,9 @@ def _class_count(output: Any, model: nn.Module | None) -> int | None:
         if isinstance(scores, Tensor) and scores.dim() == 3:
             return int(scores.shape[1])
     inner = getattr(model, "model", None)
-    if isinstance(inner, nn.Sequential) and len(inner) and isinstance(getattr(inner[-1], "nc", None), int):
-        return int(inner[-1].nc)
+    count = getattr(inner[-1], "nc", None) if isinstance(inner, nn.Sequential) and len(inner) else None
+    if isinstance(count, int):
+        return count
     return None
 
 
@@ -424,7 +425,7 @@ class DetectionTarget:
 
     def _detr(self, output: Any) -> Tensor:
         get = output.get if isinstance(output, Mapping) else lambda key: getattr(output, key)
-        logits, pred = get("logits"), get("pred_boxes")
+        logits, pred = cast(Tensor, get("logits")), cast(Tensor, get("pred_boxes"))
         size = self.image_size or getattr(self._local, "size", None)
         if size is None:
             raise InvalidTargetError(

@@ -31,7 +31,9 @@ from ..errors import InvalidTargetError, OutputSelectionError
 from .detection import DetectionTarget, box_iou
 from .detection import per_sample as _per_sample
 
-__all__ = ["BinaryTarget", "DetectionTarget", "RegressionTarget", "SegmentationTarget", "SimilarityTarget"]
+__all__ = [
+    "BinaryTarget", "DetectionTarget", "RegressionTarget", "SegmentationTarget", "SimilarityTarget", "box_iou",
+]  # fmt: skip
 
 #: Segmentation logits by their number of dimensions, and the spatial axes of their masks.
 _LOGITS = {3: "[B, K, T]", 4: "[B, K, H, W]", 5: "[B, K, D, H, W]"}

@@ -49,7 +49,7 @@ def test_explain_torchvision_detector(tmp_path: Path, one_thread: None) -> None:
         np.testing.assert_allclose(saved, expected.maps[0, j].numpy(), atol=1e-5)
         drawn = camkit.read_rgb(out / det["overlay"])
         plain = camkit.overlay(camkit.read_rgb(image), torch.from_numpy(saved))
-        x1, _, x2, y2 = (int(round(v)) for v in det["box"])
+        x1, _, x2, y2 = (round(v) for v in det["box"])
         assert drawn.shape == (48, 80, 3) and (drawn[min(y2, 47), (x1 + x2) // 2] == 255).all()  # the box's bottom edge
         assert (plain != drawn).any()
 

@@ -154,7 +154,7 @@ def test_faster_rcnn_detection_target():
     with pytest.raises(camkit.InvalidTargetError, match="lies outside the 64x64 input image"):
         camkit.GradCAM(model).explain(x, far)
     nowhere = camkit.DetectionTarget(torch.tensor([0.0, 0.0, 1.0, 1.0]), iou_threshold=0.9)
-    with pytest.raises(camkit.InvalidTargetError, match="no kept detection .* matches"):
+    with pytest.raises(camkit.InvalidTargetError, match=r"no kept detection .* matches"):
         camkit.GradCAM(model).explain(x, nowhere)
 
 

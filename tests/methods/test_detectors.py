@@ -171,10 +171,10 @@ def test_ssd_vgg_default_layer_is_documented() -> None:
 @pytest.mark.parametrize("name", ["fcn", "deeplabv3", "lraspp"])
 def test_torchvision_segmenters(name: str, one_thread: None) -> None:
     from torchvision.models import mobilenet_v3_small
+    from torchvision.models._utils import IntermediateLayerGetter
     from torchvision.models.segmentation import FCN, LRASPP, DeepLabV3
     from torchvision.models.segmentation.deeplabv3 import DeepLabHead
     from torchvision.models.segmentation.fcn import FCNHead
-    from torchvision.models._utils import IntermediateLayerGetter
 
     torch.manual_seed(0)
     features = mobilenet_v3_small().features

@@ -70,8 +70,8 @@ def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
         VisionTransformer,
     )
     from torchvision.models.detection import FCOS, RetinaNet
-    from torchvision.models.detection.ssd import SSD
     from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
+    from torchvision.models.detection.ssd import SSD
     from torchvision.models.segmentation import FCN, LRASPP, DeepLabV3
     from torchvision.models.video import S3D, MViT, SwinTransformer3d, VideoResNet
 
@@ -180,7 +180,7 @@ def transform_window(model: nn.Module, x: Tensor) -> tuple[int, int, int, int] |
         (43, 64, 64, 64)
     """
     transform = getattr(model, "transform", None)
-    if type(transform).__name__ != "GeneralizedRCNNTransform" or x.dim() != 4:
+    if type(transform).__name__ != "GeneralizedRCNNTransform" or x.dim() != 4 or not isinstance(transform, nn.Module):
         return None
     with torch.no_grad():
         images = transform([x[0]])[0]

@@ -65,6 +65,8 @@ def ultralytics_layers(model: nn.Module) -> list[str] | None:
     if is_ultralytics(model) is None:
         return None
     inner = model.get_submodule("model")
+    if not isinstance(inner, nn.Sequential):
+        return None
     head = inner[-1]
     sources = getattr(head, "f", -1)
     sources = [sources] if isinstance(sources, int) else list(sources)
