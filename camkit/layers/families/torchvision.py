@@ -176,8 +176,8 @@ def transform_window(model: nn.Module, x: Tensor) -> tuple[int, int, int, int] |
         >>> from camkit.layers.families.torchvision import transform_window
         >>> model = fasterrcnn_mobilenet_v3_large_fpn(weights=None, weights_backbone=None, num_classes=3,
         ...                                           min_size=64, max_size=64).eval()
-        >>> transform_window(model, torch.rand(1, 3, 40, 60))  # resized to 43 x 64, padded to 64 x 64
-        (43, 64, 64, 64)
+        >>> transform_window(model, torch.rand(1, 3, 40, 60))  # resized to 42 x 64, padded to 64 x 64
+        (42, 64, 64, 64)
     """
     transform = getattr(model, "transform", None)
     if type(transform).__name__ != "GeneralizedRCNNTransform" or x.dim() != 4 or not isinstance(transform, nn.Module):
