@@ -77,7 +77,7 @@ class LayerAttribution(CAMExplainer):
             )
         view = grid.sum(dim=1)
         view = view.reshape(batch, -1, *view.shape[1:]) if multi else view
-        maps, flat = finish_maps([view], tuple(x.shape[2:]))
+        maps, flat = finish_maps([view], tuple(x.shape[2:]), window=self._window(x))  # detectors' resize undone
         return Explanation(
             maps=maps.to(x.device),
             raw=attr,
