@@ -337,3 +337,15 @@ def test_hf_segformer_mask_at_image_size() -> None:
     assert "`decode_head.batch_norm`" in LAYERS_DOC
     check_family(model, x, camkit.SegmentationTarget(1, mask=mask), score, ["decode_head.batch_norm"],
                  one_by_one=lambda i: camkit.SegmentationTarget(1, mask=mask))
+
+
+@pytest.mark.parametrize("method", ["eigencam", "fem", "kpcacam", "randomcam", "layeractivation"])
+def test_target_free_methods_run_on_detector_outputs(method: str, yolo_env: Any) -> None:
+    cls = camkit.get_method(method)
+    x = torch.rand(2, 3, 64, 96, generator=torch.Generator().manual_seed(7))  # YOLO: sides multiples of 32
+    for model in (_faster_rcnn(), _yolo(yolo_env, "yolov8n.yaml")):  # a list of dicts; a tuple of candidates
+        several = method == "layeractivation" and isinstance(camkit.default_layer(model), list)
+        explanation = (cls(model, "model.21") if several else cls(model)).explain(x)  # one layer per LayerActivation
+        assert explanation.maps.shape[0] == 2 and explanation.maps.shape[-2:] == (64, 96)
+        assert explanation.scores.isnan().all() and explanation.target is None  # no score was needed or invented
+        assert torch.isfinite(explanation.maps).all()
