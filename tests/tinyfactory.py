@@ -45,3 +45,11 @@ def tiny_detector() -> nn.Module:
     return fasterrcnn_mobilenet_v3_large_320_fpn(
         weights=None, weights_backbone=None, num_classes=3, min_size=64, max_size=96, box_score_thresh=0.0
     )
+
+
+def tiny_segmenter() -> nn.Module:
+    """A random-init torchvision LRASPP (MobileNetV3-Large), 3 classes (``tinyfactory:tiny_segmenter``)."""
+    from torchvision.models.segmentation import lraspp_mobilenet_v3_large
+
+    torch.manual_seed(0)
+    return lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=3)

@@ -116,3 +116,25 @@ def test_explain_ultralytics_checkpoint(tmp_path: Path, yolo_checkpoint: Path) -
         np.testing.assert_allclose(np.load(out / det["map"]), back.numpy(), atol=1e-5)
         expected_box = loaded.preprocess.inverse_boxes(kept["boxes"][j : j + 1].double().numpy(), 50, 90)[0]
         assert det["box"] == pytest.approx(expected_box.tolist(), abs=0.01)
+
+
+def test_explain_segmenter_one_overlay_per_predicted_class(tmp_path: Path) -> None:
+    from tinyfactory import tiny_segmenter
+
+    image = _image(tmp_path / "scene.png", 48, 80)
+    out = tmp_path / "out"
+    assert main(["explain", image, "--model", "tinyfactory:tiny_segmenter", "--size", "64", "--device", "cpu",
+                 "--out", str(out)]) == 0  # fmt: skip
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"] == "segment"
+    loaded = load_model(tiny_segmenter(), size=64, device="cpu")
+    x, _ = loaded.preprocess(camkit.read_rgb(image))
+    with torch.no_grad():
+        predicted = loaded.model.eval()(x[None])["out"].argmax(dim=1)
+    classes = manifest["images"][0]["classes"]
+    assert [c["label"] for c in classes] == torch.unique(predicted).tolist()
+    for c in classes:
+        maps = camkit.GradCAM(loaded.model).explain(x[None], camkit.SegmentationTarget(c["label"])).maps[0]
+        back, _ = loaded.preprocess.invert_map(maps, 48, 80)
+        np.testing.assert_allclose(np.load(out / c["map"]), back.numpy(), atol=1e-5)
+        assert camkit.read_rgb(out / c["overlay"]).shape == (48, 80, 3)
