@@ -35,3 +35,21 @@ def tiny() -> nn.Module:
 def broken() -> nn.Module:
     """A factory that fails, as one whose weights server is down (``--model tinyfactory:broken``)."""
     raise RuntimeError("weights server down")
+
+
+def tiny_detector() -> nn.Module:
+    """A random-init torchvision Faster R-CNN (MobileNetV3 320 FPN) that keeps every box (``tinyfactory:tiny_detector``)."""
+    from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn
+
+    torch.manual_seed(0)
+    return fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, num_classes=3, min_size=64, max_size=96, box_score_thresh=0.0
+    )
+
+
+def tiny_segmenter() -> nn.Module:
+    """A random-init torchvision LRASPP (MobileNetV3-Large), 3 classes (``tinyfactory:tiny_segmenter``)."""
+    from torchvision.models.segmentation import lraspp_mobilenet_v3_large
+
+    torch.manual_seed(0)
+    return lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=3)

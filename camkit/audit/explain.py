@@ -27,6 +27,7 @@ from ..methods.base import CAMExplainer
 from ..modelload import load_model, warn_random_weights
 from ..viz.overlay import overlay
 from .data import _reason, read_checked
+from .explain_detect import explain_dense_files, task_of
 from .explain_media import explain_media_files, media_kind
 from .explaining import build_explainer, chooser, explain_batch, parse_target
 from .files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
@@ -51,6 +52,8 @@ def explain_files(
     batch_size: int = 8,
     max_pixels: int = 64_000_000,
     crop: int | Sequence[int] | None = None,
+    score_threshold: float = 0.5,
+    top: int | None = None,
 ) -> dict[str, Any]:
     """Explain image files (the Python side of ``camkit explain``); returns the manifest.
 
@@ -59,6 +62,8 @@ def explain_files(
     pixels get an error entry. Other arguments as in :func:`camkit.audit`. An image that cannot be read
     gets an ``error`` entry in the manifest; the others are still explained. NIfTI volumes, videos
     and ``.npy`` signals go to :func:`camkit.audit.explain_media.explain_media_files` (with its defaults).
+    Detectors and segmenters are explained per detection (``score_threshold``, ``top``) or per
+    predicted class: :func:`camkit.audit.explain_detect.explain_dense_files`.
 
     Example:
         >>> import os, tempfile, numpy as np, torch, camkit
@@ -84,6 +89,9 @@ def explain_files(
     spec = parse_target(target, allow=("pred", "class", "topk"))
     explainer = build_explainer(method, loaded.model, layer)
     out_dir = Path(out)
+    if task_of(loaded.model) is not None:  # detectors and segmenters: audit/explain_detect.py
+        return explain_dense_files(images, loaded, explainer, out_dir=out_dir, method=method, layer=layer, target=target,
+                                   score_threshold=score_threshold, top=top, max_pixels=max_pixels)  # fmt: skip
     names = loaded.categories
     entries: list[dict[str, Any]] = []
     pending: list[tuple[dict[str, Any], torch.Tensor, Any]] = []  # (entry, x, original RGB)

@@ -36,6 +36,11 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-pixels", type=int, default=64_000_000, help="larger images get an error entry")
     _media_arguments(parser)
+    parser.add_argument(
+        "--score-threshold", type=float, default=0.5,
+        help="detectors: explain the detections scoring at least this (default 0.5)",
+    )  # fmt: skip
+    parser.add_argument("--top", type=int, help="detectors: at most N detections per image, best first (default: all)")
 
 
 def _media_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,10 +113,11 @@ def run_explain(args: argparse.Namespace) -> int:
         )  # fmt: skip
     else:
         manifest = explain_files(
-        args.images, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
-        method=args.method, layer=args.layer, target=args.target, size=args.size, mean=args.mean, std=args.std,
-        device=args.device, batch_size=args.batch_size, max_pixels=args.max_pixels, crop=args.crop,
-    )  # fmt: skip
+            args.images, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
+            method=args.method, layer=args.layer, target=args.target, size=args.size, mean=args.mean, std=args.std,
+            device=args.device, batch_size=args.batch_size, max_pixels=args.max_pixels, crop=args.crop,
+            score_threshold=args.score_threshold, top=args.top,
+        )  # fmt: skip
     failed = [e for e in manifest["images"] if e["error"]]
     for entry in failed:
         print(f"failed: {entry['path']}: {entry['error']}", file=sys.stderr)

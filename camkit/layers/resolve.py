@@ -58,6 +58,13 @@ def resolve_layers(
     names = _names(model)
     if layer is None:
         known = default_layer(model)
+        if isinstance(known, list):  # several scales, fused (ultralytics' detection heads)
+            several = [_strip_wrappers(name, names) for name in known]
+            if all(name is not None for name in several) and (
+                example is None or all(is_spatial_here(model, n, names[n], example, forward) for n in several if n)
+            ):
+                return [(n, names[n]) for n in several if n is not None]
+            known = None
         found = None if known is None else _strip_wrappers(known, names)
         if found is not None and (example is None or is_spatial_here(model, found, names[found], example, forward)):
             return [(found, names[found])]

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, InvalidTargetError, OutputSelectionError
 from ..explanation import Explanation
 from ..hooks import LayerCapture
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
@@ -64,13 +64,32 @@ class Captured:
 
 
 def capture_forward(explainer: CAMExplainer, x: Tensor, target: Target) -> Captured:
-    """Run the explainer's model on ``x`` once without autograd, recording its layers and resolving ``target``."""
+    """Run the explainer's model on ``x`` once without autograd, recording its layers and resolving ``target``.
+
+    A target that reads the model's own output (a detection target) gets it unselected when
+    no ``output=`` is set. A method that needs no score (``needs_score = False``: EigenCAM...)
+    called without a target never asks the output to be a tensor: when it is not one (a
+    detector's list of detections) or not class scores [B, K] (raw candidates), the scores
+    are NaN and the classes ``None``.
+    """
     layers = explainer.layers(x)
+    batch = x.shape[0]
     with LayerCapture(layers, gradients=False, call=explainer.call) as capture:
-        out = select_output(explainer._call_model(x), explainer.output)
-        classes, scores = resolve_target(target, out)
+        raw = explainer._call_model(x)
         acts = capture.activations()
         calls = [capture.calls(i) for i in range(len(layers))]
+    if explainer.output is None and getattr(target, "takes_model_output", False) and not isinstance(raw, Tensor):
+        classes, scores = resolve_target(target, raw, batch=batch)
+        return Captured(acts, calls, classes, scores.detach(), x.new_full((batch, 0), float("nan")))
+    if target is None and not getattr(explainer, "needs_score", True):
+        try:
+            out = select_output(raw, explainer.output)
+            classes, scores = resolve_target(target, out)
+        except (OutputSelectionError, InvalidTargetError):  # no score needed, none to be had: say so with NaN
+            return Captured(acts, calls, None, x.new_full((batch,), float("nan")), x.new_full((batch, 0), float("nan")))
+        return Captured(acts, calls, classes, scores.detach(), out.detach())
+    out = select_output(raw, explainer.output)
+    classes, scores = resolve_target(target, out)
     return Captured(acts, calls, classes, scores.detach(), out.detach())
 
 
@@ -206,6 +225,8 @@ class ForwardCAM(CAMExplainer):
     family: ClassVar[str | None] = "CAM (forward only)"
 
     needs_grad = False
+    #: whether the map depends on a score; methods that need none (EigenCAM...) run on any output
+    needs_score: ClassVar[bool] = True
 
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
         raise NotImplementedError
@@ -231,4 +252,4 @@ class ForwardCAM(CAMExplainer):
                     "CAM for token and channel-last layers."
                 )
             raws.append(self._raw(x, grid, index, cap, target, extras))
-        return make_explanation(self.key, raws, x, cap.classes, cap.scores, self._names(), **extras)
+        return make_explanation(self.key, raws, x, cap.classes, cap.scores, self._names(), window=self._window(x), **extras)

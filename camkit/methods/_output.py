@@ -17,7 +17,7 @@ from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.maps import flat_maps, normalize_maps, upsample_maps
 
-__all__ = ["finish_maps", "make_explanation"]
+__all__ = ["crop_window", "finish_maps", "make_explanation"]
 
 
 def _check_batch(raws: Sequence[Tensor], batch: int, names: Sequence[str], spatial_dims: int) -> None:
@@ -31,8 +31,33 @@ def _check_batch(raws: Sequence[Tensor], batch: int, names: Sequence[str], spati
             )
 
 
+def crop_window(raw: Tensor, window: Sequence[int]) -> Tensor:
+    """The part of a raw map [..., h, w] that covers the image, when the layer saw it resized and padded.
+
+    ``window`` is ``(image_h, image_w, padded_h, padded_w)``: the layer's map covers a
+    ``padded_h x padded_w`` image whose top-left ``image_h x image_w`` is the input, resized
+    (torchvision's detectors: :func:`camkit.layers.families.torchvision.transform_window`).
+    The map is upsampled to the padded size and cropped there; :func:`finish_maps` then
+    resizes the crop to the input's size.
+
+    Example:
+        >>> import torch
+        >>> from camkit.methods._output import crop_window
+        >>> crop_window(torch.tensor([[[1.0, 2.0], [3.0, 4.0]]]), (2, 2, 4, 4))  # the top-left quarter
+        tensor([[[1.0000, 1.2500],
+                 [1.5000, 1.7500]]])
+    """
+    height, width, padded_h, padded_w = (int(v) for v in window)
+    return upsample_maps(raw, (padded_h, padded_w))[..., :height, :width]
+
+
 def finish_maps(
-    raws: Sequence[Tensor], size: Sequence[int], *, batch: int | None = None, names: Sequence[str] = ()
+    raws: Sequence[Tensor],
+    size: Sequence[int],
+    *,
+    batch: int | None = None,
+    names: Sequence[str] = (),
+    window: Sequence[int] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Apply the output contract to raw maps: check, decide flatness, upsample, normalise.
 
@@ -49,6 +74,9 @@ def finish_maps(
     the results are averaged, and the average is normalised again; the fused map is flat
     when every layer's map is.
 
+    ``window``: the layers saw the input resized and padded (a torchvision detector's
+    transform); each raw map is first cropped to the image (:func:`crop_window`).
+
     Example:
         >>> import torch
         >>> from camkit.methods.base import finish_maps
@@ -59,6 +87,8 @@ def finish_maps(
     raws = [r.float() for r in raws]
     n = len(size)
     _check_batch(raws, raws[0].shape[0] if batch is None else batch, names, n)
+    if window is not None:
+        raws = [crop_window(raw, window) for raw in raws]
     finished = []
     flats = []
     for raw in raws:
@@ -80,15 +110,17 @@ def make_explanation(
     classes: Tensor | None,
     scores: Tensor,
     layers: tuple[str, ...] = (),
+    window: Sequence[int] | None = None,
     **extras: Any,
 ) -> Explanation:
     """Apply the output contract (:func:`finish_maps`) to raw maps and wrap them in an :class:`Explanation`.
 
     On an accelerator, where camkit does not stop the device to look at values, samples
+    ``window``: see :func:`finish_maps`. On an accelerator, where camkit does not stop the device to look at values, samples
     whose input holds NaN or Inf get NaN maps and ``flat=False`` (on the CPU such inputs
     are refused before anything runs; see :func:`camkit._internal.checks.check_finite`).
     """
-    maps, flat = finish_maps(raws, tuple(x.shape[2:]), batch=x.shape[0], names=layers)
+    maps, flat = finish_maps(raws, tuple(x.shape[2:]), batch=x.shape[0], names=layers, window=window)
     maps, flat = maps.to(x.device), flat.to(x.device)
     if not _syncs.reads_are_free(x):
         bad = ~torch.isfinite(x).flatten(1).all(dim=1)

@@ -22,10 +22,12 @@ from ..hooks import LayerCapture
 from ..layers.auto import auto_layer, default_score
 from ..layers.defaults import unwrap_model
 from ..layers.families import check_frames_order
+from ..layers.families.torchvision import transform_window
 from ..layers.layout import conv_ranks, layer_grid, prefix_token_hint
 from ..layers.names import LayerSpec
 from ..layers.resolve import resolve_layers
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
+from ..targets.detection import default_output
 from ..targets.neuron import bind_target
 from ._binding import Call, InputIndex, bind_inputs, bound, current_call, run_model
 from ._output import finish_maps, make_explanation
@@ -109,7 +111,7 @@ class Explainer:
         self.wrapped_model = model
         self.model = unwrap_model(model)
         check_frames_order(self.model)  # a bare [B, T, C, H, W] video model would read frames as channels
-        self.output = output
+        self.output = output if output is not None else default_output(self.model)  # ultralytics' tuples
         self.keep_mode = keep_mode
         self.input_index = input_index
 
@@ -379,6 +381,10 @@ class CAMExplainer(Explainer):
     def _names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.layers())
 
+    def _window(self, x: Tensor) -> tuple[int, int, int, int] | None:
+        """Where ``x`` lies in what the layers saw, for models that resize it inside (torchvision's detectors)."""
+        return transform_window(self.model, x)
+
     def __repr__(self) -> str:
         layers = [n for n, _ in self._layers] if self._layers is not None else "auto"
         return f"{type(self).__name__}(model={type(self.model).__name__}, layer={layers})"
@@ -462,4 +468,4 @@ class GradientCAM(CAMExplainer):
     def _explanation(
         self, raws: list[Tensor], x: Tensor, classes: Tensor | None, scores: Tensor, **extras: Any
     ) -> Explanation:
-        return make_explanation(self.key, raws, x, classes, scores, self._names(), **extras)
+        return make_explanation(self.key, raws, x, classes, scores, self._names(), window=self._window(x), **extras)

@@ -14,6 +14,7 @@ from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional import cam_extra as CX
 from ..hooks import LayerCapture
+from ..layers.families.torchvision import transform_window
 from ..layers.names import LayerSpec
 from ..layers.resolve import resolve_layers
 from ..registry import get_method, register_method
@@ -239,6 +240,7 @@ class FEM(ForwardCAM):
         torch.Size([2, 8, 8])
     """
 
+    needs_score: ClassVar[bool] = False  # no score needed: runs on any output (detectors...)
     cost: ClassVar[str] = "1 forward (no autograd)"
     use_when: ClassVar[str] = "You want a cheap, class-agnostic map of the layer's outstanding peaks (no gradients)."
 
@@ -287,6 +289,7 @@ class KPCACAM(ForwardCAM):
         torch.Size([2, 8, 8])
     """
 
+    needs_score: ClassVar[bool] = False  # no score needed: runs on any output (detectors...)
     cost: ClassVar[str] = "1 forward (no autograd) + an (h*w) x (h*w) eigendecomposition per image"
     use_when: ClassVar[str] = (
         "You want Eigen-CAM's class-agnostic dominant pattern with a non-linear kernel; mind the cost at large layers."
@@ -344,6 +347,7 @@ class RandomCAM(ForwardCAM):
         True
     """
 
+    needs_score: ClassVar[bool] = False  # no score needed: runs on any output (detectors...)
     cost: ClassVar[str] = "1 forward (no autograd)"
     use_when: ClassVar[str] = (
         "You need a baseline that ignores the model's decision, to check that a method or metric beats chance."
@@ -475,6 +479,12 @@ class FullGrad(Explainer):
         return [(n, m) for n, m in self._layers if _bias_rank(m) == rank]
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
+        if transform_window(self.model, x) is not None:
+            raise InvalidInputError(
+                f"FullGrad sums maps of every layer with the input's gradient, but {type(self.model).__name__} resizes "
+                "and pads the image inside (a torchvision detector's transform), so its layers' maps are not on the "
+                "image's pixels and FullGrad does not take them back; use GradCAM or EigenCAM, which do."
+            )
         image = x.detach().requires_grad_(True)
         layers = self._rank_layers(x)
         biases = [_effective_bias(m) for _, m in layers]

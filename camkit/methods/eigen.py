@@ -40,6 +40,7 @@ class EigenCAM(ForwardCAM):
         (2, 8, 8)
     """
 
+    needs_score: ClassVar[bool] = False  # no score needed: runs on any output (detectors...)
     cost: ClassVar[str] = "1 forward (no autograd) + a batched SVD"
     use_when: ClassVar[str] = (
         "You want the layer's dominant pattern without gradients or a target (the same map for every class)."

@@ -77,7 +77,7 @@ class LayerAttribution(CAMExplainer):
             )
         view = grid.sum(dim=1)
         view = view.reshape(batch, -1, *view.shape[1:]) if multi else view
-        maps, flat = finish_maps([view], tuple(x.shape[2:]))
+        maps, flat = finish_maps([view], tuple(x.shape[2:]), window=self._window(x))  # detectors' resize undone
         return Explanation(
             maps=maps.to(x.device),
             raw=attr,
@@ -110,6 +110,7 @@ class LayerActivation(LayerAttribution):
     """
 
     needs_grad = False
+    needs_score: ClassVar[bool] = False  # no score needed: runs on any output (detectors...)
     cost: ClassVar[str] = "1 forward"
     use_when: ClassVar[str] = "You want to see what a layer responds to, whatever the class."
 

@@ -18,6 +18,7 @@ from .files import first_line, load_factory, load_whole
 from .preprocess import Preprocess
 from .statedict import SCRIPT_HINT
 from .torchvision import load_torchvision
+from .ultralytics import load_ultralytics
 
 __all__ = ["LoadedModel", "load_model", "resolve_device", "warn_random_weights"]
 
@@ -196,8 +197,10 @@ def load_model(
     unless ``size``, ``crop``, ``mean`` or ``std`` are given.
 
     Args:
-        spec: ``torchvision:NAME``, ``timm:NAME``, ``hf:PATH_OR_ID``, ``package.module:factory``,
-            ``demo``, a path to a whole saved model, or an ``nn.Module`` (used as is).
+        spec: ``torchvision:NAME``, ``timm:NAME``, ``hf:PATH_OR_ID``, ``ultralytics:PATH.pt`` (a
+            YOLO checkpoint, a pickle: needs ``trust_pickle``; letterboxed as ultralytics does),
+            ``package.module:factory``, ``demo``, a path to a whole saved model, or an ``nn.Module``
+            (used as is).
         weights: a torchvision weights name, ``"pretrained"`` (timm), or a state-dict file
             (``.safetensors``, ``.pth``/``.pt``, a Lightning ``.ckpt``).
         trust_pickle: allow unpickling a whole saved model (runs code from the file).
@@ -241,6 +244,11 @@ def load_model(
         given = size is not None and mean is not None
         model, known, categories, notes = load_hf(spec.split(":", 1)[1], weights, need_processor=not given)
         name = spec
+    elif spec.startswith("ultralytics:"):  # a YOLO checkpoint with ultralytics' letterbox (modelload/ultralytics.py)
+        if crop is not None:
+            raise ModelLoadError("--model ultralytics:...: the letterbox keeps the whole image; drop --crop")
+        model, known, categories, notes = load_ultralytics(spec.split(":", 1)[1], trust_pickle, size, mean, std)
+        name, size, mean, std = spec, None, None, None
     elif _FACTORY.match(spec) and not Path(spec).exists():
         model, notes = load_factory(spec, weights)
         name = spec

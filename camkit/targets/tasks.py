@@ -13,7 +13,8 @@ helper                      score of sample ``b``
 :class:`SimilarityTarget`    ``cos(embedding[b], reference[b])``
 :class:`RegressionTarget`    ``output[b, index]`` (``-output[b, index]`` with ``negate``)
 :class:`BinaryTarget`        ``z[b]`` for the positive class, ``-z[b]`` for the negative one
-:class:`DetectionTarget`     the score of the detection best matching a reference box (IoU)
+:class:`DetectionTarget`     the score of the detection best matching a reference box (IoU);
+                             in :mod:`camkit.targets.detection`, re-exported here
 ==========================  ===============================================================
 """
 
@@ -27,13 +28,18 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import InvalidTargetError, OutputSelectionError
+from .detection import DetectionTarget, box_iou
+from .detection import per_sample as _per_sample
 
-__all__ = ["BinaryTarget", "DetectionTarget", "RegressionTarget", "SegmentationTarget", "SimilarityTarget"]
+__all__ = [
+    "BinaryTarget", "DetectionTarget", "RegressionTarget", "SegmentationTarget", "SimilarityTarget", "box_iou",
+]  # fmt: skip
 
 #: Segmentation logits by their number of dimensions, and the spatial axes of their masks.
 _LOGITS = {3: "[B, K, T]", 4: "[B, K, H, W]", 5: "[B, K, D, H, W]"}
 _MASK_AXES = {1: "T", 2: "H, W", 3: "D, H, W"}
 _KINDS = {1: "a signal", 2: "an image", 3: "a volume or video"}
+_MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
 
 def _tensor(output: Any, what: str) -> Tensor:
@@ -43,17 +49,6 @@ def _tensor(output: Any, what: str) -> Tensor:
             "to select it (a dict key, tuple index, attribute name or callable)."
         )
     return output
-
-
-def _per_sample(value: int | Sequence[int] | Tensor, batch: int, device: torch.device, name: str) -> Tensor:
-    index = torch.as_tensor(value, device=device)
-    if index.is_floating_point() or index.dtype == torch.bool:
-        raise InvalidTargetError(f"{name} must be integers, got dtype {index.dtype}")
-    if index.dim() == 0:
-        return index.long().expand(batch)
-    if index.dim() != 1 or index.shape[0] != batch:
-        raise InvalidTargetError(f"{name} must be one int or {batch} ints (one per sample), got shape {list(index.shape)}")
-    return index.long()
 
 
 class SegmentationTarget:
@@ -69,8 +64,15 @@ class SegmentationTarget:
             ``None`` uses the positions each sample predicts as ``category`` (a sample
             with no such position scores 0 and gets a flat map).
 
-    Accepts the output [B, K, *S], or a dict holding it under ``"out"`` as torchvision's
-    FCN / DeepLabV3 return (MONAI's UNet and SegResNet return the tensor itself).
+    Accepts the output [B, K, *S], a dict holding it under ``"out"`` as torchvision's
+    FCN / DeepLabV3 return (MONAI's UNet and SegResNet return the tensor itself), or a
+    Hugging Face output holding it as ``logits`` (SegFormer's ``SemanticSegmenterOutput``).
+
+    Logits coarser than the image (SegFormer's are at a quarter of its size): a mask larger
+    than the logits on every axis (one drawn on the image) is applied to the logits
+    upsampled to the mask's size (linear, bilinear or trilinear, ``align_corners=False``,
+    as Hugging Face's post-processing upsamples them), so the score is the class's
+    logits summed over the mask's pixels. A mask of the logits' own size is used as it is.
 
     Example:
         >>> import torch
@@ -97,6 +99,8 @@ class SegmentationTarget:
     def __call__(self, output: Any) -> Tensor:
         if isinstance(output, Mapping) and "out" in output:
             output = output["out"]
+        elif isinstance(output, Mapping) and isinstance(output.get("logits"), Tensor):
+            output = output["logits"]  # a Hugging Face ModelOutput (SegFormer)
         logits = _tensor(output, "SegmentationTarget")
         if logits.dim() not in _LOGITS:
             raise InvalidTargetError(
@@ -105,6 +109,11 @@ class SegmentationTarget:
             )
         batch, classes, *spatial = logits.shape
         n = len(spatial)
+        if isinstance(self.mask, Tensor) and self.mask.dim() in (n, n + 1) and all(
+            m > s for m, s in zip(self.mask.shape[self.mask.dim() - n :], spatial)
+        ):  # a mask drawn on the image, for logits at a coarser resolution: upsample the logits
+            spatial = list(self.mask.shape[self.mask.dim() - n :])
+            logits = F.interpolate(logits, size=spatial, mode=_MODES[n], align_corners=False)
         category = _per_sample(self.category, batch, logits.device, "category")
         if category.device.type == "cpu" and category.numel() and not 0 <= int(category.min()) <= int(category.max()) < classes:
             raise InvalidTargetError(f"category {self.category} is out of range for {classes} classes")
@@ -245,110 +254,3 @@ class BinaryTarget:
                 "for two or more logits use a class index as target."
             )
         return logit if self.positive else -logit
-
-
-def box_iou(boxes: Tensor, reference: Tensor) -> Tensor:
-    """IoU of boxes [N, 4] with one reference box [4], all ``(x1, y1, x2, y2)``: [N].
-
-    Example:
-        >>> import torch
-        >>> from camkit.targets.tasks import box_iou
-        >>> box_iou(torch.tensor([[0.0, 0.0, 2.0, 2.0], [1.0, 0.0, 3.0, 2.0]]), torch.tensor([0.0, 0.0, 2.0, 2.0]))
-        tensor([1.0000, 0.3333])
-    """
-    lt = torch.maximum(boxes[:, :2], reference[:2])
-    rb = torch.minimum(boxes[:, 2:], reference[2:])
-    inter = (rb - lt).clamp_min(0).prod(dim=1)
-    area = (boxes[:, 2:] - boxes[:, :2]).clamp_min(0).prod(dim=1)
-    ref_area = (reference[2:] - reference[:2]).clamp_min(0).prod()
-    union = area + ref_area - inter
-    return torch.where(union > 0, inter / torch.where(union > 0, union, torch.ones_like(union)), torch.zeros_like(union))
-
-
-class DetectionTarget:
-    """The score of the detection that best matches a reference box, for torchvision-style detectors.
-
-    The output is a list with one dict per image holding ``"boxes"`` [N, 4] (x1, y1, x2,
-    y2), ``"scores"`` [N] and ``"labels"`` [N], as torchvision's Faster R-CNN returns in eval
-    mode. For each image the detection with the highest IoU to the reference box (among
-    those with the given label, if any) is chosen, and its score is explained.
-
-    Args:
-        boxes: the reference box [4], or one per image [B, 4], in input pixel coordinates.
-        labels: keep only detections of this label (an int or one per image); ``None``: any.
-        iou_threshold: the least IoU a match needs. An image without a match raises
-            :class:`InvalidTargetError` (never a silent zero map).
-
-    Limits: the detections are chosen by the model's own post-processing (score threshold,
-    NMS, top-k), which is not differentiable; the gradient is that of the kept detection's
-    score, through the box head and RoI pooling to the backbone. Lower the model's
-    ``box_score_thresh`` if the object you want is filtered out. Maps cover the image the
-    backbone saw: use inputs whose size the detector's transform keeps (no resize, sides
-    multiple of its ``size_divisible``), else the map includes its padding.
-
-    Example:
-        >>> import torch
-        >>> from camkit import DetectionTarget
-        >>> dets = [{"boxes": torch.tensor([[0.0, 0.0, 4.0, 4.0], [5.0, 5.0, 9.0, 9.0]]),
-        ...          "scores": torch.tensor([0.9, 0.7]), "labels": torch.tensor([1, 2])}]
-        >>> DetectionTarget(torch.tensor([5.0, 5.0, 9.0, 8.0]))(dets)
-        tensor([0.7000])
-    """
-
-    takes_model_output: ClassVar[bool] = True
-
-    def __init__(
-        self,
-        boxes: Tensor,
-        labels: int | Sequence[int] | Tensor | None = None,
-        *,
-        iou_threshold: float = 0.5,
-    ) -> None:
-        if not isinstance(boxes, Tensor) or boxes.shape[-1:] != (4,) or boxes.dim() not in (1, 2):
-            got = list(boxes.shape) if isinstance(boxes, Tensor) else type(boxes).__name__
-            raise InvalidTargetError(f"boxes must be a tensor [4] or [B, 4] (x1, y1, x2, y2), got {got}")
-        if not 0.0 <= iou_threshold <= 1.0:
-            raise InvalidTargetError(f"iou_threshold must be in [0, 1], got {iou_threshold}")
-        self.boxes = boxes.detach()
-        self.labels = labels
-        self.iou_threshold = iou_threshold
-
-    def __repr__(self) -> str:
-        return f"DetectionTarget(boxes={list(self.boxes.shape)}, labels={self.labels!r}, iou_threshold={self.iou_threshold})"
-
-    def __call__(self, output: Any) -> Tensor:
-        if not isinstance(output, (list, tuple)) or not all(
-            isinstance(d, Mapping) and {"boxes", "scores"} <= set(d) for d in output
-        ):
-            raise OutputSelectionError(
-                f"DetectionTarget needs a list of per-image dicts with 'boxes' and 'scores', got "
-                f"{type(output).__name__}; do not pass output= for detection models."
-            )
-        batch = len(output)
-        if batch == 0:
-            raise InvalidTargetError("the detector returned an empty list")
-        device = output[0]["scores"].device
-        refs = self.boxes.to(device=device, dtype=output[0]["boxes"].dtype)
-        if refs.dim() == 2 and refs.shape[0] != batch:
-            raise InvalidTargetError(f"boxes has {refs.shape[0]} rows but the batch has {batch} images")
-        refs = refs.expand(batch, 4) if refs.dim() == 1 else refs
-        wanted = None if self.labels is None else _per_sample(self.labels, batch, device, "labels")
-        scores, best = [], []
-        for b, det in enumerate(output):
-            iou = box_iou(det["boxes"].detach(), refs[b])
-            if wanted is not None:
-                iou = torch.where(det["labels"] == wanted[b], iou, torch.full_like(iou, -1.0))
-            iou = torch.cat([iou, iou.new_full((1,), -1.0)])  # a sentinel: no detection at all
-            j = iou.argmax()
-            best.append(iou[j])
-            padded = torch.cat([det["scores"], det["scores"].new_zeros(1)])
-            scores.append(padded[j])
-        best_iou = torch.stack(best)
-        if bool((best_iou < self.iou_threshold).any()):  # one sync per batch
-            missing = (best_iou < self.iou_threshold).nonzero().flatten().tolist()
-            raise InvalidTargetError(
-                f"no detection matches the reference box in image(s) {missing} (best IoU "
-                f"{[round(float(best_iou[i]), 3) for i in missing]} < iou_threshold={self.iou_threshold}); "
-                "lower iou_threshold, check labels, or lower the detector's box_score_thresh."
-            )
-        return torch.stack(scores)

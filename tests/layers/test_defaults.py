@@ -151,8 +151,11 @@ def test_faster_rcnn_detection_target():
     one = camkit.GradCAM(model).explain(x[1:], camkit.DetectionTarget(refs[1:], labels[1:], iou_threshold=0.99))
     torch.testing.assert_close(camkit.GradCAM(model).explain(x, target).maps[1], one.maps[0], atol=1e-5, rtol=0)
     far = camkit.DetectionTarget(torch.tensor([200.0, 200.0, 210.0, 210.0]))
-    with pytest.raises(camkit.InvalidTargetError, match="no detection matches"):
+    with pytest.raises(camkit.InvalidTargetError, match="lies outside the 64x64 input image"):
         camkit.GradCAM(model).explain(x, far)
+    nowhere = camkit.DetectionTarget(torch.tensor([0.0, 0.0, 1.0, 1.0]), iou_threshold=0.9)
+    with pytest.raises(camkit.InvalidTargetError, match=r"no kept detection .* matches"):
+        camkit.GradCAM(model).explain(x, nowhere)
 
 
 @pytest.mark.parametrize("wrap", ["dataparallel", "compile"])

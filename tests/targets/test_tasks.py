@@ -97,7 +97,7 @@ def test_segmentation_target_by_hand():
     two = torch.cat([logits.detach(), logits.detach().flip(1)])  # the second sample swaps the classes
     assert camkit.SegmentationTarget([1, 0])(two).tolist() == [6.0, 6.0]
     with pytest.raises(camkit.InvalidTargetError, match=r"mask must be \[H, W\]"):
-        camkit.SegmentationTarget(0, mask=torch.ones(3, 3))(logits)
+        camkit.SegmentationTarget(0, mask=torch.ones(3, 2))(logits)  # larger on one axis only
     with pytest.raises(camkit.InvalidTargetError, match="out of range"):
         camkit.SegmentationTarget(2)(logits)
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from .rule import TokenLayout
 
-__all__ = ["table", "torchvision_layer", "torchvision_tokens"]
+__all__ = ["table", "torchvision_layer", "torchvision_tokens", "transform_window"]
 
 
 def _last_child(module: nn.Module) -> str:
@@ -41,6 +42,21 @@ def _mvit(model: nn.Module) -> str:
     return f"blocks.{_last_child(model.get_submodule('blocks'))}.norm1"
 
 
+def _body(model: nn.Module) -> str:
+    # The last stage of the backbone's body (before the FPN): one map of the image the
+    # detector's transform made, at the body's largest stride.
+    return f"backbone.body.{_last_child(model.get_submodule('backbone.body'))}"
+
+
+def _ssd(model: nn.Module) -> str:
+    # SSD's VGG features end at conv4_3 (a plain Sequential of layers); SSDlite's are two
+    # stages of MobileNetV3 (the C4 expansion, then the rest): the last stage, before the extras.
+    model.get_submodule("backbone.features")
+    if type(model.get_submodule("backbone")).__name__ == "SSDLiteFeatureExtractorMobileNet":
+        return f"backbone.features.{_last_child(model.get_submodule('backbone.features'))}"
+    return "backbone.features"
+
+
 def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
     from torchvision.models import (
         VGG,
@@ -53,7 +69,9 @@ def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
         SwinTransformer,
         VisionTransformer,
     )
+    from torchvision.models.detection import FCOS, RetinaNet
     from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
+    from torchvision.models.detection.ssd import SSD
     from torchvision.models.segmentation import FCN, LRASPP, DeepLabV3
     from torchvision.models.video import S3D, MViT, SwinTransformer3d, VideoResNet
 
@@ -70,7 +88,10 @@ def _rules() -> list[tuple[type, Callable[[nn.Module], str], str]]:
         (FCN, lambda m: f"backbone.{_last_child(m.get_submodule('backbone'))}", "backbone.<last>"),
         (DeepLabV3, lambda m: f"backbone.{_last_child(m.get_submodule('backbone'))}", "backbone.<last>"),
         (LRASPP, lambda m: f"backbone.{_last_child(m.get_submodule('backbone'))}", "backbone.<last>"),
-        (GeneralizedRCNN, lambda m: f"backbone.body.{_last_child(m.get_submodule('backbone.body'))}", "backbone.body.<last>"),
+        (GeneralizedRCNN, _body, "backbone.body.<last>"),
+        (RetinaNet, _body, "backbone.body.<last>"),
+        (FCOS, _body, "backbone.body.<last>"),
+        (SSD, _ssd, "backbone.features (SSD: VGG to conv4_3) or backbone.features.<last> (SSDlite)"),
         (VideoResNet, lambda m: "layer4", "layer4"),
         (S3D, lambda m: "features", "features"),
         (SwinTransformer3d, _last_feature, "features.<last> (channel-last)"),
@@ -136,3 +157,33 @@ def torchvision_tokens(model: nn.Module) -> int | TokenLayout | None:
             return TokenLayout(prefix=1, strides=(int(stride[0]), None, None))
         return 1
     return None
+
+
+def transform_window(model: nn.Module, x: Tensor) -> tuple[int, int, int, int] | None:
+    """Where the image lies in what a torchvision detector's backbone sees: ``(h, w, padded_h, padded_w)``.
+
+    torchvision's detectors (Faster/Mask/Keypoint R-CNN, RetinaNet, FCOS, SSD, SSDlite) pass
+    their input through a ``GeneralizedRCNNTransform``: it resizes each image (to
+    ``min_size`` / ``max_size``, or SSD's fixed size) and pads the batch at the bottom and
+    right to a multiple of ``size_divisible``. A backbone layer's map covers that padded
+    batch image; the image itself is its top-left ``h x w``. The transform is run once on
+    the first image, without autograd, to read both sizes (``None``: no such transform, or
+    one that keeps the image as it is).
+
+    Example:
+        >>> import torch
+        >>> from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_fpn
+        >>> from camkit.layers.families.torchvision import transform_window
+        >>> model = fasterrcnn_mobilenet_v3_large_fpn(weights=None, weights_backbone=None, num_classes=3,
+        ...                                           min_size=64, max_size=64).eval()
+        >>> transform_window(model, torch.rand(1, 3, 40, 60))  # resized to 42 x 64, padded to 64 x 64
+        (42, 64, 64, 64)
+    """
+    transform = getattr(model, "transform", None)
+    if type(transform).__name__ != "GeneralizedRCNNTransform" or x.dim() != 4 or not isinstance(transform, nn.Module):
+        return None
+    with torch.no_grad():
+        images = transform([x[0]])[0]
+    (height, width), padded = images.image_sizes[0], images.tensors.shape[-2:]
+    window = (int(height), int(width), int(padded[0]), int(padded[1]))
+    return None if window == (x.shape[2], x.shape[3], x.shape[2], x.shape[3]) else window

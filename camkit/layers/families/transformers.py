@@ -107,4 +107,16 @@ RULES: tuple[FamilyRule, ...] = (
                 "vivit.encoder.layer.<last>.layernorm_before", "encoder.layer.<last>.layernorm_before"),  # 4.x
                _VIDEO_TOKENS.format("1 + ") + " (frames first: wrap in ChannelsFirstVideo)",
                "VivitForVideoClassification, VivitModel", None, 1, _vivit_layout, True),
+    # detection and segmentation: DETR's backbone's last stage (a Hugging Face ResNet backbone,
+    # or a timm one), before the projection to the transformer; SegFormer's decoder features
+    # (all stages fused at a quarter of the input's size), before the 1x1 classifier
+    FamilyRule(_HF, "DETR", ("DetrForObjectDetection", "DetrForSegmentation", "DetrModel"),
+               tuple(f"{root}backbone.{mid}model.{stage}"
+                     for stage in ("encoder.stages.<last>", "layer4")
+                     for mid in ("", "conv_encoder.")
+                     for root in ("model.", "detr.model.", "")),
+               NCHW + " (stride 32)", "DetrForObjectDetection, DetrModel", False),
+    FamilyRule(_HF, "SegFormer", ("SegformerForSemanticSegmentation",),
+               ("decode_head.batch_norm",), NCHW + " (a quarter of the input's size)",
+               "SegformerForSemanticSegmentation", False),
 )

@@ -1,0 +1,204 @@
+"""Case 28: Grad-CAM with a DetectionTarget on Faster R-CNN and YOLOv8n, against a no-grad forward and pytorch-grad-cam.
+
+Times, side by side (interleaved) on one model and batch:
+
+* a ``torch.no_grad()`` forward of the model (the goal's reference: camkit's Grad-CAM with a
+  ``DetectionTarget`` within 1.3x of it);
+* ``camkit.GradCAM(model).explain(x, DetectionTarget(boxes, labels))``: the default layer
+  (Faster R-CNN: ``backbone.body.layer4``; YOLOv8n: the three neck stages, fused), the target
+  being each image's top detection of the no-grad forward;
+* pytorch-grad-cam's tutorial route on the same images. Faster R-CNN: its
+  ``EigenCAM(model, [model.backbone], reshape_transform=fasterrcnn_reshape_transform)`` with
+  ``FasterRCNNBoxScoreTarget`` (the FPN levels resized to the coarsest and stacked), as its
+  Faster R-CNN tutorial does (its ``GradCAM`` cannot run there: the backbone returns a dict,
+  on which it records no gradient). YOLO: its tutorial explains YOLOv5 with ``EigenCAM`` on
+  ``model.model[-2]`` (no gradient, no target); the same here on YOLOv8n's ``model.model[-2]``
+  (stage 21), beside camkit's ``EigenCAM`` at that layer, whose maps are compared with it.
+
+The routes compute different things (a gradient-free map of another layer), so only the YOLO
+EigenCAM pair's maps (same method, same layer) are compared;
+camkit's Grad-CAM maps are checked against a Grad-CAM written out by hand in
+``tests/methods/test_detectors.py``.
+
+Default: torchvision's ``fasterrcnn_resnet50_fpn`` (random weights, ``min_size=480``,
+``max_size=640``, every box kept) on batch 2 of 3x480x640, and ultralytics' YOLOv8n (from its
+yaml, the class head's bias at 0 so that scores are near 0.5) on batch 2 of 3x640x640.
+``--smoke``: ``fasterrcnn_mobilenet_v3_large_320_fpn`` at 64x96 and YOLOv8n at 64x64, batch 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import camkit
+
+from ._harness import (
+    Context,
+    Goal,
+    Row,
+    Timing,
+    describe_exception,
+    goal_at_most,
+    max_abs_diff,
+    package_version,
+    paired_ratio,
+    rows_for_timings,
+)
+
+TITLE = "Grad-CAM on detectors"
+ORDER = 28
+
+FORWARD = "no-grad forward"
+CAMKIT = "camkit GradCAM + DetectionTarget"
+PGC = "pytorch-grad-cam tutorial route"
+CAMKIT_EIGEN = "camkit EigenCAM (same layer)"
+TIME_LIMIT = 1.3  # camkit's Grad-CAM within 1.3x of a no-grad forward (issue 28)
+REPEATS = 3  # one Faster R-CNN round is about a minute on the shared 2-core machine
+
+
+def _faster_rcnn(smoke: bool) -> nn.Module:
+    from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn, fasterrcnn_resnet50_fpn
+
+    torch.manual_seed(0)
+    if smoke:
+        return fasterrcnn_mobilenet_v3_large_320_fpn(
+            weights=None, weights_backbone=None, num_classes=3, min_size=64, max_size=96, box_score_thresh=0.0
+        ).eval()
+    return fasterrcnn_resnet50_fpn(
+        weights=None, weights_backbone=None, num_classes=91, min_size=480, max_size=640, box_score_thresh=0.0
+    ).eval()
+
+
+def _yolo() -> nn.Module:
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="camkit-bench-yolo-"))
+    from ultralytics import YOLO
+
+    torch.manual_seed(0)
+    model = YOLO("yolov8n.yaml").model.eval()
+    with torch.no_grad():  # the class head's prior (p ~ 1e-5) leaves almost no gradient: start at p = 0.5
+        for branch in model.model[-1].cv3:
+            branch[-1].bias.zero_()
+    return model
+
+
+def _input(batch: int, height: int, width: int, device: torch.device) -> Tensor:
+    return torch.rand(batch, 3, height, width, generator=torch.Generator().manual_seed(0)).to(device)
+
+
+def _top_detections(model: nn.Module, x: Tensor, yolo: bool) -> list[dict[str, Tensor]]:
+    with torch.no_grad():
+        out = model(x)
+    if not yolo:
+        return [{k: v[:1] for k, v in d.items() if k in ("boxes", "labels", "scores")} for d in out]
+    from camkit.audit.explain_detect import detections_of
+
+    found = detections_of(model, out, (int(x.shape[2]), int(x.shape[3])))
+    return [{k: v[d["scores"].argmax()][None] for k, v in d.items()} for d in found]
+
+
+def _pgc_faster_rcnn(model: nn.Module, x: Tensor, dets: list[dict[str, Tensor]]) -> tuple[Callable[[], Any], Callable[[], None]]:
+    from pytorch_grad_cam import EigenCAM
+    from pytorch_grad_cam.utils.model_targets import FasterRCNNBoxScoreTarget
+    from pytorch_grad_cam.utils.reshape_transforms import fasterrcnn_reshape_transform
+
+    own = copy.deepcopy(model)
+    cam = EigenCAM(own, [own.backbone], reshape_transform=fasterrcnn_reshape_transform)
+    targets = [FasterRCNNBoxScoreTarget(d["labels"].tolist(), d["boxes"].detach().cpu().numpy()) for d in dets]
+    return (lambda: cam(input_tensor=x, targets=targets)), cam.activations_and_grads.release
+
+
+def _pgc_yolo(model: nn.Module, x: Tensor) -> tuple[Callable[[], Any], Callable[[], None]]:
+    from pytorch_grad_cam import EigenCAM
+
+    own = copy.deepcopy(model)
+    cam = EigenCAM(own, [own.model[-2]])
+    targets = [lambda output: output] * x.shape[0]  # EigenCAM never scores; a list keeps it off its argmax
+    return (lambda: cam(input_tensor=x, targets=targets)), cam.activations_and_grads.release
+
+
+def _configs(ctx: Context) -> list[tuple[str, bool, int, int, int]]:
+    """``(model, is_yolo, batch, height, width)``."""
+    if ctx.smoke:
+        return [("fasterrcnn_mobilenet_v3_large_320_fpn", False, 1, 64, 96), ("yolov8n", True, 1, 64, 64)]
+    return [("fasterrcnn_resnet50_fpn", False, 2, 480, 640), ("yolov8n", True, 2, 640, 640)]
+
+
+def _label(impl: str) -> str:
+    version = package_version("grad-cam") if impl == PGC else None
+    return f"{impl} {version}" if version else impl
+
+
+def _one(ctx: Context, name: str, yolo: bool, batch: int, height: int, width: int) -> tuple[list[Row], list[Goal]]:
+    where = f"{name} {height}x{width}"
+    if yolo and importlib.util.find_spec("ultralytics") is None:
+        return [Row(TITLE, CAMKIT, where, batch, ctx.device.type, note="ultralytics is not installed")], []
+    model = (_yolo() if yolo else _faster_rcnn(ctx.smoke)).to(ctx.device)
+    x = _input(batch, height, width, ctx.device)
+    dets = _top_detections(model, x, yolo)
+    target = camkit.DetectionTarget.from_detections(dets, iou_threshold=0.5)
+    explainer = camkit.GradCAM(model)
+    fns: dict[str, Callable[[], Any]] = {}
+
+    def forward() -> Any:
+        with torch.no_grad():
+            return model(x)
+
+    fns[FORWARD] = forward
+    fns[CAMKIT] = lambda: explainer.explain(x, target)
+    closers: list[Callable[[], None]] = []
+    rows: list[Row] = []
+    diffs: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    ours = explainer.explain(x, target)
+    ctx.log(f"    camkit layers {ours.layers}, scores {ours.scores.flatten().tolist()}, flat {ours.flat.tolist()}")
+    if ctx.available("pytorch_grad_cam"):
+        try:
+            run, close = _pgc_yolo(model, x) if yolo else _pgc_faster_rcnn(model, x, dets)
+            theirs = run()
+            fns[PGC] = run
+            closers.append(close)
+            if yolo:
+                eigen = camkit.EigenCAM(model, "model.21")
+                fns[CAMKIT_EIGEN] = lambda: eigen.explain(x)
+                mine = eigen.explain(x).maps
+                # pytorch-grad-cam normalises at the layer's grid, then resizes with OpenCV: compared as returned
+                diff = max_abs_diff(mine, torch.from_numpy(theirs))
+                notes[_label(PGC)] = f"EigenCAM on model.model[-2]; max |diff| with camkit's EigenCAM there {diff:.3f}"
+            else:
+                notes[_label(PGC)] = "EigenCAM on model.backbone (FPN levels stacked), as its tutorial; maps not compared"
+        except Exception as exc:  # an anchor that cannot run is reported, not fatal
+            rows.append(Row(TITLE, _label(PGC), where, batch, ctx.device.type, note=describe_exception(exc)))
+    try:
+        fns[CAMKIT]()  # warm-up of every implementation: one call each
+        timings: dict[str, Timing] = ctx.time({_label(k): v for k, v in fns.items()},
+                                              repeats=ctx.repeats if ctx.smoke else REPEATS, warmup=1)
+    finally:
+        for close in closers:
+            close()
+    rows = rows_for_timings(TITLE, timings, reference=FORWARD, model=where, batch=batch, device=ctx.device,
+                            camkit=CAMKIT, diffs=diffs, notes=notes) + rows
+    ratio = paired_ratio(timings[CAMKIT], timings[FORWARD])
+    goal = goal_at_most(TITLE, f"camkit GradCAM with a DetectionTarget within {TIME_LIMIT}x of a no-grad forward "
+                        f"({where}, batch {batch}, layer {', '.join(ours.layers)})", ratio, TIME_LIMIT)
+    return rows, [goal]
+
+
+def run(ctx: Context) -> Sequence[Row | Goal]:
+    """Time each configuration of this mode; one goal per model."""
+    rows: list[Row] = []
+    goals: list[Goal] = []
+    for name, yolo, batch, height, width in _configs(ctx):
+        ctx.log(f"  {TITLE}: {name}, batch {batch}, {height}x{width}")
+        more_rows, more_goals = _one(ctx, name, yolo, batch, height, width)
+        rows += more_rows
+        goals += more_goals
+    return [*rows, *goals]
