@@ -168,7 +168,8 @@ def load_hf(
         pre = preprocess_from_processor(_from_pretrained(transformers.AutoImageProcessor, ident, "image processor"))
     except ModelLoadError as err:
         if need_processor:
-            raise ModelLoadError(f"{err}; or pass --size, --mean and --std to set the preprocessing yourself") from None
+            hint = "" if "--mean" in str(err) else "; or pass --size, --mean and --std to set the preprocessing yourself"
+            raise ModelLoadError(f"{err}{hint}") from None
         notes.append(f"preprocessing as given ({err})")
     labels = getattr(config, "id2label", None) or {}
     names = [str(labels.get(i, labels.get(str(i), i))) for i in range(len(labels))]

@@ -105,7 +105,7 @@ class Preprocess:
         side = int(resize)
         if self.max_size is not None and long / short * resize > self.max_size:  # DETR's cap, its own arithmetic
             resize = self.max_size * float(short) / float(long)
-            side = int(round(resize))
+            side = round(resize)
         if short == side:
             return height, width
         new_long = int(resize * long / short)
