@@ -7,10 +7,12 @@ not there; an offline machine without it gets one line saying so. Class names co
 config's ``id2label`` (``None`` when they are only the default ``LABEL_i``).
 
 The preprocessing is the image processor's, step by step: resize (to ``height``/``width``, or the
-shortest edge), centre crop (``crop_size``; ConvNeXT's ``crop_pct``), rescale
+shortest edge; DETR's shortest edge with its ``longest_edge`` cap), centre crop (``crop_size``; ConvNeXT's ``crop_pct``), rescale
 (``rescale_factor``), normalise (``image_mean``/``image_std``), with the processor's resample
-filter and its backend's resizing (torchvision's uint8 kernel, or Pillow). A processor with steps
-camkit does not reproduce is refused unless ``size``, ``mean`` and ``std`` are given.
+filter and its backend's resizing (torchvision's uint8 kernel, or Pillow). SegFormer's processor
+(its extra step is on label maps) and DETR's (its extra step pads a batch to its largest image; one
+image is not padded) are reproduced too. A processor with steps camkit does not reproduce is
+refused unless ``size``, ``mean`` and ``std`` are given.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from .statedict import fit_state_dict, read_state_dict
 __all__ = ["load_hf", "preprocess_from_processor"]
 
 _RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic"}  # PIL.Image.Resampling values
+# Processors whose own steps only touch labels (SegFormer's reduce_labels) or pad a batch to its
+# largest image (DETR: one image needs no pad); their images go through resize, rescale, normalise.
+_SEGFORMER, _DETR = ("SegformerImageProcessor",), ("DetrImageProcessor",)
 
 
 def _import_transformers() -> Any:
@@ -69,8 +74,12 @@ def preprocess_from_processor(processor: Any) -> Preprocess:
         ((48, 64), None, (0.5, 0.5, 0.5), 'bilinear', 'tensor')
     """
     name = type(processor).__name__
-    convnext = name.removesuffix("Fast") in ("ConvNextImageProcessor",)
-    if not (convnext or _plain_steps(processor)):
+    base = name.removesuffix("Fast").removesuffix("Pil")
+    convnext = base in ("ConvNextImageProcessor",)
+    detr = base in _DETR
+    if detr and (getattr(processor, "pad_size", None) or getattr(processor, "do_center_crop", False)):
+        raise ModelLoadError(f"the image processor {name} pads to a fixed pad_size or crops; camkit does not reproduce that: pass --size")
+    if not (convnext or detr or base in _SEGFORMER or _plain_steps(processor)):
         raise ModelLoadError(
             f"the image processor {name} has steps of its own that camkit does not reproduce; pass --size, --mean "
             "and --std (Python: size=, mean=, std=) to set the preprocessing yourself"
@@ -86,10 +95,14 @@ def preprocess_from_processor(processor: Any) -> Preprocess:
         )
     size = processor.size
     shortest, height, width = _get(size, "shortest_edge"), _get(size, "height"), _get(size, "width")
-    if _get(size, "longest_edge") or _get(size, "max_height") or not (shortest or (height and width)):
+    longest = _get(size, "longest_edge")
+    capped = detr and shortest and longest and not (height or width)  # DETR: shortest edge, longest edge capped
+    if (longest and not capped) or _get(size, "max_height") or not (shortest or (height and width)):
         raise ModelLoadError(f"the image processor {name} resizes to {size}, which camkit does not reproduce; pass --size")
     geometry: dict[str, Any]
-    if convnext and shortest:  # ConvNeXT: below 384, resize to shortest/crop_pct and crop; else warp to a square
+    if capped:
+        geometry = {"resize": shortest, "max_size": longest}
+    elif convnext and shortest:  # ConvNeXT: below 384, resize to shortest/crop_pct and crop; else warp to a square
         crop_pct = float(getattr(processor, "crop_pct", 224 / 256))
         geometry = {"resize": int(shortest / crop_pct), "crop": (shortest, shortest)} if shortest < 384 else {"size": (shortest, shortest)}
     elif shortest:
@@ -155,7 +168,8 @@ def load_hf(
         pre = preprocess_from_processor(_from_pretrained(transformers.AutoImageProcessor, ident, "image processor"))
     except ModelLoadError as err:
         if need_processor:
-            raise ModelLoadError(f"{err}; or pass --size, --mean and --std to set the preprocessing yourself") from None
+            hint = "" if "--mean" in str(err) else "; or pass --size, --mean and --std to set the preprocessing yourself"
+            raise ModelLoadError(f"{err}{hint}") from None
         notes.append(f"preprocessing as given ({err})")
     labels = getattr(config, "id2label", None) or {}
     names = [str(labels.get(i, labels.get(str(i), i))) for i in range(len(labels))]

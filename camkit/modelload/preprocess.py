@@ -40,7 +40,10 @@ class Preprocess:
 
     Exactly one of ``size`` (resize straight to ``(height, width)``) and ``resize``
     (resize the shorter side to this many pixels, keeping the aspect ratio, as
-    torchvision's ``Resize(int)``) is set. ``crop`` centre-crops after resizing; its offset
+    torchvision's ``Resize(int)``) is set. With ``resize``, ``max_size`` caps the longer side
+    as Hugging Face's DETR processors do (``shortest_edge`` with ``longest_edge``): when the
+    longer side would pass it, the shorter side becomes ``round(max_size * short / long)``.
+    ``crop`` centre-crops after resizing; its offset
     is rounded (``crop_rounding="round"``, torchvision and timm) or floored (``"floor"``,
     Hugging Face). ``interpolation`` is ``"bilinear"``, ``"bicubic"``, ``"nearest"`` or
     ``"lanczos"`` (``"pil"`` backend only); ``backend`` is ``"float"``, ``"pil"`` or ``"tensor"``
@@ -74,6 +77,7 @@ class Preprocess:
     backend: str = "float"
     crop_rounding: str = "round"
     scale: float = 1.0 / 255.0
+    max_size: int | None = None
     origin: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +89,10 @@ class Preprocess:
             raise ModelLoadError(f"Preprocess backend must be one of {_BACKENDS}, got {self.backend!r}")
         if self.interpolation == "lanczos" and self.backend != "pil":
             raise ModelLoadError("Preprocess: lanczos resizing is only reproduced with backend='pil'")
+        if self.max_size is not None and (self.resize is None or self.max_size < self.resize):
+            raise ModelLoadError(
+                f"Preprocess max_size={self.max_size} needs resize= (a shorter side) no larger than it, got resize={self.resize}"
+            )
         if self.crop_rounding not in ("round", "floor"):
             raise ModelLoadError(f"Preprocess crop_rounding must be 'round' or 'floor', got {self.crop_rounding!r}")
 
@@ -92,10 +100,16 @@ class Preprocess:
         """``(height, width)`` after the resize step, before cropping."""
         if self.size is not None:
             return self.size
-        resize = int(self.resize or 0)  # set: __post_init__ requires size or resize
+        resize: float = int(self.resize or 0)  # set: __post_init__ requires size or resize
         short, long = (height, width) if height <= width else (width, height)
+        side = int(resize)
+        if self.max_size is not None and long / short * resize > self.max_size:  # DETR's cap, its own arithmetic
+            resize = self.max_size * float(short) / float(long)
+            side = round(resize)
+        if short == side:
+            return height, width
         new_long = int(resize * long / short)
-        return (resize, new_long) if height <= width else (new_long, resize)
+        return (side, new_long) if height <= width else (new_long, side)
 
     def crop_offsets(self, height: int, width: int) -> tuple[int, int, int, int]:
         """``(top, left, out_height, out_width)`` of the crop in the resized image."""
@@ -235,7 +249,7 @@ class Preprocess:
         return {
             "size": self.size, "resize": self.resize, "crop": self.crop, "mean": self.mean, "std": self.std,
             "interpolation": self.interpolation, "backend": self.backend, "crop_rounding": self.crop_rounding,
-            "scale": self.scale, "origin": self.origin,
+            "scale": self.scale, "max_size": self.max_size, "origin": self.origin,
         }  # fmt: skip
 
 
