@@ -21,13 +21,14 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError, LayerNotReachedError
+from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional.attention import attention_rollout, gradient_rollout, legrad_relevance, token_relevance
 from ..functional.tokens import infer_token_grid
 from ..layers.layout import prefix_token_hint
 from ..registry import register_method
 from ..targets.classes import OutputSelector, Target, select_output
+from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
 from ._binding import InputIndex
 from ._output import make_explanation
@@ -280,6 +281,11 @@ class LeGrad(AttentionExplainer):
         self.layers = sorted({i % count for i in picked})
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
+        if isinstance(target, NeuronTarget):
+            raise InvalidTargetError(
+                "LeGrad scores each layer through the model's head, so a NeuronTarget (a hidden unit) has no score at "
+                "each layer; explain a hidden unit with camkit.CheferRollout(model) instead"
+            )
         names = self.layer_names()
         head = self.head
         assert head is not None
@@ -336,8 +342,7 @@ def known_head(model: nn.Module) -> Head | None:
         if names & {"Dinov2ForImageClassification", "Dinov2WithRegistersForImageClassification"} and hasattr(model, base):
             classifier = model.classifier
             return _mean_head(get(f"{base}.layernorm"), lambda z: classifier(torch.cat([z, z], dim=1)))
-    if "CLIPVisionModelWithProjection" in names:
-        return _mean_head(get("vision_model.post_layernorm"), model.visual_projection)
-    if "CLIPVisionModel" in names:
-        return _mean_head(get("vision_model.post_layernorm"), nn.Identity())
+    if names & {"CLIPVisionModelWithProjection", "CLIPVisionModel"}:
+        norm = get("vision_model.post_layernorm") if hasattr(model, "vision_model") else get("post_layernorm")
+        return _mean_head(norm, getattr(model, "visual_projection", nn.Identity()))
     return None
