@@ -115,10 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=5e-3, help="peak learning rate (default: 5e-3)")
     parser.add_argument("--test", type=int, default=800, help="test images per split (default: 800)")
     parser.add_argument("--model", choices=("cnn", "vit"), default="cnn", help="the demo CNN or the demo ViT")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per step (default: 64)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     build = shapes_vit if args.model == "vit" else ShapesCNN
-    model = train(args.train, args.epochs, args.seed, lr=args.lr, build=build)
+    model = train(args.train, args.epochs, args.seed, batch_size=args.batch_size, lr=args.lr, build=build)
     report = evaluate(model, args.test)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = out.with_name(f".{out.name}.tmp")
     torch.save(state, tmp)
     os.replace(tmp, out)
-    meta = {"model": args.model, "train": args.train, "epochs": args.epochs, "seed": args.seed, "lr": args.lr, "test": args.test, **report}
+    meta = {"model": args.model, "batch_size": args.batch_size, "train": args.train, "epochs": args.epochs, "seed": args.seed, "lr": args.lr, "test": args.test, **report}
     out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     print(f"wrote {out} in {time.perf_counter() - start:.0f} s")

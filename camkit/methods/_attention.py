@@ -173,7 +173,7 @@ class AttentionCapture:
             self.probabilities[index].append(attention.detach())
         return attention
 
-    def _hook_timm(self, index: int, module: nn.Module) -> None:
+    def _hook_timm(self, index: int, module: Any) -> None:
         fused = module.fused_attn
         self._undo.append(lambda: setattr(module, "fused_attn", fused))
         module.fused_attn = False
@@ -183,7 +183,7 @@ class AttentionCapture:
 
         self._scope.forward_pre(module.attn_drop, before_dropout)
 
-    def _hook_hf(self, index: int, module: nn.Module) -> None:
+    def _hook_hf(self, index: int, module: Any) -> None:
         config = module.config
         implementation = config._attn_implementation
         if implementation != "eager":
@@ -214,7 +214,7 @@ class AttentionCapture:
         self._scope.forward_pre(module, before, with_kwargs=True)
         self._scope.forward(module, after, own_thread=True)
 
-    def _hook_mha(self, index: int, module: nn.Module) -> None:
+    def _hook_mha(self, index: int, module: Any) -> None:
         asked: list[tuple[bool, bool]] = []
         if not module.batch_first or module.in_proj_weight is None or module.bias_k is not None or module.add_zero_attn:
             raise InvalidInputError(
@@ -284,7 +284,7 @@ class AttentionCapture:
         return out
 
 
-def _replay(module: nn.Module, value: Tensor, attention: Tensor) -> Tensor:
+def _replay(module: Any, value: Tensor, attention: Tensor) -> Tensor:
     """``out_proj(A @ V)`` of an ``nn.MultiheadAttention``, its values from its own packed projection."""
     batch, tokens, dim = value.shape
     heads = attention.shape[1]

@@ -327,22 +327,21 @@ def known_head(model: nn.Module) -> Head | None:
     if "VisionTransformer" in names and type(model).__module__.startswith("timm"):
         if getattr(model, "attn_pool", None) is not None:
             return None  # attention pooling: no mean-of-tokens head
-        tail = nn.Sequential(model.fc_norm, model.head_drop, model.head)
-        return _mean_head(model.norm, tail)
+        return _mean_head(get("norm"), nn.Sequential(get("fc_norm"), get("head_drop"), get("head")))
     if "VisionTransformer" in names and hasattr(model, "heads") and hasattr(model, "encoder"):
-        return _mean_head(get("encoder.ln"), model.heads)
+        return _mean_head(get("encoder.ln"), get("heads"))
     if "ViTForImageClassification" in names:
-        return _mean_head(get("vit.layernorm"), model.classifier)
+        return _mean_head(get("vit.layernorm"), get("classifier"))
     if "DeiTForImageClassificationWithTeacher" in names:
-        cls_head, dist_head = model.cls_classifier, model.distillation_classifier
+        cls_head, dist_head = get("cls_classifier"), get("distillation_classifier")
         return _mean_head(get("deit.layernorm"), lambda z: (cls_head(z) + dist_head(z)) / 2)
     if "DeiTForImageClassification" in names:
-        return _mean_head(get("deit.layernorm"), model.cls_classifier)
-    for base in ("dinov2", "dinov2_with_registers"):
-        if names & {"Dinov2ForImageClassification", "Dinov2WithRegistersForImageClassification"} and hasattr(model, base):
-            classifier = model.classifier
-            return _mean_head(get(f"{base}.layernorm"), lambda z: classifier(torch.cat([z, z], dim=1)))
+        return _mean_head(get("deit.layernorm"), get("cls_classifier"))
+    if names & {"Dinov2ForImageClassification", "Dinov2WithRegistersForImageClassification"}:
+        base = "dinov2" if hasattr(model, "dinov2") else "dinov2_with_registers"
+        classifier = get("classifier")  # it reads [class token, patch mean]: both are the tokens' mean here
+        return _mean_head(get(f"{base}.layernorm"), lambda z: classifier(torch.cat([z, z], dim=1)))
     if names & {"CLIPVisionModelWithProjection", "CLIPVisionModel"}:
         norm = get("vision_model.post_layernorm") if hasattr(model, "vision_model") else get("post_layernorm")
-        return _mean_head(norm, getattr(model, "visual_projection", nn.Identity()))
+        return _mean_head(norm, get("visual_projection") if hasattr(model, "visual_projection") else nn.Identity())
     return None

@@ -96,7 +96,7 @@ def hand_forward(model: nn.Module, x: Tensor, blocks: list[nn.Module] | None = N
             attentions.append(a)
             return module.out_proj(_merge(a @ v)), None
         if hasattr(module, "qkv"):  # timm
-            b, n, c = h.shape
+            b, n, _ = h.shape
             q, k, v = module.qkv(h).reshape(b, n, 3, module.num_heads, module.head_dim).permute(2, 0, 3, 1, 4)
             a = _softmax(q, k, module.scale)
             attentions.append(a)
