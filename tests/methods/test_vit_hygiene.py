@@ -260,3 +260,14 @@ def test_legrad_needs_a_head_it_knows_or_head():
     ours = camkit.LeGrad(model, head=head).explain(_x(2), 1)
     known = camkit.LeGrad(model.vit).explain(_x(2), 1)
     torch.testing.assert_close(ours.raw, known.raw, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("key", list(METHODS))
+def test_on_the_device_equals_the_cpu(key, device):
+    for build in (timm_vit, torchvision_vit, lambda: hf_vit("vit")):
+        model = build()
+        x, target = _x(2), torch.tensor([1, 2])
+        expected = METHODS[key](model).explain(x, target)
+        got = METHODS[key](model.to(device)).explain(x.to(device), target.to(device))
+        assert got.maps.device.type == device.type
+        torch.testing.assert_close(got.maps.cpu(), expected.maps, atol=1e-4, rtol=0)
