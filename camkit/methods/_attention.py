@@ -133,9 +133,12 @@ class AttentionCapture:
             each block's gradient of its own score (LeGrad).
     """
 
-    def __init__(self, model: nn.Module, *, gradients: bool, blocks: bool = False) -> None:
+    def __init__(
+        self, model: nn.Module, *, gradients: bool, blocks: bool = False, reduce: Callable[[Tensor], Tensor] | None = None
+    ) -> None:
         self.model = model
         self.gradients = gradients
+        self.reduce = reduce
         self.blocks = blocks
         self.modules = attention_modules(model)
         self.probabilities: list[list[Tensor]] = [[] for _ in self.modules]
@@ -170,8 +173,12 @@ class AttentionCapture:
             attention = _leaf(attention)
             self.probabilities[index].append(attention)
         else:
-            self.probabilities[index].append(attention.detach())
+            self._keep(index, attention)
         return attention
+
+    def _keep(self, index: int, attention: Tensor) -> None:
+        detached = attention.detach()
+        self.probabilities[index].append(detached if self.reduce is None else self.reduce(detached))
 
     def _hook_timm(self, index: int, module: Any) -> None:
         fused = module.fused_attn
@@ -209,7 +216,10 @@ class AttentionCapture:
                 )
             if self.gradients and not weights.requires_grad:
                 raise InvalidInputError(f"{type(module).__name__}'s attention probabilities are not on its output's graph")
-            self.probabilities[index].append(weights if self.gradients else weights.detach())
+            if self.gradients:
+                self.probabilities[index].append(weights)
+            else:
+                self._keep(index, weights)
 
         self._scope.forward_pre(module, before, with_kwargs=True)
         self._scope.forward(module, after, own_thread=True)
@@ -241,7 +251,7 @@ class AttentionCapture:
                 attention = self._record(index, attention)
                 out = _replay(module, args[2], attention)
             else:
-                self.probabilities[index].append(attention.detach())
+                self._keep(index, attention)
                 out = output[0]
             return out, (attention.mean(dim=1) if average else attention) if need else None
 

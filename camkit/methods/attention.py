@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
-from ..functional.attention import attention_rollout, gradient_rollout, legrad_relevance, token_relevance
+from ..functional.attention import attention_rollout, fuse_heads, gradient_rollout, legrad_relevance, token_relevance
 from ..functional.tokens import infer_token_grid
 from ..layers.layout import prefix_token_hint
 from ..registry import register_method
@@ -171,11 +171,13 @@ class AttentionRollout(AttentionExplainer):
         self.discard_ratio = float(discard_ratio)
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        with AttentionCapture(self.model, gradients=False) as capture:
+        fusion = self.head_fusion
+        # heads fused as each layer runs: one [B, N, N] per layer is kept, not [B, heads, N, N]
+        with AttentionCapture(self.model, gradients=False, reduce=lambda a: fuse_heads(a.float(), fusion)[:, None]) as capture:
             classes, scores = self._target_scores(x, target)
-            attentions = capture.attentions()
-        prefix, grid, query = self._layout(attentions[0].shape[-1], x)
-        rollout = attention_rollout(attentions, head_fusion=self.head_fusion, discard_ratio=self.discard_ratio)
+            fused = capture.attentions()
+        prefix, grid, query = self._layout(fused[0].shape[-1], x)
+        rollout = attention_rollout(fused, head_fusion=fusion, discard_ratio=self.discard_ratio)  # one head: fused
         row = token_relevance(rollout, prefix, query=query)
         return self._finish([row] * len(self._columns(scores)), x, grid, classes, scores)
 
