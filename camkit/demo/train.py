@@ -3,7 +3,7 @@
 Seeded end to end; on a CPU it takes a few minutes::
 
     python -m camkit.demo.train --out camkit/assets/shapes_cnn.pt
-    python -m camkit.demo.train --model vit --epochs 16 --lr 2e-3 --out camkit/assets/shapes_vit.pt
+    python -m camkit.demo.train --model vit --epochs 8 --lr 1e-3 --out camkit/assets/shapes_vit.pt
 
 It writes the state dict to ``--out`` and, next to it, a JSON file (same name, ``.json``)
 with the settings and the accuracies measured by :func:`evaluate` on freshly generated

@@ -28,14 +28,18 @@ VIT_CAM_LAYER = "encoder.layers.encoder_layer_3.ln_1"
 
 
 def shapes_vit(classes: int = len(CLASSES)) -> nn.Module:
-    """A 4-block ViT for the 64x64 shapes (8 x 8 tokens of width 48, 4 heads; about 100k parameters).
+    """A 4-block ViT for the 64x64 shapes (8 x 8 tokens of width 48, 4 heads; about 122k parameters).
 
     Input: RGB in [0, 1], [B, 3, 64, 64]; output: logits [B, 4] in
     :data:`~camkit.demo.shapes.CLASSES` order. One class token and an 8 x 8 token grid. The
-    patches are embedded by a small convolutional stem (three stride-2 3 x 3 convolutions and a stride-1 one,
-    torchvision's ``conv_stem_configs``) instead of one 8 x 8 convolution: trained from scratch
-    on 4,000 images for a few minutes, a plain patch embedding learned the watermark and not
-    the shapes (training accuracy stayed at 0.49), as small-data ViTs are known to.
+    patches are embedded by a small convolutional stem (three stride-2 3 x 3 convolutions and a
+    stride-1 one, torchvision's ``conv_stem_configs``) instead of one 8 x 8 convolution.
+
+    What it learned (``camkit/assets/shapes_vit.json``): trained for a few minutes from scratch on
+    a CPU, this model, like a plain 8 x 8 patch embedding tried before it, learned the watermark
+    shortcut and little of the shapes: its training accuracy stayed near 0.49 (circles by their
+    watermark, about chance on the three other classes). Such a model is what the faithfulness
+    benchmark needs: where it calls a swapped image "circle", the evidence is the watermark.
 
     Example:
         >>> import torch
