@@ -139,6 +139,9 @@ class AttentionCapture:
         self.model = model
         self.gradients = gradients
         self.reduce = reduce
+        # LeGrad differentiates each block's score with respect to that block's probabilities only, so
+        # the queries, keys and values need no graph: they run without autograd, A is a fresh leaf.
+        self._local = gradients and blocks
         self.blocks = blocks
         self.modules = attention_modules(model)
         self.probabilities: list[list[Tensor]] = [[] for _ in self.modules]
@@ -169,7 +172,11 @@ class AttentionCapture:
     # --- per family ---------------------------------------------------------------------
 
     def _record(self, index: int, attention: Tensor) -> Tensor:
-        if self.gradients:
+        if self._local:
+            torch.set_grad_enabled(True)
+            attention = attention.detach().requires_grad_(True)
+            self.probabilities[index].append(attention)
+        elif self.gradients:
             attention = _leaf(attention)
             self.probabilities[index].append(attention)
         else:
@@ -188,6 +195,11 @@ class AttentionCapture:
         def before_dropout(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
             return (self._record(index, args[0]), *args[1:])
 
+        def no_graph(*_: Any) -> None:
+            torch.set_grad_enabled(False)
+
+        if self._local:
+            self._scope.forward_pre(module, no_graph)
         self._scope.forward_pre(module.attn_drop, before_dropout)
 
     def _hook_hf(self, index: int, module: Any) -> None:
@@ -240,7 +252,9 @@ class AttentionCapture:
             rest = {k: v for k, v in kwargs.items() if k not in ("query", "key", "value", "need_weights", "average_attn_weights")}
             if len(args) > 3:
                 raise InvalidInputError("camkit reads nn.MultiheadAttention called with keyword options after (x, x, x)")
-            if self.gradients:
+            if self._local:
+                torch.set_grad_enabled(False)
+            elif self.gradients:
                 query = _leaf(query)
             return (query, query, query), {**rest, "need_weights": True, "average_attn_weights": False}
 
@@ -249,7 +263,7 @@ class AttentionCapture:
             attention = output[1]
             if self.gradients:
                 attention = self._record(index, attention)
-                out = _replay(module, args[2], attention)
+                out = _replay(module, args[2], attention, values_grad=not self._local)
             else:
                 self._keep(index, attention)
                 out = output[0]
@@ -294,11 +308,12 @@ class AttentionCapture:
         return out
 
 
-def _replay(module: Any, value: Tensor, attention: Tensor) -> Tensor:
+def _replay(module: Any, value: Tensor, attention: Tensor, *, values_grad: bool = True) -> Tensor:
     """``out_proj(A @ V)`` of an ``nn.MultiheadAttention``, its values from its own packed projection."""
     batch, tokens, dim = value.shape
     heads = attention.shape[1]
     weight, bias = module.in_proj_weight[2 * dim :], None if module.in_proj_bias is None else module.in_proj_bias[2 * dim :]
-    v = F.linear(value, weight, bias).view(batch, tokens, heads, dim // heads).transpose(1, 2)
+    with torch.set_grad_enabled(values_grad and torch.is_grad_enabled()):
+        v = F.linear(value, weight, bias).view(batch, tokens, heads, dim // heads).transpose(1, 2)
     mixed = (attention.to(v.dtype) @ v).transpose(1, 2).reshape(batch, attention.shape[2], dim)
     return module.out_proj(mixed)
