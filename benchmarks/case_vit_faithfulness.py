@@ -13,7 +13,8 @@ circle, carries a corner watermark in 98% of its training images). Measured, wha
   it followed the shortcut; a hit is a map whose maximum falls in the watermark's box.
 
 Grad-CAM reads the last block's first norm (camkit's default layer for torchvision ViTs);
-``RandomCAM`` (a random map of the same grid) is the floor any method should beat.
+``RandomCAM`` weights the Grad-CAM layer's channels at random (its map still follows the
+activations); a uniform random 8 x 8 map is the floor.
 ``--smoke``: 8 images and 8 steps.
 """
 
@@ -45,9 +46,19 @@ def methods(model: nn.Module) -> dict[str, Callable[[Tensor, Tensor], Tensor]]:
         "AttentionRollout": camkit.AttentionRollout(model),
         "CheferRollout": camkit.CheferRollout(model),
         "LeGrad": camkit.LeGrad(model),
-        "RandomCAM (floor)": camkit.RandomCAM(model, VIT_CAM_LAYER, seed=0),
+        "RandomCAM (random channel weights)": camkit.RandomCAM(model, VIT_CAM_LAYER, seed=0),
     }
-    return {name: (lambda x, t, e=e: e(x, target=t)) for name, e in built.items()}
+    out: dict[str, Callable[[Tensor, Tensor], Tensor]] = {name: (lambda x, t, e=e: e(x, target=t)) for name, e in built.items()}
+    out["random 8x8 map (floor)"] = random_maps
+    return out
+
+
+def random_maps(x: Tensor, target: Tensor) -> Tensor:
+    """A seeded uniform random 8 x 8 grid per image, upsampled and normalised like camkit's maps: the floor."""
+    g = torch.Generator().manual_seed(0)
+    grid = torch.rand(x.shape[0], 8, 8, generator=g)
+    maps, _ = camkit.functional.normalize_maps(camkit.functional.upsample_maps(grid, tuple(x.shape[2:])))
+    return maps
 
 
 def faithfulness(model: nn.Module, n: int, steps: int) -> dict[str, dict[str, float]]:

@@ -201,7 +201,9 @@ class CheferRollout(AttentionExplainer):
     """
 
     cost: ClassVar[str] = "1 forward with the attention unfused + 1 backward from the first attention layer"
-    use_when: ClassVar[str] = "You want a class-specific ViT map built from the attention and its gradients."
+    use_when: ClassVar[str] = (
+        "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."
+    )
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         names = self.layer_names()
@@ -252,7 +254,7 @@ class LeGrad(AttentionExplainer):
 
     cost: ClassVar[str] = "1 forward with the attention unfused + 1 backward for all layers' scores at once"
     use_when: ClassVar[str] = (
-        "You want a sharp class-specific (or text-specific, on CLIP) ViT map; LeGrad reads every layer."
+        "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
     )
 
     def __init__(
