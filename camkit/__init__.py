@@ -188,3 +188,6 @@ __all__ += [  # issue 18: pytorch-grad-cam methods
     "factorization_image",
 ]
 __all__ += ["ChannelsFirstVideo"]  # issue 26: Hugging Face video models, [B, T, C, H, W], on camkit's [B, C, T, H, W]
+from .methods import AttentionExplainer, AttentionRollout, CheferRollout, LeGrad  # noqa: E402  issue 29
+
+__all__ += ["AttentionExplainer", "AttentionRollout", "CheferRollout", "LeGrad"]  # issue 29: vision transformers

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from factories import FACTORIES
+from factories import FACTORIES, NEEDS_VIT
 from models import RANK_SIZES, RankNet, TinyNet, rank_input
 
 import camkit
@@ -33,7 +33,8 @@ XFAIL: dict[str, str] = {
 
 def _method_params():
     return [
-        pytest.param(key, marks=pytest.mark.xfail(strict=True, reason=XFAIL[key])) if key in XFAIL else key
+        pytest.param(key, marks=pytest.mark.xfail(strict=True, reason=XFAIL[key])) if key in XFAIL
+        else pytest.param(key, marks=pytest.mark.skip(reason=NEEDS_VIT[key])) if key in NEEDS_VIT else key
         for key in camkit.list_methods()
     ]
 

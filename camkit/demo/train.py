@@ -3,6 +3,7 @@
 Seeded end to end; on a CPU it takes a few minutes::
 
     python -m camkit.demo.train --out camkit/assets/shapes_cnn.pt
+    python -m camkit.demo.train --model vit --epochs 8 --lr 1e-3 --out camkit/assets/shapes_vit.pt
 
 It writes the state dict to ``--out`` and, next to it, a JSON file (same name, ``.json``)
 with the settings and the accuracies measured by :func:`evaluate` on freshly generated
@@ -16,7 +17,7 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from torch import nn
 
 from .model import ShapesCNN
 from .shapes import CLASSES, MARKER_CLASS, make_split, to_batch
+from .vit import shapes_vit
 
 __all__ = ["TEST_SEED", "TRAIN_SEED", "evaluate", "main", "train"]
 
@@ -67,15 +69,20 @@ def evaluate(model: nn.Module, n: int = 800, seed: int = TEST_SEED) -> dict[str,
 
 
 def train(
-    n_train: int = 4000, epochs: int = 8, seed: int = TRAIN_SEED, batch_size: int = 64, lr: float = 5e-3
-) -> ShapesCNN:
-    """Train a :class:`ShapesCNN` from scratch on ``n_train`` images of the ``train`` split.
+    n_train: int = 4000,
+    epochs: int = 8,
+    seed: int = TRAIN_SEED,
+    batch_size: int = 64,
+    lr: float = 5e-3,
+    build: Callable[[], nn.Module] = ShapesCNN,
+) -> nn.Module:
+    """Train a :class:`ShapesCNN` (or ``build()``'s model) from scratch on ``n_train`` images of the ``train`` split.
 
     Adam with a one-cycle learning-rate schedule; weights, shuffling and data all follow ``seed``.
     """
     torch.manual_seed(seed)
     x, y = to_batch(make_split("train", n_train, seed))
-    model = ShapesCNN()
+    model = build()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     steps = epochs * ((n_train + batch_size - 1) // batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps)
@@ -107,9 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=TRAIN_SEED, help=f"seed (default: {TRAIN_SEED})")
     parser.add_argument("--lr", type=float, default=5e-3, help="peak learning rate (default: 5e-3)")
     parser.add_argument("--test", type=int, default=800, help="test images per split (default: 800)")
+    parser.add_argument("--model", choices=("cnn", "vit"), default="cnn", help="the demo CNN or the demo ViT")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per step (default: 64)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    model = train(args.train, args.epochs, args.seed, lr=args.lr)
+    build = shapes_vit if args.model == "vit" else ShapesCNN
+    model = train(args.train, args.epochs, args.seed, batch_size=args.batch_size, lr=args.lr, build=build)
     report = evaluate(model, args.test)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = out.with_name(f".{out.name}.tmp")
     torch.save(state, tmp)
     os.replace(tmp, out)
-    meta = {"train": args.train, "epochs": args.epochs, "seed": args.seed, "lr": args.lr, "test": args.test, **report}
+    meta = {"model": args.model, "batch_size": args.batch_size, "train": args.train, "epochs": args.epochs, "seed": args.seed, "lr": args.lr, "test": args.test, **report}
     out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     print(f"wrote {out} in {time.perf_counter() - start:.0f} s")

@@ -1,5 +1,6 @@
 """Pure tensor functions behind the explainers: CAM math, map post-processing, overlays, views."""
 
+from .attention import attention_rollout, fuse_heads, gradient_rollout, legrad_relevance, token_relevance
 from .attribution import (
     aggregate_samples,
     blur,
@@ -105,3 +106,4 @@ __all__ = [
     "weighted_sum",
     "xgradcam_weights",
 ]
+__all__ += ["attention_rollout", "fuse_heads", "gradient_rollout", "legrad_relevance", "token_relevance"]  # issue 29

@@ -1,5 +1,6 @@
 """Explainer classes, one module per method family."""
 
+from .attention import AttentionExplainer, AttentionRollout, CheferRollout, LeGrad
 from .base import CAMExplainer, Explainer, GradientCAM
 from .cam import CAM
 from .cam_extra import FEM, KPCACAM, FinerCAM, FullGrad, GradCAMElementWise, RandomCAM, ShapleyCAM
@@ -76,3 +77,4 @@ __all__ += [  # issue 18: pytorch-grad-cam methods
     "ShapleyCAM",
     "factorization_image",
 ]
+__all__ += ["AttentionExplainer", "AttentionRollout", "CheferRollout", "LeGrad"]  # issue 29: vision transformers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from factories import FACTORIES
+from factories import FACTORIES, method_params
 from models import TinyNet, tiny_input
 from torch import nn
 
@@ -54,7 +54,7 @@ def test_every_method_has_a_factory():
     assert sorted(FACTORIES) == METHODS
 
 
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_contract_and_hygiene(key):
     model = _messy_model()
     x = tiny_input()
@@ -73,7 +73,7 @@ def test_contract_and_hygiene(key):
     _assert_same_state(before, _state(model))
 
 
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_hygiene_after_exception_in_forward(key):
     model = _messy_model()
     before = _state(model)
@@ -86,7 +86,7 @@ def test_hygiene_after_exception_in_forward(key):
     _assert_same_state(before, _state(model))
 
 
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_hygiene_after_bad_target(key):
     model = _messy_model()
     before = _state(model)
@@ -99,7 +99,7 @@ def test_hygiene_after_bad_target(key):
     _assert_same_state(before, _state(model))
 
 
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_batch_equals_one_by_one(key):
     model = TinyNet().eval()
     x = tiny_input(batch=4)
@@ -111,7 +111,7 @@ def test_batch_equals_one_by_one(key):
         torch.testing.assert_close(batched.scores[i], single.scores[0], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_k_targets_equal_single_calls(key):
     model = TinyNet().eval()
     x = tiny_input(batch=2)
@@ -123,7 +123,7 @@ def test_k_targets_equal_single_calls(key):
         torch.testing.assert_close(multi.maps[:, k], single.maps, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_works_under_outer_no_grad_and_refuses_inference_mode(key):
     model = TinyNet().eval()
     x = tiny_input()

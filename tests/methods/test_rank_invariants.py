@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from factories import FACTORIES
+from factories import FACTORIES, method_params
 from models import RANK_SIZES, RankNet, TinyNet, rank_input, tiny_input
 from test_invariants import _assert_same_state, _hook_count, _messy_model, _state
 
@@ -48,7 +48,7 @@ def test_ranknet_2d_is_tinynet():
 
 
 @pytest.mark.parametrize("spatial_dims", RANKS)
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_contract_and_hygiene_any_rank(key, spatial_dims):
     model = _messy(spatial_dims)
     x = rank_input(spatial_dims)
@@ -70,7 +70,7 @@ def test_contract_and_hygiene_any_rank(key, spatial_dims):
 
 
 @pytest.mark.parametrize("spatial_dims", RANKS)
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_hygiene_after_exception_any_rank(key, spatial_dims):
     model = _messy(spatial_dims)
     before = _state(model)
@@ -84,7 +84,7 @@ def test_hygiene_after_exception_any_rank(key, spatial_dims):
 
 
 @pytest.mark.parametrize("spatial_dims", RANKS)
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_batch_equals_one_by_one_any_rank(key, spatial_dims):
     model = RankNet(spatial_dims).eval()
     x = rank_input(spatial_dims, batch=3)
@@ -97,7 +97,7 @@ def test_batch_equals_one_by_one_any_rank(key, spatial_dims):
 
 
 @pytest.mark.parametrize("spatial_dims", RANKS)
-@pytest.mark.parametrize("key", METHODS)
+@pytest.mark.parametrize("key", method_params(METHODS))
 def test_k_targets_equal_single_calls_any_rank(key, spatial_dims):
     model = RankNet(spatial_dims).eval()
     x = rank_input(spatial_dims, batch=2)

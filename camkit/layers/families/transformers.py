@@ -82,7 +82,7 @@ RULES: tuple[FamilyRule, ...] = (
                ("resnet.encoder.stages.<last>", "encoder.stages.<last>"), NCHW,
                "ResNetForImageClassification, ResNetModel", False),
     FamilyRule(_HF, "CLIP vision", ("CLIPForImageClassification", "CLIPVisionModel", "CLIPVisionModelWithProjection"),
-               ("vision_model.encoder.layers.<last>.layer_norm1",), tokens("1 + "),
+               ("vision_model.encoder.layers.<last>.layer_norm1", "encoder.layers.<last>.layer_norm1"), tokens("1 + "),
                "CLIPForImageClassification, CLIPVisionModel", None, 1),
     FamilyRule(_HF, "DINOv2", ("Dinov2ForImageClassification", "Dinov2Model",
                                "Dinov2WithRegistersForImageClassification", "Dinov2WithRegistersModel"),

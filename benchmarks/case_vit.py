@@ -1,0 +1,282 @@
+"""Case 29: attention rollout, Chefer's rollout and LeGrad on ViTs, against a no-grad forward and torchcam's LeGrad.
+
+Times, side by side (interleaved) on one model and batch: a ``torch.no_grad()`` forward,
+``camkit.AttentionRollout``, ``camkit.CheferRollout``, ``camkit.LeGrad`` and, on torchvision's
+ViT (the only family it takes), torchcam 0.5's ``LeGrad`` over every encoder block, on its own
+deep copy of the model. Every implementation explains the same classes: each image's top-1.
+Peak memory of one call is measured above the loaded model, each implementation in a fresh
+process (``ctx.peak_memory``), as in the other cases.
+
+Agreement: torchcam's LeGrad map (``normalized=False``, at the patch grid) is passed through
+camkit's output contract (bilinear upsampling with ``align_corners=False``, then per-map
+min-max) and compared with camkit's LeGrad ``maps``.
+
+Models: torchvision's ``vit_b_16`` and timm's ``vit_small_patch16_224``, randomly initialised
+(torchvision's classification head, which starts at zero, is drawn from N(0, 0.02^2) so that
+gradients are not all zero), at 224 x 224, batch 8. ``--smoke``: the same families at 32 x 32
+with 2 blocks of width 32, batch 2.
+
+Goals (issue 29): rollout at most 1.3x a no-grad forward; camkit's LeGrad not slower than
+torchcam's; each method's peak memory within 2x the no-grad forward's.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import camkit
+
+from ._harness import (
+    BenchmarkError,
+    Context,
+    Goal,
+    Ratio,
+    Row,
+    Timing,
+    describe_exception,
+    goal_at_most,
+    max_abs_diff,
+    memory_rows,
+    package_version,
+    paired_ratio,
+    rows_for_timings,
+)
+
+TITLE = "Attention methods on ViTs"
+ORDER = 29
+
+FORWARD = "no-grad forward"
+ROLLOUT, CHEFER, LEGRAD = "camkit AttentionRollout", "camkit CheferRollout", "camkit LeGrad"
+TORCHCAM = "torchcam LeGrad"
+IMPLS = (FORWARD, ROLLOUT, CHEFER, LEGRAD, TORCHCAM)
+
+ROLLOUT_LIMIT = 1.3
+MEMORY_LIMIT = 2.0
+LEGRAD_LIMIT = 1.0
+REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str
+    size: int
+    batch: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.model} {self.size}x{self.size}"
+
+
+def configs(ctx: Context) -> list[Config]:
+    """torchvision's vit_b_16 and timm's vit_small at 224, batch 8 (tiny stand-ins with ``--smoke``)."""
+    if ctx.smoke:
+        return [Config("torchvision tiny ViT", 32, 2), Config("timm tiny ViT", 32, 2)]
+    return [Config("vit_b_16", 224, 8), Config("vit_small_patch16_224", 224, 8)]
+
+
+def build_model(name: str, device: torch.device | str = "cpu") -> nn.Module:
+    """A model of this case by name, randomly initialised, seeded, in eval mode."""
+    torch.manual_seed(0)
+    if name in ("vit_b_16", "torchvision tiny ViT"):
+        from torchvision.models import VisionTransformer, vit_b_16
+
+        model: nn.Module = (
+            vit_b_16(weights=None) if name == "vit_b_16"
+            else VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64)
+        )
+        nn.init.normal_(model.heads.head.weight, std=0.02)  # torchvision starts it at zero: all gradients would be 0
+    elif name in ("vit_small_patch16_224", "timm tiny ViT"):
+        import timm
+
+        kwargs = {} if name == "vit_small_patch16_224" else dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
+        model = timm.create_model("vit_small_patch16_224", pretrained=False, **kwargs)
+    else:
+        raise ValueError(f"unknown model {name!r}")
+    return model.eval().to(device)
+
+
+def random_input(batch: int, size: int, device: torch.device | str = "cpu", seed: int = 0) -> Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, 3, size, size, generator=g).to(device)
+
+
+def _torchvision(model: nn.Module) -> bool:
+    return hasattr(model, "encoder") and hasattr(model, "heads")
+
+
+@dataclass
+class Prepared:
+    run: Callable[[], Any]
+    maps: Callable[[Any], Tensor] | None
+    close: Callable[[], None]
+
+
+def _nothing() -> None:
+    return None
+
+
+def prepare(impl: str, model: nn.Module, x: Tensor, classes: Tensor) -> Prepared:
+    """Build ``impl`` to explain ``classes`` (one per image); torchcam on its own copy of the model."""
+    size = tuple(x.shape[2:])
+    if impl == FORWARD:
+
+        def forward() -> Tensor:
+            with torch.no_grad():
+                return model(x)
+
+        return Prepared(forward, None, _nothing)
+    if impl in (ROLLOUT, CHEFER, LEGRAD):
+        cls = {ROLLOUT: camkit.AttentionRollout, CHEFER: camkit.CheferRollout, LEGRAD: camkit.LeGrad}[impl]
+        explainer = cls(model)
+        return Prepared(lambda: explainer(x, target=classes), lambda out: out, _nothing)
+    if impl == TORCHCAM:
+        if not _torchvision(model):
+            raise BenchmarkError("torchcam's LeGrad takes torchvision's VisionTransformer only")
+        from torchcam.methods import LeGrad as TCLeGrad
+
+        own = copy.deepcopy(model)
+        extractor = TCLeGrad(own, list(own.encoder.layers))
+        class_list = classes.tolist()
+
+        def torchcam_call() -> Tensor:
+            return extractor(class_list, own(x), normalized=False)[0].detach()
+
+        def finish(out: Tensor) -> Tensor:
+            up = F.interpolate(out[:, None].float(), size=size, mode="bilinear", align_corners=False)[:, 0]
+            lo = up.amin(dim=(1, 2), keepdim=True)
+            return (up - lo) / (up.amax(dim=(1, 2), keepdim=True) - lo)
+
+        return Prepared(torchcam_call, finish, extractor.remove_hooks)
+    raise ValueError(f"unknown implementation {impl!r}; expected one of {IMPLS}")
+
+
+def label(impl: str) -> str:
+    if impl == TORCHCAM:
+        version = package_version("torchcam")
+        return f"torchcam {version} LeGrad" if version else impl
+    return impl
+
+
+def top1(model: nn.Module, x: Tensor) -> Tensor:
+    with torch.no_grad():
+        return model(x).argmax(dim=1)
+
+
+def memory_job(device: torch.device, impl: str, model: str, batch: int, size: int) -> Callable[[], Any]:
+    """Probe job: build ``impl`` on ``model``; warm it up at batch 1, return one call at ``batch``."""
+    net = build_model(model, device)
+    small = random_input(1, size, device, seed=1)
+    warm = prepare(impl, net, small, top1(net, small))
+    warm.run()
+    warm.close()
+    del warm
+    x = random_input(batch, size, device)
+    return prepare(impl, net, x, top1(net, x)).run
+
+
+def _usable(ctx: Context, model: nn.Module) -> list[str]:
+    return [i for i in IMPLS if i != TORCHCAM or (ctx.available("torchcam") and _torchvision(model))]
+
+
+def _time_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, Timing]]:
+    net = build_model(cfg.model, ctx.device)
+    x = random_input(cfg.batch, cfg.size, ctx.device)
+    classes = top1(net, x)
+    prepared: dict[str, Prepared] = {}
+    outputs: dict[str, Any] = {}
+    rows: list[Row] = []
+    for impl in _usable(ctx, net):
+        try:
+            p = prepare(impl, net, x, classes)
+            outputs[impl] = p.run()  # the warm-up round
+        except Exception as exc:  # reported, not fatal
+            rows.append(Row(TITLE, label(impl), cfg.where, cfg.batch, ctx.device.type, note=describe_exception(exc)))
+            ctx.log(f"    {impl}: skipped ({describe_exception(exc)})")
+            continue
+        prepared[impl] = p
+    diffs: dict[str, float] = {}
+    if TORCHCAM in prepared and LEGRAD in outputs:
+        maps = prepared[TORCHCAM].maps
+        assert maps is not None
+        diffs[label(TORCHCAM)] = max_abs_diff(outputs[LEGRAD], maps(outputs[TORCHCAM]))
+        ctx.log(f"    max |camkit LeGrad - torchcam LeGrad| = {diffs[label(TORCHCAM)]:.2e}")
+    outputs.clear()
+    try:
+        timings = ctx.time({label(i): p.run for i, p in prepared.items()},
+                           repeats=ctx.repeats if ctx.smoke else REPEATS, warmup=0)
+    finally:
+        for p in prepared.values():
+            p.close()
+    if FORWARD not in prepared:
+        return rows, {}
+    rows = rows_for_timings(TITLE, timings, reference=FORWARD, model=cfg.where, batch=cfg.batch, device=ctx.device,
+                            camkit=LEGRAD, diffs=diffs) + rows
+    return rows, timings
+
+
+def _memory_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, float]]:
+    peaks: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    impls = [FORWARD, ROLLOUT] if ctx.smoke else _usable(ctx, build_model(cfg.model))
+    for impl in impls:
+        try:
+            peaks[label(impl)] = ctx.peak_memory(f"{__name__}:memory_job", impl=impl, model=cfg.model,
+                                                 batch=cfg.batch, size=cfg.size)
+        except BenchmarkError as exc:
+            notes[label(impl)] = describe_exception(exc)
+            ctx.log(f"    memory {impl}: failed ({describe_exception(exc)})")
+    rows = memory_rows(TITLE, peaks, reference=FORWARD, model=cfg.where, batch=cfg.batch, device=ctx.device,
+                       camkit=LEGRAD)
+    rows += [Row(TITLE, impl, cfg.where, cfg.batch, ctx.device.type, note=n) for impl, n in notes.items()]
+    return rows, peaks
+
+
+def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, float]) -> list[Goal]:
+    """Issue 29's goals for one configuration."""
+    where = f"{cfg.where}, batch {cfg.batch}"
+    out = []
+    fwd_t = timings.get(FORWARD)
+    roll_t = timings.get(ROLLOUT)
+    out.append(goal_at_most(
+        TITLE, f"AttentionRollout at most {ROLLOUT_LIMIT}x a no-grad forward ({where})",
+        paired_ratio(roll_t, fwd_t) if roll_t and fwd_t else None, ROLLOUT_LIMIT,
+    ))
+    theirs, ours = timings.get(label(TORCHCAM)), timings.get(LEGRAD)
+    out.append(goal_at_most(
+        TITLE, f"camkit LeGrad not slower than torchcam's ({where}; ratio = camkit / torchcam)",
+        paired_ratio(ours, theirs) if ours and theirs else None, LEGRAD_LIMIT,
+        reason="" if theirs else "torchcam's LeGrad takes torchvision's ViT only (or torchcam is not installed)",
+    ))
+    fwd_m = peaks.get(FORWARD)
+    for impl in (ROLLOUT, CHEFER, LEGRAD):
+        mine = peaks.get(impl)
+        out.append(goal_at_most(
+            TITLE, f"{impl} peak memory within {MEMORY_LIMIT}x a no-grad forward's ({where})",
+            Ratio.exact(mine / fwd_m) if mine is not None and fwd_m else None, MEMORY_LIMIT,
+            reason="" if mine is not None else "memory not measured for this configuration (--smoke) or its probe failed",
+        ))
+    return out
+
+
+def run(ctx: Context) -> Sequence[Row | Goal]:
+    results: list[Row | Goal] = []
+    goal_list: list[Goal] = []
+    for cfg in configs(ctx):
+        if "timm" in cfg.model or cfg.model.startswith("vit_small"):
+            if importlib.util.find_spec("timm") is None:
+                results.append(Row(TITLE, LEGRAD, cfg.where, cfg.batch, ctx.device.type, note="timm is not installed"))
+                continue
+        ctx.log(f"  {TITLE}: {cfg.where}, batch {cfg.batch}")
+        time_rows, timings = _time_config(ctx, cfg)
+        mem_rows, peaks = _memory_config(ctx, cfg)
+        results += time_rows + mem_rows
+        goal_list += goals(cfg, timings, peaks)
+    return results + goal_list

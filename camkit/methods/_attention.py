@@ -1,0 +1,319 @@
+"""Attention probabilities of a vision transformer, read during one forward (private).
+
+:class:`AttentionCapture` finds the model's attention modules, switches each to the path that
+computes its probabilities explicitly from its own queries and keys, for the call only, and
+records those probabilities ``A`` [B, heads, N, N] layer by layer, on the graph of the output:
+
+* timm's ``Attention`` (``fused_attn`` set to ``False`` for the call): ``A`` is read where it
+  enters ``attn_drop``, and handed on from there.
+* Hugging Face ViT, DeiT, DINOv2 (with registers too) and CLIP vision (``q_proj``/``k_proj``
+  attention modules): their config's attention implementation set to ``"eager"`` for the call;
+  ``A`` is the weights the module returns, the very tensor it multiplied with the values.
+* ``nn.MultiheadAttention`` (torchvision's encoder blocks): asked for per-head weights; the
+  weights it returns are computed after its output, so with gradients the output is recomputed
+  from them (``out_proj(A @ V)``, the values from its own projection) and handed on instead.
+
+Every setting is put back and every hook removed when the block ends, also after an error.
+Windowed attention (Swin) is refused, and so is any other module whose class name says
+attention, with its class named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..errors import InvalidInputError, LayerNotReachedError
+from ..hooks import HookScope
+
+__all__ = ["AttentionCapture", "attention_modules", "block_of"]
+
+_WINDOWED = ("Window", "Swin")
+_SWIN_HINT = (
+    "windowed attention (Swin) has no [N, N] attention over the image's tokens, so rollout, Chefer's method "
+    "and LeGrad do not apply to it; explain it with a CAM on its last stage (camkit.GradCAM(model), whose "
+    "default layer knows Swin's channel-last maps) or a gradient attribution (camkit.IntegratedGradients)"
+)
+
+
+def _kind(module: nn.Module) -> str | None:
+    if isinstance(module, nn.MultiheadAttention):
+        return "mha"
+    names = [cls.__name__ for cls in type(module).__mro__]
+    if not any("Attention" in name for name in names[:-2]):
+        return None
+    if any(word in names[0] for word in _WINDOWED):
+        return "windowed"
+    if type(module).__module__.startswith("timm") and all(hasattr(module, a) for a in ("qkv", "attn_drop", "fused_attn")):
+        return "timm"
+    config = getattr(module, "config", None)
+    if hasattr(module, "q_proj") and hasattr(module, "k_proj") and hasattr(config, "_attn_implementation"):
+        return "hf"
+    return "unknown"
+
+
+def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
+    """The model's self-attention modules ``(name, module, kind)`` in registration order.
+
+    Raises:
+        InvalidInputError: when there is none, when one is windowed (Swin), or when a module whose
+            class says attention is of a kind camkit cannot read (its class is named).
+    """
+    found: list[tuple[str, nn.Module, str]] = []
+    inside: list[str] = []
+    for name, module in model.named_modules():
+        if any(name.startswith(outer + ".") for outer in inside):
+            continue  # a known attention module's own parts (its projections) are read with it
+        kind = _kind(module)
+        if kind is None:
+            continue
+        if kind == "windowed":
+            raise InvalidInputError(f"{type(module).__name__} at '{name}': {_SWIN_HINT}.")
+        if kind == "unknown":
+            raise InvalidInputError(
+                f"camkit cannot read the attention probabilities of {type(module).__module__}."
+                f"{type(module).__name__} (at '{name}'): it knows timm's Attention, nn.MultiheadAttention "
+                "(torchvision's ViT) and Hugging Face's ViT, DeiT, DINOv2 and CLIP vision attention. Explain this "
+                "model with a CAM on its token layers (camkit.GradCAM(model)) or a gradient attribution."
+            )
+        found.append((name, module, kind))
+        inside.append(name)
+    if not found:
+        raise InvalidInputError(
+            f"{type(model).__name__} has no attention module camkit knows (timm's Attention, nn.MultiheadAttention, "
+            "Hugging Face ViT / DeiT / DINOv2 / CLIP vision); attention methods explain vision transformers. For "
+            "other models use a CAM (camkit.GradCAM) or a gradient attribution."
+        )
+    return found
+
+
+def block_of(model: nn.Module, name: str) -> tuple[str, nn.Module]:
+    """The transformer block holding the attention module ``name``: its ancestor held by a ModuleList or Sequential."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        parent = model.get_submodule(".".join(parts[: cut - 1])) if cut > 1 else model
+        if isinstance(parent, (nn.ModuleList, nn.Sequential)):
+            block = ".".join(parts[:cut])
+            return block, model.get_submodule(block)
+    raise InvalidInputError(
+        f"the attention module '{name}' is not inside a list of blocks (nn.ModuleList or nn.Sequential); LeGrad "
+        "reads each block's output tokens. Pass layers= the block modules."
+    )
+
+
+def _leaf(tensor: Tensor) -> Tensor:
+    """``tensor`` itself when it is on a graph, else a leaf that requires grad; autograd is on from here."""
+    torch.set_grad_enabled(True)
+    return tensor if tensor.requires_grad else tensor.detach().requires_grad_(True)
+
+
+def _first_tensor(output: Any) -> Tensor:
+    if isinstance(output, Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
+        return output[0]
+    raise InvalidInputError(f"a transformer block returned {type(output).__name__}; camkit reads tensors [B, N, D]")
+
+
+class AttentionCapture:
+    """Record the attention probabilities of every attention module during one forward.
+
+    Args:
+        model: the transformer (already unwrapped).
+        gradients: keep the probabilities on the output's graph so that a score can be
+            differentiated with respect to them. Autograd is off until the first attention layer,
+            so no graph is recorded before it.
+        blocks: with gradients, also record each block's output tokens [B, N, D] and cut the
+            graph at each block's input: a score read from block ``l``'s output then depends on
+            block ``l``'s attention only, and one backward of the sum of all blocks' scores gives
+            each block's gradient of its own score (LeGrad).
+    """
+
+    def __init__(
+        self, model: nn.Module, *, gradients: bool, blocks: bool = False, reduce: Callable[[Tensor], Tensor] | None = None
+    ) -> None:
+        self.model = model
+        self.gradients = gradients
+        self.reduce = reduce
+        # LeGrad differentiates each block's score with respect to that block's probabilities only, so
+        # the queries, keys and values need no graph: they run without autograd, A is a fresh leaf.
+        self._local = gradients and blocks
+        self.blocks = blocks
+        self.modules = attention_modules(model)
+        self.probabilities: list[list[Tensor]] = [[] for _ in self.modules]
+        self.outputs: list[list[Tensor]] = [[] for _ in self.modules]
+        self._scope = HookScope()
+        self._undo: list[Callable[[], None]] = []
+        self._grad = False
+
+    def __enter__(self) -> AttentionCapture:
+        self._grad = torch.is_grad_enabled()
+        try:
+            for index, (name, module, kind) in enumerate(self.modules):
+                getattr(self, f"_hook_{kind}")(index, module)
+                if self.blocks:
+                    self._hook_block(index, *block_of(self.model, name))
+        except BaseException:
+            self.__exit__()
+            raise
+        torch.set_grad_enabled(False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._scope.remove()
+        while self._undo:
+            self._undo.pop()()
+        torch.set_grad_enabled(self._grad)
+
+    # --- per family ---------------------------------------------------------------------
+
+    def _record(self, index: int, attention: Tensor) -> Tensor:
+        if self._local:
+            torch.set_grad_enabled(True)
+            attention = attention.detach().requires_grad_(True)
+            self.probabilities[index].append(attention)
+        elif self.gradients:
+            attention = _leaf(attention)
+            self.probabilities[index].append(attention)
+        else:
+            self._keep(index, attention)
+        return attention
+
+    def _keep(self, index: int, attention: Tensor) -> None:
+        detached = attention.detach()
+        self.probabilities[index].append(detached if self.reduce is None else self.reduce(detached))
+
+    def _hook_timm(self, index: int, module: Any) -> None:
+        fused = module.fused_attn
+        self._undo.append(lambda: setattr(module, "fused_attn", fused))
+        module.fused_attn = False
+
+        def before_dropout(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+            return (self._record(index, args[0]), *args[1:])
+
+        def no_graph(*_: Any) -> None:
+            torch.set_grad_enabled(False)
+
+        if self._local:
+            self._scope.forward_pre(module, no_graph)
+        self._scope.forward_pre(module.attn_drop, before_dropout)
+
+    def _hook_hf(self, index: int, module: Any) -> None:
+        config = module.config
+        implementation = config._attn_implementation
+        if implementation != "eager":
+            self._undo.append(lambda: setattr(config, "_attn_implementation", implementation))
+            config._attn_implementation = "eager"
+
+        def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            if not self.gradients:
+                return None
+            if args and isinstance(args[0], Tensor):
+                return (_leaf(args[0]), *args[1:]), kwargs
+            if isinstance(kwargs.get("hidden_states"), Tensor):
+                return args, {**kwargs, "hidden_states": _leaf(kwargs["hidden_states"])}
+            return None
+
+        def after(_: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            weights = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+            if not isinstance(weights, Tensor) or weights.dim() != 4:
+                raise InvalidInputError(
+                    f"{type(module).__name__} returned no attention probabilities [B, heads, N, N] with the eager "
+                    "attention implementation; camkit reads Hugging Face attention modules that return "
+                    "(output, weights), as transformers 5 does"
+                )
+            if self.gradients and not weights.requires_grad:
+                raise InvalidInputError(f"{type(module).__name__}'s attention probabilities are not on its output's graph")
+            if self.gradients:
+                self.probabilities[index].append(weights)
+            else:
+                self._keep(index, weights)
+
+        self._scope.forward_pre(module, before, with_kwargs=True)
+        self._scope.forward(module, after, own_thread=True)
+
+    def _hook_mha(self, index: int, module: Any) -> None:
+        asked: list[tuple[bool, bool]] = []
+        if not module.batch_first or module.in_proj_weight is None or module.bias_k is not None or module.add_zero_attn:
+            raise InvalidInputError(
+                "camkit reads nn.MultiheadAttention with batch_first=True, one packed input projection and no added "
+                "key/value biases (as torchvision's ViT builds it)"
+            )
+
+        def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            query, key, value = (list(args) + [kwargs.get(k) for k in ("query", "key", "value")[len(args) :]])[:3]
+            if not (query is key and key is value) or not isinstance(query, Tensor):
+                raise InvalidInputError("camkit reads self-attention: nn.MultiheadAttention called as attn(x, x, x)")
+            asked.append((bool(kwargs.get("need_weights", True)), bool(kwargs.get("average_attn_weights", True))))
+            rest = {k: v for k, v in kwargs.items() if k not in ("query", "key", "value", "need_weights", "average_attn_weights")}
+            if len(args) > 3:
+                raise InvalidInputError("camkit reads nn.MultiheadAttention called with keyword options after (x, x, x)")
+            if self._local:
+                torch.set_grad_enabled(False)
+            elif self.gradients:
+                query = _leaf(query)
+            return (query, query, query), {**rest, "need_weights": True, "average_attn_weights": False}
+
+        def after(_: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+            need, average = asked.pop()
+            attention = output[1]
+            if self.gradients:
+                attention = self._record(index, attention)
+                out = _replay(module, args[2], attention, values_grad=not self._local)
+            else:
+                self._keep(index, attention)
+                out = output[0]
+            return out, (attention.mean(dim=1) if average else attention) if need else None
+
+        self._scope.forward_pre(module, before, with_kwargs=True)
+        self._scope.forward(module, after, own_thread=True)
+
+    def _hook_block(self, index: int, name: str, block: nn.Module) -> None:
+        def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            if args and isinstance(args[0], Tensor):
+                return (args[0].detach(), *args[1:]), kwargs
+            if isinstance(kwargs.get("hidden_states"), Tensor):
+                return args, {**kwargs, "hidden_states": kwargs["hidden_states"].detach()}
+            return None
+
+        def after(_: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            self.outputs[index].append(_first_tensor(output))
+
+        self._scope.forward_pre(block, before, with_kwargs=True)
+        self._scope.forward(block, after, own_thread=True)
+
+    # --- after the forward ----------------------------------------------------------------
+
+    def attentions(self) -> list[Tensor]:
+        """Each attention module's probabilities [B, heads, N, N], in the order the modules are registered."""
+        return self._once(self.probabilities, "attention module")
+
+    def block_outputs(self) -> list[Tensor]:
+        """Each block's output tokens [B, N, D] (``blocks=True`` only)."""
+        return self._once(self.outputs, "block")
+
+    def _once(self, records: list[list[Tensor]], what: str) -> list[Tensor]:
+        out = []
+        for (name, _, _), got in zip(self.modules, records):
+            if len(got) != 1:
+                raise LayerNotReachedError(
+                    f"the {what} of '{name}' ran {len(got)} times in one forward; attention methods read each "
+                    "layer once per forward"
+                )
+            out.append(got[0])
+        return out
+
+
+def _replay(module: Any, value: Tensor, attention: Tensor, *, values_grad: bool = True) -> Tensor:
+    """``out_proj(A @ V)`` of an ``nn.MultiheadAttention``, its values from its own packed projection."""
+    batch, tokens, dim = value.shape
+    heads = attention.shape[1]
+    weight, bias = module.in_proj_weight[2 * dim :], None if module.in_proj_bias is None else module.in_proj_bias[2 * dim :]
+    with torch.set_grad_enabled(values_grad and torch.is_grad_enabled()):
+        v = F.linear(value, weight, bias).view(batch, tokens, heads, dim // heads).transpose(1, 2)
+    mixed = (attention.to(v.dtype) @ v).transpose(1, 2).reshape(batch, attention.shape[2], dim)
+    return module.out_proj(mixed)

@@ -1,0 +1,351 @@
+"""Explanations made for vision transformers: attention rollout, Chefer's gradient rollout and LeGrad.
+
+Each reads the model's attention probabilities ``A_l`` [B, heads, N, N] during one forward
+(:class:`camkit.methods._attention.AttentionCapture`: timm, torchvision and Hugging Face ViTs,
+fused attention switched off for the call only) and turns them into relevance over the patch
+tokens; the math is in :mod:`camkit.functional.attention`. Prefix tokens (class, distillation,
+register tokens) are dropped from the keys; their count comes from the model
+(:func:`camkit.layers.layout.prefix_token_hint`). The map is the patch grid, upsampled
+bilinearly (``align_corners=False``) to the input and min-max normalised; a constant map is
+flagged ``flat``, as for every camkit method.
+
+Models that read a class token use its row of the relevance matrix; models that pool their
+tokens (timm's ``global_pool="avg"``, a model without class token) use the mean of all rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
+from ..explanation import Explanation
+from ..functional.attention import attention_rollout, fuse_heads, gradient_rollout, legrad_relevance, token_relevance
+from ..functional.tokens import infer_token_grid
+from ..layers.layout import prefix_token_hint
+from ..registry import register_method
+from ..targets.classes import OutputSelector, Target, select_output
+from ..targets.neuron import NeuronTarget
+from ._attention import AttentionCapture, attention_modules
+from ._binding import InputIndex
+from ._output import make_explanation
+from .base import Explainer
+
+__all__ = ["AttentionExplainer", "AttentionRollout", "CheferRollout", "LeGrad"]
+
+Head = Callable[[Tensor], Any]
+
+
+def _reads_class_token(model: nn.Module, prefix: int) -> bool:
+    pool = getattr(model, "global_pool", None)
+    if isinstance(pool, str) and type(model).__module__.startswith("timm"):
+        return pool == "token" and prefix > 0
+    return prefix > 0
+
+
+class AttentionExplainer(Explainer):
+    """Base of the attention methods: the model's attention layers, its token layout, the output contract.
+
+    Args:
+        model: a vision transformer (timm, torchvision or Hugging Face ViT, DeiT, DINOv2, CLIP vision).
+        query: which query row is read: ``"auto"`` (the class token's row when the model reads its
+            class token, else the mean of all rows), ``"class"`` or ``"mean"``.
+        output, keep_mode, input_index: see :class:`camkit.Explainer`.
+
+    Raises:
+        InvalidInputError: for a model without attention camkit can read: windowed attention (Swin),
+            or an attention class it does not know (named in the message).
+
+    Example:
+        >>> import torch
+        >>> from torchvision.models import VisionTransformer
+        >>> import camkit
+        >>> vit = VisionTransformer(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16)
+        >>> camkit.AttentionRollout(vit).layer_names()
+        ['encoder.layers.encoder_layer_0.self_attention', 'encoder.layers.encoder_layer_1.self_attention']
+    """
+
+    family: ClassVar[str | None] = "attention"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        query: str = "auto",
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        input_index: InputIndex = 0,
+    ) -> None:
+        super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
+        if query not in ("auto", "class", "mean"):
+            raise InvalidInputError(f"query must be 'auto', 'class' or 'mean', got {query!r}")
+        self.query = query
+        self._modules = attention_modules(self.model)
+        hint = prefix_token_hint(self.model)
+        self._prefix = hint if isinstance(hint, int) else None
+
+    def layer_names(self) -> list[str]:
+        """The attention modules read, in the order the model registers them."""
+        return [name for name, _, _ in self._modules]
+
+    def _layout(self, tokens: int, x: Tensor) -> tuple[int, tuple[int, ...], str]:
+        prefix, *grid = infer_token_grid(tokens, tuple(int(s) for s in x.shape[2:]), prefix=self._prefix)
+        query = self.query
+        if query == "auto":
+            query = "class" if _reads_class_token(self.model, prefix) else "mean"
+        return prefix, tuple(grid), query
+
+    def _finish(self, rows: list[Tensor], x: Tensor, grid: tuple[int, ...], classes: Tensor | None, scores: Tensor) -> Explanation:
+        maps = [row.reshape(row.shape[0], *grid) for row in rows]
+        raw = torch.stack(maps, dim=1) if scores.dim() == 2 else maps[0]
+        return make_explanation(self.key, [raw], x, classes, scores.detach(), tuple(self.layer_names()))
+
+    @staticmethod
+    def _columns(scores: Tensor) -> tuple[Tensor, ...]:
+        return scores.unbind(dim=1) if scores.dim() == 2 else (scores,)
+
+    @staticmethod
+    def _grads(score: Tensor, attentions: list[Tensor], names: list[str], retain: bool) -> list[Tensor]:
+        if not score.requires_grad:
+            raise LayerNotReachedError("the score does not depend on the model's attention: no graph links them")
+        grads = torch.autograd.grad(score.sum(), attentions, retain_graph=retain, allow_unused=True)
+        out = []
+        for name, attention, grad in zip(names, attentions, grads):
+            if grad is None:
+                raise LayerNotReachedError(f"the score does not depend on the attention of '{name}'")
+            out.append(grad if grad.shape == attention.shape else grad.expand_as(attention))
+        return out
+
+
+@register_method("attentionrollout")
+class AttentionRollout(AttentionExplainer):
+    """Attention rollout (Abnar & Zuidema, ACL 2020): attention propagated through the layers, class-agnostic.
+
+    ``Ā_l = 0.5 * fuse_heads(A_l) + 0.5 * I`` with rows renormalised, ``R = Ā_L ··· Ā_1``; the map is
+    the class token's row of ``R`` over the patch tokens (see :func:`camkit.functional.attention_rollout`).
+    The map does not depend on the target: every class gets the same map (``target`` still picks
+    the scores reported).
+
+    Args:
+        model: a vision transformer.
+        head_fusion: how heads are fused: ``"mean"`` (the paper), ``"max"`` or ``"min"``.
+        discard_ratio: the fraction of each fused matrix's lowest entries set to zero (0: none).
+        query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
+
+    Example:
+        >>> import torch
+        >>> from torchvision.models import VisionTransformer
+        >>> import camkit
+        >>> vit = VisionTransformer(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16)
+        >>> e = camkit.AttentionRollout(vit, head_fusion="max", discard_ratio=0.5).explain(torch.rand(2, 3, 16, 16))
+        >>> tuple(e.raw.shape), tuple(e.maps.shape)
+        ((2, 4, 4), (2, 16, 16))
+    """
+
+    needs_grad: ClassVar[bool] = False
+    cost: ClassVar[str] = "1 forward (no backward), the attention computed unfused"
+    use_when: ClassVar[str] = (
+        "You want where a ViT's information flows, fast and class-agnostic (the same map for every class)."
+    )
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        head_fusion: str = "mean",
+        discard_ratio: float = 0.0,
+        query: str = "auto",
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        input_index: InputIndex = 0,
+    ) -> None:
+        super().__init__(model, query=query, output=output, keep_mode=keep_mode, input_index=input_index)
+        if head_fusion not in ("mean", "max", "min"):
+            raise InvalidInputError(f"head_fusion must be 'mean', 'max' or 'min', got {head_fusion!r}")
+        if not 0.0 <= discard_ratio < 1.0:
+            raise InvalidInputError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
+        self.head_fusion = head_fusion
+        self.discard_ratio = float(discard_ratio)
+
+    def _explain(self, x: Tensor, target: Target) -> Explanation:
+        fusion = self.head_fusion
+        # heads fused as each layer runs: one [B, N, N] per layer is kept, not [B, heads, N, N]
+        with AttentionCapture(self.model, gradients=False, reduce=lambda a: fuse_heads(a.float(), fusion)[:, None]) as capture:
+            classes, scores = self._target_scores(x, target)
+            fused = capture.attentions()
+        prefix, grid, query = self._layout(fused[0].shape[-1], x)
+        rollout = attention_rollout(fused, head_fusion=fusion, discard_ratio=self.discard_ratio)  # one head: fused
+        row = token_relevance(rollout, prefix, query=query)
+        return self._finish([row] * len(self._columns(scores)), x, grid, classes, scores)
+
+
+@register_method("cheferrollout")
+class CheferRollout(AttentionExplainer):
+    """Gradient-weighted attention rollout (Chefer, Gur & Wolf, "Generic Attention-model Explainability", ICCV 2021).
+
+    ``R = I``; for each layer ``R <- R + mean_heads((dA_l ⊙ A_l)^+) R``, with ``dA_l`` the gradient
+    of the target's score with respect to the layer's attention probabilities; the map is the
+    class token's row of ``R`` over the patch tokens (see :func:`camkit.functional.gradient_rollout`).
+
+    Example:
+        >>> import torch
+        >>> from torchvision.models import VisionTransformer
+        >>> import camkit
+        >>> vit = VisionTransformer(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16,
+        ...                         num_classes=3)
+        >>> camkit.CheferRollout(vit)(torch.rand(2, 3, 16, 16), target=[0, 2]).shape
+        torch.Size([2, 16, 16])
+    """
+
+    cost: ClassVar[str] = "1 forward with the attention unfused + 1 backward from the first attention layer"
+    use_when: ClassVar[str] = (
+        "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."
+    )
+
+    def _explain(self, x: Tensor, target: Target) -> Explanation:
+        names = self.layer_names()
+        with AttentionCapture(self.model, gradients=True) as capture:
+            classes, scores = self._target_scores(x, target)
+            attentions = capture.attentions()
+            columns = self._columns(scores)
+            rows = []
+            for k, column in enumerate(columns):
+                grads = self._grads(column, attentions, names, k < len(columns) - 1)
+                with torch.no_grad():
+                    relevance = gradient_rollout([a.detach() for a in attentions], grads)
+                    prefix, grid, query = self._layout(relevance.shape[-1], x)
+                    rows.append(token_relevance(relevance, prefix, query=query))
+        return self._finish(rows, x, grid, classes, scores)
+
+
+@register_method("legrad")
+class LeGrad(AttentionExplainer):
+    """LeGrad (Bousselham et al., 2024): each layer's attention gradient of a score read at that layer.
+
+    For block ``l`` the score ``s_l`` is the target applied to the model's own final norm and head
+    on the mean of the block's output tokens (as the authors' code and torchcam 0.5.0 do).
+    ``E_l`` is the mean over heads and queries of ``ReLU(ds_l / dA_l)``, keys without the prefix
+    tokens; the map is the mean of ``E_l`` over the layers (:func:`camkit.functional.legrad_relevance`).
+    All layers' gradients come from one backward: the graph is cut at each block's input, so
+    each block's score reaches its own attention only.
+
+    Args:
+        model: a vision transformer whose head camkit knows (timm's and torchvision's
+            ``VisionTransformer``; Hugging Face ``ViTForImageClassification``, DeiT's classifiers,
+            DINOv2's classifiers, ``CLIPVisionModelWithProjection`` (the projected embedding) and
+            ``CLIPVisionModel`` (the pooled output)), or any with ``head=``.
+        head: a callable ``f(tokens [B, N, D]) -> output`` giving what the target scores from one
+            block's tokens (the final norm and head on their mean); overrides the known head.
+        layers: which attention layers are averaged (indices, negative from the end); ``None``: all.
+        query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
+
+    Example:
+        >>> import torch
+        >>> from torchvision.models import VisionTransformer
+        >>> import camkit
+        >>> vit = VisionTransformer(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16,
+        ...                         num_classes=3)
+        >>> camkit.LeGrad(vit, layers=[-1])(torch.rand(2, 3, 16, 16), target=1).shape
+        torch.Size([2, 16, 16])
+    """
+
+    cost: ClassVar[str] = "1 forward with the attention unfused + 1 backward for all layers' scores at once"
+    use_when: ClassVar[str] = (
+        "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
+    )
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        head: Head | None = None,
+        layers: Sequence[int] | None = None,
+        query: str = "auto",
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        input_index: InputIndex = 0,
+    ) -> None:
+        super().__init__(model, query=query, output=output, keep_mode=keep_mode, input_index=input_index)
+        if head is not None and not callable(head):
+            raise TypeError(f"head must be a callable f(tokens [B, N, D]) -> output, got {type(head).__name__}")
+        self.head = head if head is not None else known_head(self.model)
+        if self.head is None:
+            raise InvalidInputError(
+                f"LeGrad does not know the final norm and head of {type(self.model).__name__}; pass head= a callable "
+                "taking one block's tokens [B, N, D] to what the target scores, e.g. "
+                "lambda t: model.head(model.norm(t.mean(dim=1)))"
+            )
+        count = len(self._modules)
+        picked = list(range(count)) if layers is None else [int(i) for i in layers]
+        if not picked or any(not -count <= i < count for i in picked):
+            raise InvalidInputError(f"layers must be indices of the model's {count} attention layers, got {layers}")
+        self.layers = sorted({i % count for i in picked})
+
+    def _explain(self, x: Tensor, target: Target) -> Explanation:
+        if isinstance(target, NeuronTarget):
+            raise InvalidTargetError(
+                "LeGrad scores each layer through the model's head, so a NeuronTarget (a hidden unit) has no score at "
+                "each layer; explain a hidden unit with camkit.CheferRollout(model) instead"
+            )
+        names = self.layer_names()
+        head = self.head
+        assert head is not None
+        with AttentionCapture(self.model, gradients=True, blocks=True) as capture:
+            classes, scores = self._target_scores(x, target)
+            attentions = [capture.attentions()[i] for i in self.layers]
+            outputs = [capture.block_outputs()[i] for i in self.layers]
+            read = [head(tokens) for tokens in outputs]
+            columns = self._columns(scores)
+            rows = []
+            for k in range(len(columns)):
+                layer_scores = [self._layer_score(out, classes, target, k, scores.dim() == 2) for out in read]
+                total = torch.stack([s.sum() for s in layer_scores]).sum()
+                grads = self._grads(total, attentions, [names[i] for i in self.layers], k < len(columns) - 1)
+                with torch.no_grad():
+                    prefix, grid, _ = self._layout(grads[0].shape[-1], x)
+                    rows.append(legrad_relevance(grads, prefix))
+        return self._finish(rows, x, grid, classes, scores)
+
+    def _layer_score(self, out: Any, classes: Tensor | None, target: Target, k: int, multi: bool) -> Tensor:
+        if classes is None:  # a callable target scores what the head gives
+            score = target(out) if callable(target) else None
+            if not isinstance(score, Tensor):
+                raise InvalidInputError("a callable target must return a tensor from the head's output")
+            return score[:, k] if multi else score
+        logits = select_output(out, self.output) if not isinstance(out, Tensor) else out
+        index = classes[:, k] if multi else classes
+        return logits.gather(1, index[:, None])[:, 0]
+
+
+def _mean_head(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], Any]) -> Head:
+    return lambda tokens: head(norm(tokens.mean(dim=1)))
+
+
+def known_head(model: nn.Module) -> Head | None:
+    """The final norm and head of a known family, applied to the mean of one block's tokens; ``None`` if unknown."""
+    names = {cls.__name__ for cls in type(model).__mro__}
+    get = model.get_submodule
+    if "VisionTransformer" in names and type(model).__module__.startswith("timm"):
+        if getattr(model, "attn_pool", None) is not None:
+            return None  # attention pooling: no mean-of-tokens head
+        return _mean_head(get("norm"), nn.Sequential(get("fc_norm"), get("head_drop"), get("head")))
+    if "VisionTransformer" in names and hasattr(model, "heads") and hasattr(model, "encoder"):
+        return _mean_head(get("encoder.ln"), get("heads"))
+    if "ViTForImageClassification" in names:
+        return _mean_head(get("vit.layernorm"), get("classifier"))
+    if "DeiTForImageClassificationWithTeacher" in names:
+        cls_head, dist_head = get("cls_classifier"), get("distillation_classifier")
+        return _mean_head(get("deit.layernorm"), lambda z: (cls_head(z) + dist_head(z)) / 2)
+    if "DeiTForImageClassification" in names:
+        return _mean_head(get("deit.layernorm"), get("cls_classifier"))
+    if names & {"Dinov2ForImageClassification", "Dinov2WithRegistersForImageClassification"}:
+        base = "dinov2" if hasattr(model, "dinov2") else "dinov2_with_registers"
+        classifier = get("classifier")  # it reads [class token, patch mean]: both are the tokens' mean here
+        return _mean_head(get(f"{base}.layernorm"), lambda z: classifier(torch.cat([z, z], dim=1)))
+    if names & {"CLIPVisionModelWithProjection", "CLIPVisionModel"}:
+        norm = get("vision_model.post_layernorm") if hasattr(model, "vision_model") else get("post_layernorm")
+        return _mean_head(norm, get("visual_projection") if hasattr(model, "visual_projection") else nn.Identity())
+    return None

@@ -1,0 +1,138 @@
+"""Tiny vision transformers of every family camkit's attention methods read, and a hand reference.
+
+:func:`hand_forward` runs a model with every attention computed here by hand from the module's
+own query and key weights (``softmax(q k^T * scale)``, unfused) and its output rebuilt from those
+probabilities, so that the tests' formulas see probabilities and gradients that camkit's capture
+did not produce.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+SIZE = 32
+
+
+def timm_vit(reg_tokens: int = 0, global_pool: str = "token", class_token: bool = True, seed: int = 0) -> nn.Module:
+    import timm
+
+    torch.manual_seed(seed)
+    return timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=SIZE, patch_size=8, embed_dim=16, depth=3, num_heads=2,
+        num_classes=4, reg_tokens=reg_tokens, global_pool=global_pool, class_token=class_token,
+    ).eval()
+
+
+def torchvision_vit(seed: int = 0) -> nn.Module:
+    from torchvision.models import VisionTransformer
+
+    torch.manual_seed(seed)
+    model = VisionTransformer(image_size=SIZE, patch_size=8, num_layers=3, num_heads=2, hidden_dim=16, mlp_dim=32,
+                              num_classes=4)
+    nn.init.normal_(model.heads.head.weight, std=0.5)  # torchvision starts the head at zero
+    return model.eval()
+
+
+def hf_vit(family: str = "vit", seed: int = 0) -> nn.Module:
+    import transformers as hf
+
+    torch.manual_seed(seed)
+    common = dict(image_size=SIZE, patch_size=8, hidden_size=16, num_hidden_layers=3, num_attention_heads=2)
+    if family == "vit":
+        return hf.ViTForImageClassification(hf.ViTConfig(**common, intermediate_size=32, num_labels=4)).eval()
+    if family == "deit":
+        return hf.DeiTForImageClassificationWithTeacher(hf.DeiTConfig(**common, intermediate_size=32, num_labels=4)).eval()
+    if family == "dinov2":
+        config = hf.Dinov2WithRegistersConfig(**common, mlp_ratio=2, num_labels=4, num_register_tokens=2)
+        return hf.Dinov2WithRegistersForImageClassification(config).eval()
+    if family == "clip":
+        config = hf.CLIPVisionConfig(**common, intermediate_size=32, projection_dim=8)
+        return hf.CLIPVisionModelWithProjection(config).eval()
+    raise ValueError(family)
+
+
+def _softmax(q: Tensor, k: Tensor, scale: float) -> Tensor:
+    return ((q * scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+
+
+def _heads(t: Tensor, heads: int) -> Tensor:
+    b, n, d = t.shape
+    return t.view(b, n, heads, d // heads).transpose(1, 2)
+
+
+def _merge(t: Tensor) -> Tensor:
+    b, h, n, d = t.shape
+    return t.transpose(1, 2).reshape(b, n, h * d)
+
+
+def _attention_modules(model: nn.Module) -> list[nn.Module]:
+    found = []
+    for module in model.modules():
+        if isinstance(module, nn.MultiheadAttention) or (
+            type(module).__name__ in ("Attention", "ViTAttention", "DeiTAttention", "Dinov2WithRegistersAttention",
+                                      "CLIPAttention")
+        ):
+            found.append(module)
+    return found
+
+
+def hand_forward(model: nn.Module, x: Tensor, blocks: list[nn.Module] | None = None):
+    """``(output, attentions, block_outputs)``: attentions [B, H, N, N] computed by hand, on the graph."""
+    attentions: list[Tensor] = []
+    outputs: list[Tensor] = []
+    handles = []
+
+    def attend(module: nn.Module, args, kwargs, output):
+        h = args[0] if args else kwargs["hidden_states"]
+        if isinstance(module, nn.MultiheadAttention):
+            q, k, v = F.linear(h, module.in_proj_weight, module.in_proj_bias).chunk(3, dim=-1)
+            heads = module.num_heads
+            q, k, v = _heads(q, heads), _heads(k, heads), _heads(v, heads)
+            a = _softmax(q, k, 1 / math.sqrt(q.shape[-1]))
+            attentions.append(a)
+            return module.out_proj(_merge(a @ v)), None
+        if hasattr(module, "qkv"):  # timm
+            b, n, _ = h.shape
+            q, k, v = module.qkv(h).reshape(b, n, 3, module.num_heads, module.head_dim).permute(2, 0, 3, 1, 4)
+            a = _softmax(q, k, module.scale)
+            attentions.append(a)
+            return module.proj(_merge(a @ v))
+        heads = getattr(module, "num_attention_heads", None) or module.num_heads
+        q, k, v = (_heads(p(h), heads) for p in (module.q_proj, module.k_proj, module.v_proj))
+        a = _softmax(q, k, getattr(module, "scaling", None) or module.scale)
+        attentions.append(a)
+        out = getattr(module, "o_proj", None) or module.out_proj
+        return out(_merge(a @ v)), a
+
+    for module in _attention_modules(model):
+        handles.append(module.register_forward_hook(attend, with_kwargs=True))
+    for block in blocks or []:
+        handles.append(block.register_forward_hook(
+            lambda m, a, o: outputs.append(o[0] if isinstance(o, tuple) else o)))
+    try:
+        with torch.enable_grad():
+            output = model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return output, attentions, outputs
+
+
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    for path in ("blocks", "encoder.layers", "vit.layers", "deit.layers", "dinov2_with_registers.encoder.layer",
+                 "vision_model.encoder.layers", "vit.encoder.layer", "deit.encoder.layer"):
+        try:
+            return list(model.get_submodule(path))
+        except AttributeError:
+            continue
+    raise AttributeError(type(model).__name__)
+
+
+def logits(output) -> Tensor:
+    if isinstance(output, Tensor):
+        return output
+    return output.logits if hasattr(output, "logits") else output.image_embeds
