@@ -181,7 +181,7 @@ class ModelLoadError(CamkitError, ValueError):
         ...     camkit.load_model("resnet18")  # not one of the forms load_model reads
         ... except camkit.ModelLoadError as err:
         ...     print(err)
-        --model 'resnet18' is not torchvision:NAME, package.module:factory, or an existing file
+        --model 'resnet18' is not torchvision:NAME, timm:NAME, hf:PATH_OR_ID, ultralytics:PATH.pt, package.module:factory, or an existing file
     """
 
 

@@ -63,8 +63,8 @@ def first_line(err: BaseException) -> str:
 def load_whole(path: Path, weights: str | None, trust_pickle: bool) -> nn.Module:
     if not path.is_file():
         raise ModelLoadError(
-            f"--model {str(path)!r} is not torchvision:NAME, timm:NAME, hf:PATH_OR_ID, package.module:factory, "
-            "or an existing file"
+            f"--model {str(path)!r} is not torchvision:NAME, timm:NAME, hf:PATH_OR_ID, ultralytics:PATH.pt, "
+            "package.module:factory, or an existing file"
         )
     hint = refusal(path)
     if hint is not None:

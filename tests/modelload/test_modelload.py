@@ -78,7 +78,7 @@ def test_torchscript_is_refused_with_the_reason(tmp_path):
     for args in ((str(tmp_path / "scripted.pt"),), ("tinyfactory:tiny", str(tmp_path / "scripted.pt"))):
         with pytest.raises(ModelLoadError, match=r"TorchScript file; .*hooks cannot attach to scripted modules"):
             load_model(*args, trust_pickle=True, device="cpu")
-    with pytest.raises(ModelLoadError, match=r"not torchvision:NAME, timm:NAME, hf:PATH_OR_ID, package.module:factory, or an existing file"):
+    with pytest.raises(ModelLoadError, match=r"not torchvision:NAME, timm:NAME, hf:PATH_OR_ID, ultralytics:PATH.pt, package.module:factory, or an existing file"):
         load_model(str(tmp_path / "missing.pt"), device="cpu")
 
 
