@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 
@@ -30,3 +31,11 @@ def test_the_bundled_vit_is_explained_by_every_attention_method():
         assert not e.flat.any()
     assert WATERMARK_BOX == (50, 50, 62, 62)
     assert torch.isfinite(camkit.GradCAM(model, VIT_CAM_LAYER)(x)).all()
+
+
+def test_the_vits_figures_quoted_in_docs_demo_md_are_its_measured_ones():
+    meta = json.loads(VIT_WEIGHTS.with_suffix(".json").read_text())
+    text = (Path(__file__).resolve().parents[2] / "docs" / "demo.md").read_text(encoding="utf-8")
+    section = text[text.index("## The demo ViT"):]
+    assert f"{100 * meta['marked_per_class']['circle']:.0f}% of the\nmarked circles right" in section
+    assert f"(clean\naccuracy {100 * meta['clean']:.1f}%)" in section

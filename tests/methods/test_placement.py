@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-from factories import FACTORIES
+from factories import FACTORIES, NEEDS_VIT, method_params
 from models import TinyNet
 from torch import Tensor, nn
 
@@ -88,12 +88,25 @@ def test_wrapped_module_sees_moved_inputs_and_results_come_home(mover):
     torch.testing.assert_close(got.scores, bare.scores, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("key", sorted(FACTORIES))
+@pytest.mark.parametrize("key", method_params(sorted(FACTORIES)))
 def test_every_method_returns_home(key, mover):
     model = TinyNet().eval()
     x = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
     bare = FACTORIES[key](model).explain(x, [1, 3])
     got = build(key, nn.DataParallel(model), model).explain(x, [1, 3])
+    assert all(mover.where(t) == x.device for t in _explanation_tensors(got))
+    torch.testing.assert_close(got.maps, bare.maps, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["timm", "torchvision"])
+@pytest.mark.parametrize("key", sorted(NEEDS_VIT))
+def test_attention_methods_return_home(key, family, mover):
+    from vit_helpers import SIZE, timm_vit, torchvision_vit
+
+    model = (timm_vit if family == "timm" else torchvision_vit)()
+    x = torch.rand(2, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
+    bare = FACTORIES[key](model).explain(x, [1, 3])
+    got = FACTORIES[key](nn.DataParallel(model)).explain(x, [1, 3])
     assert all(mover.where(t) == x.device for t in _explanation_tensors(got))
     torch.testing.assert_close(got.maps, bare.maps, atol=1e-6, rtol=1e-5)
 
