@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from .shapes import CLASSES
+
+M = TypeVar("M", bound=nn.Module)
 
 __all__ = ["CAM_LAYER", "WEIGHTS", "ShapesCNN", "load_shapes_cnn"]
 
@@ -66,12 +69,19 @@ def load_shapes_cnn(path: str | os.PathLike[str] | None = None, map_location: st
         >>> load_shapes_cnn().training
         False
     """
-    path = Path(WEIGHTS if path is None else path)
+    return load_weights(ShapesCNN(), WEIGHTS if path is None else path, map_location, "")
+
+
+def load_weights(model: M, path: str | os.PathLike[str], map_location: str | torch.device, train_options: str) -> M:
+    """``model`` with the state dict at ``path`` (``weights_only=True``), on ``map_location``, in eval mode.
+
+    A missing file names the training command that makes it (``train_options`` go before ``--out``).
+    """
+    path = Path(path)
     if not path.is_file():
         raise InvalidInputError(
             f"no weights file at {path}; regenerate the bundled one with "
-            "`python -m camkit.demo.train --out camkit/assets/shapes_cnn.pt`"
+            f"`python -m camkit.demo.train {train_options}--out camkit/assets/{path.name}`"
         )
-    model = ShapesCNN()
     model.load_state_dict(torch.load(path, map_location=map_location, weights_only=True))
     return model.to(map_location).eval()

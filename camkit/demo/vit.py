@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import InvalidInputError
+from .model import load_weights
 from .shapes import CLASSES, IMAGE_SIZE
 
 __all__ = ["VIT_CAM_LAYER", "VIT_WEIGHTS", "load_shapes_vit", "shapes_vit"]
@@ -64,12 +64,4 @@ def load_shapes_vit(path: str | os.PathLike[str] | None = None, map_location: st
         >>> load_shapes_vit().training
         False
     """
-    path = Path(VIT_WEIGHTS if path is None else path)
-    if not path.is_file():
-        raise InvalidInputError(
-            f"no weights file at {path}; regenerate the bundled one with "
-            "`python -m camkit.demo.train --model vit --out camkit/assets/shapes_vit.pt`"
-        )
-    model = shapes_vit()
-    model.load_state_dict(torch.load(path, map_location=map_location, weights_only=True))
-    return model.to(map_location).eval()
+    return load_weights(shapes_vit(), VIT_WEIGHTS if path is None else path, map_location, "--model vit ")
