@@ -34,7 +34,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._version import __version__
 from ..errors import InvalidInputError
 from ..media.nifti import INTENSITY_MODES, is_nifti, normalize_intensity, read_volume, write_volume
 from ..media.video import VIDEO_SUFFIXES, is_video, read_video
@@ -286,14 +285,12 @@ def _row(record: Record, index: int, ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ctx: DistContext, dev: torch.device,
-                opts: MediaOptions, base_columns: Callable[[Sequence[str], bool], list[str]]) -> dict[str, Any]:  # fmt: skip
+                opts: MediaOptions, finish_run: Callable[..., dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     """The audit of a folder or manifest of volumes or videos (called by :func:`camkit.audit.audit`).
 
-    ``base_columns`` is :func:`camkit.audit.run.base_columns` (passed in: the run module calls this one).
+    ``finish_run`` is :func:`camkit.audit.run.finish_run` (passed in: the run module calls this one).
     """
     from tqdm import tqdm
-
-    from .report import write_outputs
 
     dataset = discover_media(cfg.data, [cfg.out])
     loaded: LoadedModel = load_model(model, load.get("weights"), trust_pickle=load.get("trust_pickle", False), device=dev)
@@ -341,20 +338,9 @@ def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ct
                 part = cfg.out / PARTS / f"{session}-r{ctx.rank:03d}-{seq:06d}.jsonl"
                 atomic_write(part, "".join(json.dumps(r, allow_nan=True) + "\n" for r in rows), sync=True)
                 rows, seq = [], seq + 1
-    elapsed = time.perf_counter() - started
-    ctx.barrier()
-    summary: dict[str, Any] | None = None
-    if ctx.main:
-        meta = {
-            "camkit_version": __version__, "torch_version": torch.__version__, "model": loaded.describe(),
-            "method": cfg.method, "layer": cfg.layer, "target": str(cfg.target),
-            "data": {"path": str(cfg.data), "kind": f"{dataset.kind} of {' and '.join(sorted(kinds))}s"},
-            "label_mapping": mapping.describe(), "regions": list(dataset.regions), "faithfulness": cfg.faithfulness,
-            "world_size": ctx.world, "overlays": {"format": "png", "size": "one slice or frame at the model input's size"},
-            "preprocess": fingerprint["preprocess"], "seconds": round(elapsed, 3), "images_this_run": len(todo),
-            "corrupt_parts_redone": corrupt, "images_per_second": round(len(todo) / elapsed, 3) if elapsed > 0 else None,
-        }  # fmt: skip
-        meta["model"]["preprocess"] = fingerprint["preprocess"]
-        keys = [r.key for r in dataset.records[:count]]
-        summary = write_outputs(cfg.out, keys, base_columns(dataset.regions, cfg.faithfulness), meta)
-    return dict(ctx.broadcast(summary))
+    model_description = {**loaded.describe(), "preprocess": fingerprint["preprocess"]}
+    return finish_run(
+        cfg, dataset, model_description, mapping, ctx, f"{dataset.kind} of {' and '.join(sorted(kinds))}s",
+        {"format": "png", "size": "one slice or frame at the model input's size"},
+        {"preprocess": fingerprint["preprocess"]}, started=started, todo=len(todo), corrupt=corrupt, count=count,
+    )  # fmt: skip

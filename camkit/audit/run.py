@@ -202,7 +202,7 @@ def audit(
     try:
         if media is not None:  # volumes and videos (issue 27)
             load = dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std)
-            return audit_media(cfg, model, load, ctx, dev, media, base_columns)
+            return audit_media(cfg, model, load, ctx, dev, media, finish_run)
         return _audit(
             cfg, model, dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, crop=crop), ctx, dev
         )
@@ -212,8 +212,6 @@ def audit(
 
 def _audit(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ctx: DistContext,
            dev: torch.device) -> dict[str, Any]:  # fmt: skip
-    from .report import write_outputs
-
     dataset = discover(cfg.data, exclude=[cfg.out])
     loaded = load_model(model, device=dev, **load)
     warn_random_weights(loaded)
@@ -232,18 +230,32 @@ def _audit(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ctx: Di
     del done
     started = time.perf_counter()
     _run_shard(cfg, dataset, todo[ctx.rank :: ctx.world], loaded, mapping, session, ctx, total=len(todo))
+    overlays = {"format": cfg.overlay_format, "quality": cfg.overlay_quality, "size": "model input"}
+    return finish_run(cfg, dataset, loaded.describe(), mapping, ctx, dataset.kind, overlays, {},
+                      started=started, todo=len(todo), corrupt=corrupt, count=count)  # fmt: skip
+
+
+def finish_run(cfg: RunConfig, dataset: Dataset, model: dict[str, Any], mapping: LabelMapping, ctx: DistContext,
+               kind: str, overlays: dict[str, Any], extra: dict[str, Any], *, started: float, todo: int,
+               corrupt: list[str], count: int) -> dict[str, Any]:  # fmt: skip
+    """Wait for every rank, then (rank 0) write run.json's metadata, results.csv and the report; the summary.
+
+    Shared by the image audit and the media audit (:mod:`camkit.audit.audit_media`): ``model`` is the
+    loaded model's description, ``kind`` the data's, ``extra`` keys that follow ``overlays``.
+    """
+    from .report import write_outputs
+
     elapsed = time.perf_counter() - started
     ctx.barrier()
     summary: dict[str, Any] | None = None
     if ctx.main:
         meta = {
-            "camkit_version": __version__, "torch_version": torch.__version__, "model": loaded.describe(),
+            "camkit_version": __version__, "torch_version": torch.__version__, "model": model,
             "method": cfg.method, "layer": cfg.layer, "target": str(cfg.target),
-            "data": {"path": str(cfg.data), "kind": dataset.kind}, "label_mapping": mapping.describe(),
+            "data": {"path": str(cfg.data), "kind": kind}, "label_mapping": mapping.describe(),
             "regions": list(dataset.regions), "faithfulness": cfg.faithfulness, "world_size": ctx.world,
-            "overlays": {"format": cfg.overlay_format, "quality": cfg.overlay_quality, "size": "model input"},
-            "seconds": round(elapsed, 3), "images_this_run": len(todo), "corrupt_parts_redone": corrupt,
-            "images_per_second": round(len(todo) / elapsed, 3) if elapsed > 0 else None,
+            "overlays": overlays, **extra, "seconds": round(elapsed, 3), "images_this_run": todo,
+            "corrupt_parts_redone": corrupt, "images_per_second": round(todo / elapsed, 3) if elapsed > 0 else None,
         }  # fmt: skip
         keys = [r.key for r in dataset.records[:count]]
         summary = write_outputs(cfg.out, keys, base_columns(dataset.regions, cfg.faithfulness), meta)
