@@ -173,7 +173,20 @@ FORBIDDEN = [
     ("camkit.modelload", ("camkit.cli",), "loading knows no command line"),
     ("camkit.demo", ("camkit.cli",), "the demo knows no command line"),
     ("camkit.debug", ("camkit.cli",), "the debugging tools know no command line"),
+    ("camkit.compat", ("camkit.cli",), "the compatibility layers know no command line"),
 ]
+
+
+def test_nothing_in_camkit_imports_the_compatibility_layers():
+    graph = import_graph()
+    users = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if not module.startswith("camkit.compat")
+        for target in targets
+        if target.startswith("camkit.compat")
+    )
+    assert users == [], f"camkit.compat translates other APIs onto camkit; camkit never depends on it: {users}"
 
 
 @pytest.mark.parametrize("importer, banned, why", FORBIDDEN, ids=[rule[0] for rule in FORBIDDEN])
