@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.camkit-installed
 
-.PHONY: venv test demo lint typecheck bench bench-smoke docs clean
+.PHONY: venv test test-slow demo lint typecheck bench bench-smoke docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The heavier cases that `make test` leaves out (marker `slow`); CI runs them after `make test`.
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
 
 demo: $(STAMP)
 	$(PY) -m camkit demo
