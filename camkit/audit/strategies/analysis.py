@@ -75,7 +75,10 @@ class Strategy:
         accuracy, confidence: over its images (``None`` without labels / values).
         mean_map: the mean of its downsampled maps (``None`` without maps); ``focus`` its
             concentration (:func:`focus`); ``away``: the total variation distance between its mean
-            map and the class's largest strategy's (0 for that one).
+            map and the class's largest strategy's (0 for that one); ``coherence``: the length of
+            the mean of its unit-length maps, the mean cosine between each map and that mean
+            direction: near 1 when its images all look at the same place (a fixed tag), lower
+            when they follow objects around.
         prototypes: positions (in the arrays given) of the images nearest its centre.
         members: positions of all its images.
         channels: for concept strategies, ``(channel, lift)`` of the channels whose mean share of
@@ -93,6 +96,7 @@ class Strategy:
     mean_map: np.ndarray | None
     focus: float | None
     away: float | None
+    coherence: float | None
     prototypes: list[int]
     members: list[int]
     channels: list[tuple[int, float]] = field(default_factory=list)
@@ -104,7 +108,8 @@ class Strategy:
         """A JSON-ready summary (no arrays)."""
         return {
             "name": self.name, "size": self.size, "share": self.share, "accuracy": self.accuracy,
-            "confidence": self.confidence, "focus": self.focus, "away": self.away, "score": self.score,
+            "confidence": self.confidence, "focus": self.focus, "away": self.away, "coherence": self.coherence,
+            "score": self.score,
             "why": self.why, "channels": [[c, lift] for c, lift in self.channels],
         }  # fmt: skip
 
@@ -258,12 +263,19 @@ def _describe_class(cls: str, kind: str, pos: np.ndarray, clustering: Clustering
         d = np.linalg.norm(feats[inside] - centre, axis=1)
         distance[inside] = d
         proto = pos[inside[np.argsort(d, kind="stable")[:prototypes]]].tolist()
-        mean_map = np.clip(np.asarray(maps[pos[inside]], dtype=np.float64), 0, None).mean(axis=0) if maps is not None else None
+        coherence = None
+        mean_map = None
+        if maps is not None:
+            member_maps = np.clip(np.asarray(maps[pos[inside]], dtype=np.float64), 0, None)
+            mean_map = member_maps.mean(axis=0)
+            flat = member_maps.reshape(len(inside), -1)
+            norms = np.linalg.norm(flat, axis=1, keepdims=True)
+            coherence = float(np.linalg.norm(np.divide(flat, norms, out=np.zeros_like(flat), where=norms > 0).mean(axis=0)))
         s = Strategy(
             name=f"{cls}/{c}", size=len(inside), share=len(inside) / len(pos),
             accuracy=_mean([None if right[i] is None else float(bool(right[i])) for i in pos[inside]]),
             confidence=_mean([conf[i] for i in pos[inside]]), mean_map=mean_map,
-            focus=focus(mean_map) if mean_map is not None else None, away=None, prototypes=proto,
+            focus=focus(mean_map) if mean_map is not None else None, away=None, coherence=coherence, prototypes=proto,
             members=pos[inside].tolist(),
         )  # fmt: skip
         if kind == "concepts" and vectors is not None and clustering.count > 1:
@@ -289,12 +301,19 @@ def _describe_class(cls: str, kind: str, pos: np.ndarray, clustering: Clustering
 
 
 def _rank(found: dict[str, dict[str, ClassStrategies]]) -> list[tuple[str, Strategy]]:
-    """Score every strategy; highest first (ties: larger first, then by name)."""
+    """Score every strategy; highest first (ties: larger first, then by name).
+
+    The score adds: the gap between the strategy's accuracy and the rest of its class's; how much
+    more coherent its maps are than the run's typical strategy (the median coherence: images
+    that all look at one place, as at a fixed tag, against images that follow their objects);
+    and, for a coherent minority strategy, how far its mean map lies from the class's largest.
+    """
     every = [(kind, g, s) for kind, groups in found.items() for g in groups.values() for s in g.strategies]
-    foci = [s.focus for _, _, s in every if s.focus is not None and not math.isnan(s.focus)]
-    typical = float(np.median(foci)) if foci else 0.0
+    values = [s.coherence for _, _, s in every if s.coherence is not None and not math.isnan(s.coherence)]
+    typical = float(np.median(values)) if values else 1.0
     for _, group, s in every:
         reasons, score = [], 0.0
+        coherent = s.coherence is not None and s.coherence >= typical + 0.05
         if len(group.strategies) > 1:
             rest_right = [t for t in group.strategies if t is not s and t.accuracy is not None]
             if s.accuracy is not None and rest_right:
@@ -305,15 +324,16 @@ def _rank(found: dict[str, dict[str, ClassStrategies]]) -> list[tuple[str, Strat
                 score += gap
                 if gap >= 0.1:
                     reasons.append(f"accuracy {s.accuracy:.0%} against {rest_acc:.0%} for the rest of the class")
-            concentrated = s.focus is not None and not math.isnan(s.focus) and s.focus >= typical + 0.1
-            if s.away is not None and not math.isnan(s.away) and s is not group.strategies[0] and concentrated:
-                score += s.away  # concentrated attention away from the majority; clusters that follow objects are not
+            if s.away is not None and not math.isnan(s.away) and s is not group.strategies[0] and coherent:
+                score += s.away
                 if s.away >= 0.2:
                     reasons.append(f"attention {s.away:.2f} away from where the class's largest strategy looks")
-        if s.focus is not None and not math.isnan(s.focus) and s.focus > typical:
-            score += s.focus - typical
-            if s.focus - typical >= 0.1:
-                reasons.append(f"mean map concentrated on one place ({s.focus:.0%} in its top 10% against a typical {typical:.0%})")
+        if s.coherence is not None and s.coherence > typical:
+            score += 2 * (s.coherence - typical)
+            if coherent:
+                reasons.append(
+                    f"its images look at the same place (coherence {s.coherence:.2f} against a typical {typical:.2f})"
+                )
         if s.channels and len(group.strategies) > 1:
             reasons.append("set apart by channels " + ", ".join(str(c) for c, _ in s.channels))
         s.score = score
