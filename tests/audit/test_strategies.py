@@ -138,7 +138,9 @@ def test_concept_strategies_find_a_patch_at_random_places():
     # the channels that set it apart carry more of the patch images' relevance than of the others'
     ch = best.channels[0][0]
     share = vectors / np.abs(vectors).sum(1, keepdims=True)  # each channel's signed share, as the lift is computed
-    assert share[cut.numpy(), ch].mean() > 2 * share[(y == 1).numpy() & ~cut.numpy(), ch].mean()
+    others = (y == 1).numpy() & ~cut.numpy()
+    assert share[cut.numpy(), ch].mean() > share[others, ch].mean() + 0.05
+    assert best.channels[0][1] > 0.05
 
 
 def _write_data(root, n: int, seed: int):
