@@ -104,12 +104,20 @@ class Strategy:
     score: float = 0.0
     why: str = ""
 
+    @property
+    def peak(self) -> list[float] | None:
+        """Where its mean map is highest: the cell's centre as a fraction of each axis (rows, then columns)."""
+        if self.mean_map is None or not np.any(self.mean_map > 0):
+            return None
+        cell = np.unravel_index(int(np.argmax(self.mean_map)), self.mean_map.shape)
+        return [round((int(i) + 0.5) / side, 4) for i, side in zip(cell, self.mean_map.shape)]
+
     def describe(self) -> dict[str, Any]:
         """A JSON-ready summary (no arrays)."""
         return {
             "name": self.name, "size": self.size, "share": self.share, "accuracy": self.accuracy,
             "confidence": self.confidence, "focus": self.focus, "away": self.away, "coherence": self.coherence,
-            "score": self.score,
+            "peak": self.peak, "score": self.score,
             "why": self.why, "channels": [[c, lift] for c, lift in self.channels],
         }  # fmt: skip
 
