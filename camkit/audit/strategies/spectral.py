@@ -4,8 +4,8 @@ Features [N, D] (downsampled maps or concept relevance vectors) are scaled to un
 reduced to at most :data:`PCA_DIMS` dimensions, joined into a symmetric k-nearest-neighbour
 graph (sparse: ``N * k`` edges, so 100,000 images fit), and the graph's normalised
 Laplacian gives the spectral embedding. The number of clusters is where the Laplacian's
-smallest eigenvalues first jump (the eigengap: the first gap at least half the largest); k-means on the embedding's rows then assigns
-the images. Everything is seeded: the same features give the same clusters.
+smallest eigenvalues first jump (the eigengap: the first gap at least half the largest);
+k-means on the embedding's rows then assigns the images. Everything is seeded: the same features give the same clusters.
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ import numpy as np
 
 from ...errors import InvalidInputError
 
-__all__ = ["MIN_IMAGES", "PCA_DIMS", "Clustering", "prepare_features", "spectral_clusters"]
+__all__ = ["MIN_IMAGES", "PCA_DIMS", "SAMPLE", "Clustering", "nearest", "prepare_features", "spectral_clusters"]
 
 MIN_IMAGES = 12
 """A class with fewer images gets one strategy (a graph on fewer says nothing)."""
 PCA_DIMS = 32
 _DENSE = 1500  # up to this many images the eigenproblem is solved densely (exact, deterministic)
+SAMPLE = 4000
+"""Above this many images in a class, the graph is built on a seeded sample of this size and every other
+image takes the strategy of most of its 5 nearest sampled images (a Nystrom-style extension)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,9 @@ class Clustering:
         embedding: float [N, 2], the spectral embedding's first two non-trivial coordinates (for the picture).
         features: float [N, d], the scaled and reduced features the graph was built on.
         reason: why there is one cluster without a graph ("" when the graph decided).
+
+    Above :data:`SAMPLE` images the graph, its eigenvalues and k-means come from a seeded sample;
+    the other images follow their nearest sampled neighbours.
     """
 
     labels: np.ndarray
@@ -62,6 +68,21 @@ def prepare_features(features: np.ndarray, seed: int = 0, dims: int = PCA_DIMS) 
 
         x = PCA(n_components=dims, random_state=seed, svd_solver="randomized").fit_transform(x).astype(np.float32)
     return x
+
+
+def nearest(query: np.ndarray, base: np.ndarray, k: int) -> np.ndarray:
+    """Indices [Q, k] of each query row's ``k`` nearest rows of ``base`` (Euclidean, scikit-learn), nearest first.
+
+    Example:
+        >>> import numpy as np
+        >>> from camkit.audit.strategies.spectral import nearest
+        >>> nearest(np.array([[0.0], [2.9]]), np.array([[0.0], [1.0], [3.0]]), 2).tolist()
+        [[0, 1], [2, 1]]
+    """
+    from sklearn.neighbors import NearestNeighbors
+
+    found: np.ndarray = NearestNeighbors(n_neighbors=k).fit(base).kneighbors(query, return_distance=False)
+    return found
 
 
 def _neighbours(n: int) -> int:
@@ -93,15 +114,17 @@ def spectral_clusters(
         raise InvalidInputError(f"max_clusters must be at least 1, got {max_clusters}")
     n = len(features)
     x = prepare_features(features, seed) if n else np.zeros((0, 1), np.float32)
+    if n > SAMPLE:
+        return _extend(x, max_clusters, neighbors, seed)
     if n < max(min_images, 3):
         return Clustering(np.zeros(n, np.int64), 1, np.zeros(0), np.zeros((n, 2)), x,
                           f"{n} image{'s' if n != 1 else ''}: strategies need at least {max(min_images, 3)}")  # fmt: skip
     from scipy import sparse
-    from sklearn.neighbors import NearestNeighbors
 
     k = _neighbours(n) if neighbors is None else int(min(n - 1, max(1, neighbors)))
-    graph = NearestNeighbors(n_neighbors=k).fit(x).kneighbors_graph(x, mode="connectivity")
-    graph.setdiag(0)
+    near = nearest(x, x, k + 1)[:, 1:]  # each row's k nearest others (itself comes first, at distance 0)
+    graph = sparse.csr_matrix((np.ones(n * k), (np.repeat(np.arange(n), k), near.ravel())), shape=(n, n))
+    graph.setdiag(0)  # an image with exact duplicates may not come first among its own neighbours
     graph.eliminate_zeros()
     adjacency = graph.maximum(graph.T).tocsr().astype(np.float64)
     degree = np.asarray(adjacency.sum(axis=1)).ravel()
@@ -134,10 +157,28 @@ def spectral_clusters(
 
     rows = vectors[:, :count]
     rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-    raw = KMeans(n_clusters=count, n_init=10, random_state=seed).fit_predict(rows)
+    raw = KMeans(n_clusters=count, n_init=3, random_state=seed).fit_predict(rows)
     sizes = np.bincount(raw, minlength=count)
     first = np.array([np.argmax(raw == c) for c in range(count)])
     order = sorted(range(count), key=lambda c: (-sizes[c], first[c]))
     relabel = np.empty(count, np.int64)
     relabel[order] = np.arange(count)
     return Clustering(relabel[raw], count, lap, embedding, x)
+
+
+def _extend(x: np.ndarray, max_clusters: int, neighbors: int | None, seed: int) -> Clustering:
+    """Cluster a seeded sample of :data:`SAMPLE` rows of ``x``; the others vote with their 5 nearest sampled rows."""
+    n = len(x)
+    pick = np.sort(np.random.default_rng(seed).choice(n, SAMPLE, replace=False))
+    core = spectral_clusters(x[pick], max_clusters=max_clusters, neighbors=neighbors, min_images=1, seed=seed)
+    rest = np.setdiff1d(np.arange(n), pick, assume_unique=True)
+    near = nearest(x[rest], core.features, 5)
+    votes = core.labels[near]  # [rest, 5]
+    counts = np.stack([(votes == c).sum(axis=1) for c in range(core.count)], axis=1)
+    labels = np.empty(n, np.int64)
+    labels[pick] = core.labels
+    labels[rest] = counts.argmax(axis=1)  # ties go to the larger strategy (the smaller id)
+    embedding = np.empty((n, core.embedding.shape[1]))
+    embedding[pick] = core.embedding
+    embedding[rest] = core.embedding[near].mean(axis=1)
+    return Clustering(labels, core.count, core.eigenvalues, embedding, x)
