@@ -110,7 +110,7 @@ class ConceptRelevance(CAMExplainer):
             except InvalidInputError as err:
                 raise InvalidInputError(f"ConceptRelevance: rule must be 'gradient' or an LRP rule; {err}") from None
 
-    def explain(  # type: ignore[override]
+    def explain(
         self,
         x: Tensor,
         target: Target = None,

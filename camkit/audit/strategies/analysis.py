@@ -149,7 +149,7 @@ class ClassStrategies:
         def name(i: int) -> Any:
             return keys[i] if keys is not None else i
 
-        out = {
+        out: dict[str, Any] = {
             "images": len(self.positions), "strategies": len(self.strategies), "reason": self.reason,
             "eigenvalues": [round(float(v), 6) for v in self.clustering.eigenvalues],
             "outliers": [name(i) for i in self.outliers], "per_strategy": [],

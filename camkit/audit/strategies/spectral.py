@@ -160,9 +160,9 @@ def spectral_clusters(
     raw = KMeans(n_clusters=count, n_init=3, random_state=seed).fit_predict(rows)
     sizes = np.bincount(raw, minlength=count)
     first = np.array([np.argmax(raw == c) for c in range(count)])
-    order = sorted(range(count), key=lambda c: (-sizes[c], first[c]))
+    ranked = sorted(range(count), key=lambda c: (-sizes[c], first[c]))
     relabel = np.empty(count, np.int64)
-    relabel[order] = np.arange(count)
+    relabel[ranked] = np.arange(count)
     return Clustering(relabel[raw], count, lap, embedding, x)
 
 

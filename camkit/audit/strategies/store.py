@@ -39,7 +39,7 @@ def downsample_maps(maps: Tensor, grid: int = GRID) -> Tensor:
     spatial = tuple(int(s) for s in maps.shape[1:])
     size = tuple(min(grid, s) for s in spatial)
     pool = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}[len(spatial)]
-    out: Tensor = pool(maps.float()[:, None], size)[:, 0]  # type: ignore[operator]
+    out: Tensor = pool(maps.float()[:, None], size)[:, 0]  # type: ignore[arg-type]
     return out.half()
 
 
