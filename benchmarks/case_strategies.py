@@ -25,7 +25,18 @@ import torch
 
 import camkit
 
-from ._harness import Context, Goal, Ratio, Row, Timing, build_model, goal_at_most, paired_ratio, random_input, rows_for_timings
+from ._harness import (
+    Context,
+    Goal,
+    Ratio,
+    Row,
+    Timing,
+    build_model,
+    goal_at_most,
+    paired_ratio,
+    random_input,
+    rows_for_timings,
+)
 
 TITLE = "Strategies and concept relevance"
 ORDER = 31
