@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,8 @@ def audit(
         progress: show a progress bar with images per second (rank 0).
         strategies: find each class's strategies without masks (on by default; see
             :mod:`camkit.audit.strategies`): ``results.csv`` gains ``strategy`` and ``concept_strategy``,
-            ``summary.json`` a ``strategies`` section, ``report.html`` a section per class.
+            ``summary.json`` a ``strategies`` section, ``report.html`` a section per class. Image
+            audits only: volumes and videos are audited without them.
         max_voxels, intensity, frames: for a folder or manifest of NIfTI volumes or videos (see
             :mod:`camkit.audit.audit_media`): larger inputs give error rows; the volumes'
             intensity normalisation; audit the first ``frames`` frames of each video.
@@ -212,7 +213,8 @@ def audit(
     try:
         if media is not None:  # volumes and videos (issue 27)
             load = dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std)
-            return audit_media(cfg, model, load, ctx, dev, media, finish_run)
+            # strategies are found for image audits only; volumes and videos keep their columns as they were
+            return audit_media(replace(cfg, strategies=False), model, load, ctx, dev, media, finish_run)
         return _audit(
             cfg, model, dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, crop=crop), ctx, dev
         )
