@@ -8,8 +8,7 @@ that is, its prototypes (the images nearest its centre), for concept strategies 
 channels that set it apart; the outliers of the class; and a ranking of the strategies,
 highest first, by how much they differ: a strategy whose accuracy differs from the rest of
 its class, whose mean map is concentrated on one place (a fixed tag, a corner) although
-objects move, the more so when that place is away from where the class's largest strategy
-looks. The typical concentration is the median over every strategy of the run.
+objects move, the more so when that place is away from where the rest of its class looks. The typical concentration is the median over every strategy of the run.
 """
 
 from __future__ import annotations
@@ -75,7 +74,7 @@ class Strategy:
         accuracy, confidence: over its images (``None`` without labels / values).
         mean_map: the mean of its downsampled maps (``None`` without maps); ``focus`` its
             concentration (:func:`focus`); ``away``: the total variation distance between its mean
-            map and the class's largest strategy's (0 for that one); ``coherence``: the length of
+            map and the mean map of the rest of its class (``None`` for a class with one strategy); ``coherence``: the length of
             the mean of its unit-length maps, the mean cosine between each map and that mean
             direction: near 1 when its images all look at the same place (a fixed tag), lower
             when they follow objects around.
@@ -294,9 +293,13 @@ def _describe_class(cls: str, kind: str, pos: np.ndarray, clustering: Clustering
                 best = inside[np.argsort(-unit[inside, ch], kind="stable")[:prototypes]]
                 s.references[ch] = pos[best].tolist()
         strategies.append(s)
-    if strategies and strategies[0].mean_map is not None:
-        for s in strategies:
-            s.away = _spread_distance(s.mean_map, strategies[0].mean_map) if s.mean_map is not None else None
+    if maps is not None and len(strategies) > 1:
+        class_maps = np.clip(np.asarray(maps[pos], dtype=np.float64), 0, None)
+        total = class_maps.sum(axis=0)
+        for c, s in enumerate(strategies):
+            if s.mean_map is not None:
+                rest = (total - class_maps[clustering.labels == c].sum(axis=0)) / max(1, len(pos) - s.size)
+                s.away = _spread_distance(s.mean_map, rest)
     outliers: list[int] = []
     if clustering.count and len(pos) >= 3 and not clustering.reason:
         med = np.median(distance)
@@ -314,7 +317,7 @@ def _rank(found: dict[str, dict[str, ClassStrategies]]) -> list[tuple[str, Strat
     The score adds: the gap between the strategy's accuracy and the rest of its class's; how much
     more coherent its maps are than the run's typical strategy (the median coherence: images
     that all look at one place, as at a fixed tag, against images that follow their objects);
-    and, for a coherent minority strategy, how far its mean map lies from the class's largest.
+    and, weighted by that excess coherence, how far its mean map lies from the rest of its class's.
     """
     every = [(kind, g, s) for kind, groups in found.items() for g in groups.values() for s in g.strategies]
     values = [s.coherence for _, _, s in every if s.coherence is not None and not math.isnan(s.coherence)]
@@ -332,10 +335,11 @@ def _rank(found: dict[str, dict[str, ClassStrategies]]) -> list[tuple[str, Strat
                 score += gap
                 if gap >= 0.1:
                     reasons.append(f"accuracy {s.accuracy:.0%} against {rest_acc:.0%} for the rest of the class")
-            if s.away is not None and not math.isnan(s.away) and s is not group.strategies[0] and coherent:
-                score += s.away
-                if s.away >= 0.2:
-                    reasons.append(f"attention {s.away:.2f} away from where the class's largest strategy looks")
+            weight = min(1.0, max(0.0, (s.coherence - typical) / 0.1)) if s.coherence is not None else 0.0
+            if s.away is not None and not math.isnan(s.away) and weight > 0:
+                score += weight * s.away  # concentrated attention away from the rest; clusters that follow objects are not
+                if s.away >= 0.2 and coherent:
+                    reasons.append(f"attention {s.away:.2f} away from where the rest of the class looks")
         if s.coherence is not None and s.coherence > typical:
             score += 2 * (s.coherence - typical)
             if coherent:
