@@ -79,11 +79,16 @@ def build_explainer(method: str, model: nn.Module, layer: str | None) -> Explain
 
 @dataclass(frozen=True)
 class BatchResult:
-    """One explained batch: ``logits`` [B, C], ``classes`` [B] or [B, K], ``maps`` [B, H, W] or [B, K, H, W]."""
+    """One explained batch: ``logits`` [B, C], ``classes`` [B] or [B, K], ``maps`` [B, H, W] or [B, K, H, W].
+
+    ``relevance``: each channel's relevance at the explainer's layer from the same pass, [B, C]
+    ([B, K, C]), when the explainer records it (:attr:`camkit.GradientCAM.record_relevance`).
+    """
 
     logits: Tensor
     classes: Tensor
     maps: Tensor
+    relevance: Tensor | None = None
 
 
 def _check_logits(logits: Tensor) -> Tensor:
@@ -151,7 +156,7 @@ def explain_batch(explainer: Explainer, x: Tensor, choose: Choose) -> BatchResul
         explanation = explainer.explain(x, capture)
         if capture.logits is None or capture.classes is None:
             raise InvalidTargetError(f"{type(explainer).__name__} never scored the target; cannot read predictions")
-        return BatchResult(capture.logits, capture.classes, explanation.maps)
+        return BatchResult(capture.logits, capture.classes, explanation.maps, explanation.extras.get("channel_relevance"))
     with torch.no_grad(), eval_mode(explainer.model, enabled=not explainer.keep_mode):
         logits = _check_logits(explainer._forward(x)).detach()
     classes = choose(logits)

@@ -7,6 +7,7 @@ reader ever sees half a file, and it gets the permissions an ordinary ``open()``
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import os
@@ -19,7 +20,9 @@ import numpy as np
 from .._internal.files import file_mode, refresh_umask
 from ..errors import InvalidInputError
 
-__all__ = ["OVERLAY_FORMATS", "atomic_write", "encode_image", "file_mode", "npy_bytes", "refresh_umask", "safe_name"]
+__all__ = [
+    "OVERLAY_FORMATS", "atomic_write", "encode_image", "file_mode", "image_uri", "npy_bytes", "refresh_umask", "safe_name",
+]  # fmt: skip
 
 OVERLAY_FORMATS = ("jpg", "png")
 """Overlay file formats: ``jpg`` (quality 90, the default: about 25x cheaper to encode than PNG) or ``png``."""
@@ -110,3 +113,11 @@ def npy_bytes(array: np.ndarray, dtype: type = np.float32) -> bytes:
     handle = io.BytesIO()
     np.save(handle, np.asarray(array).astype(dtype))
     return handle.getvalue()
+
+
+def image_uri(out: Path, rel: str | None) -> str:
+    """The image file ``out / rel`` as a ``data:`` URI (PNG or JPEG by its suffix); "" when it is missing."""
+    if not rel or not (out / rel).is_file():
+        return ""
+    mime = "image/png" if rel.lower().endswith(".png") else "image/jpeg"
+    return f"data:{mime};base64," + base64.b64encode((out / rel).read_bytes()).decode("ascii")

@@ -13,7 +13,6 @@ names, error messages) is HTML-escaped.
 
 from __future__ import annotations
 
-import base64
 import csv
 import heapq
 import html
@@ -24,6 +23,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from .files import image_uri
 
 __all__ = ["GALLERY", "TABLE_ROWS", "Summary", "summarize", "write_outputs"]
 
@@ -222,10 +223,15 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def write_outputs(out: Path, keys: Sequence[str], columns: Sequence[str], meta: dict[str, Any]) -> dict[str, Any]:
+def write_outputs(
+    out: Path, keys: Sequence[str], columns: Sequence[str], meta: dict[str, Any], *, strategies: bool = False
+) -> dict[str, Any]:
     """Merge the parts of ``out`` into ``results.csv``, ``summary.json`` and ``report.html`` (each atomically).
 
     ``keys`` gives the rows' order (the dataset's); a key in no part is left out. Returns the summary.
+    With ``strategies``, each class's strategies are found from the parts' sidecars
+    (:func:`camkit.audit.strategies.store.merge_strategies`): rows get ``strategy`` and
+    ``concept_strategy``, the summary a ``strategies`` section, the report its section.
     """
     from .files import atomic_write, file_mode
     from .outdir import iter_part_rows
@@ -233,6 +239,17 @@ def write_outputs(out: Path, keys: Sequence[str], columns: Sequence[str], meta: 
     lines: dict[str, str] = {}
     for line in iter_part_rows(out):
         lines[json.loads(line)["key"]] = line  # later parts win (a redone image)
+    section: dict[str, Any] | None = None
+    strategies_html = ""
+    names: dict[str, tuple[str, str]] = {}
+    if strategies:
+        from .strategies.render import render_strategies
+        from .strategies.store import merge_strategies
+
+        found, covered, slim, section = merge_strategies(out, lines, keys, str(meta.pop("concepts_note", "") or ""))
+        if found is not None:
+            names = dict(zip(covered, zip(found.names("maps"), found.names("concepts") if found.concepts else [""] * len(covered))))
+        strategies_html = render_strategies(out, found, covered, slim, section)
     acc = Summary(columns)
     tmp = out / f".tmp-results-{os.getpid()}.csv"
     try:
@@ -245,6 +262,8 @@ def write_outputs(out: Path, keys: Sequence[str], columns: Sequence[str], meta: 
                     continue
                 line = lines.pop(key)
                 row = json.loads(line)
+                if strategies:
+                    row["strategy"], row["concept_strategy"] = names.get(key, ("", ""))
                 acc.add(row)
                 writer.writerow([_cell(row.get(c)) for c in columns])
         os.replace(tmp, out / "results.csv")
@@ -252,8 +271,10 @@ def write_outputs(out: Path, keys: Sequence[str], columns: Sequence[str], meta: 
         tmp.unlink(missing_ok=True)
         raise
     summary = acc.summary(meta)
+    if section is not None:
+        summary["strategies"] = _finite(section)
     atomic_write(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False, default=str))
-    atomic_write(out / "report.html", render_html(out, acc, summary))
+    atomic_write(out / "report.html", render_html(out, acc, summary, strategies_html))
     return summary
 
 
@@ -270,6 +291,12 @@ th.asc::after{content:" \\25B2"}th.desc::after{content:" \\25BC"}
 .meta td{text-align:left}.gallery{display:flex;flex-wrap:wrap;gap:10px}
 figure{margin:0;width:120px;font-size:12px;word-break:break-all}figure img{width:120px;height:120px;
 image-rendering:pixelated;border:1px solid #ccc}.err{color:#a00}.scroll{max-height:600px;overflow:auto}
+"""
+
+_STRATEGY_STYLE = """
+.strat{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}.strat svg{border:1px solid #ddd;background:#fff}
+.srow{display:flex;gap:8px;align-items:center;margin:4px 0}.srow img{width:72px;height:72px;image-rendering:pixelated;
+border:1px solid #ccc}.srow .lab{width:260px;font-size:12px}.chip{display:inline-block;width:10px;height:10px;margin-right:4px}
 """
 
 _SCRIPT = """
@@ -318,19 +345,12 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], text: Sequence
     return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _image_uri(out: Path, rel: str | None) -> str:
-    if not rel or not (out / rel).is_file():
-        return ""
-    mime = "image/png" if rel.lower().endswith(".png") else "image/jpeg"
-    return f"data:{mime};base64," + base64.b64encode((out / rel).read_bytes()).decode("ascii")
-
-
 def _gallery(out: Path, title: str, rows: Sequence[dict[str, Any]], caption: str) -> str:
     if not rows:
         return ""
     figures = []
     for r in rows[:GALLERY]:
-        uri = _image_uri(out, r.get("overlay", ""))
+        uri = image_uri(out, r.get("overlay", ""))
         value = r.get(caption)
         label = f"label {r['label']}, " if r.get("label") else ""
         text = f"{_e(r['key'])}<br>{_e(label)}pred {_e(str(r.get('prediction_name', '')))} ({_e(_fmt(r.get('confidence')))})"
@@ -355,7 +375,18 @@ def _mapping_text(mapping: dict[str, Any]) -> str:
     return f"{source}" + (f": {shown}" if shown else "")
 
 
-def render_html(out: Path, acc: Summary, summary: dict[str, Any]) -> str:
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities replaced by ``None`` (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def render_html(out: Path, acc: Summary, summary: dict[str, Any], strategies: str = "") -> str:
     """The report page as a string (see the module docstring); its size does not grow with the images."""
     columns, rows = acc.columns, acc.table
     model = summary.get("model") or {}
@@ -399,7 +430,7 @@ def render_html(out: Path, acc: Summary, summary: dict[str, Any]) -> str:
         f"<h2>Per class</h2><p>Classes from the {_e(summary['classes_from'])}s. Energy = share of the map "
         "inside each region; spread = share in the map's top 10% pixels or voxels (high = concentrated); border = share "
         f"in the outer 10% frame.</p>{_table(class_head, class_rows)}"
-        f"<h2>Galleries</h2>{_galleries(out, acc)}"
+        f"{strategies}<h2>Galleries</h2>{_galleries(out, acc)}"
         f'<h2>All images</h2><p>Click a column to sort.</p>{more}<div class="scroll">'
         f"{_table(shown_cols, table_rows, text=text_columns)}</div>"
     )
@@ -407,5 +438,5 @@ def render_html(out: Path, acc: Summary, summary: dict[str, Any]) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
-        f"<title>camkit audit</title><style>{_STYLE}</style></head><body>{body}<script>{_SCRIPT}</script></body></html>"
+        f"<title>camkit audit</title><style>{_STYLE}{_STRATEGY_STYLE if strategies else ''}</style></head><body>{body}<script>{_SCRIPT}</script></body></html>"
     )

@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ from torch import nn
 
 from .._version import __version__
 from ..errors import InvalidInputError
+from ..methods.base import GradientCAM
+from ..methods.concepts import ConceptRelevance
 from ..modelload import LoadedModel, load_model, resolve_device, warn_random_weights
 from .audit_media import MediaOptions, audit_media, is_media_data
 from .data import AuditDataset, Dataset, discover
@@ -67,6 +69,7 @@ class RunConfig:
     overlay_format: str = "jpg"
     overlay_quality: int = 90
     progress: bool = True
+    strategies: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -93,10 +96,11 @@ class RunConfig:
             "faithfulness": self.faithfulness, "steps": self.steps, "label_mapping": mapping.describe(),
             "regions": list(dataset.regions), "max_pixels": self.max_pixels, "save_maps": self.save_maps,
             "overlay_format": self.overlay_format, "overlay_quality": self.overlay_quality,
+            "strategies": self.strategies,
         }  # fmt: skip
 
 
-def base_columns(regions: Sequence[str], faithfulness: bool) -> list[str]:
+def base_columns(regions: Sequence[str], faithfulness: bool, strategies: bool = False) -> list[str]:
     """The columns of ``results.csv``, in order."""
     cols = ["key", "label", "prediction", "prediction_name", "confidence", "target", "correct"]
     cols += [f"energy_{r}" for r in regions]
@@ -105,6 +109,8 @@ def base_columns(regions: Sequence[str], faithfulness: bool) -> list[str]:
     cols += ["spread", "border"]
     if faithfulness:
         cols += ["deletion_auc", "insertion_auc"]
+    if strategies:
+        cols += ["strategy", "concept_strategy"]
     return [*cols, "overlay", "note", "error"]
 
 
@@ -141,6 +147,7 @@ def audit(
     max_voxels: int = 64_000_000,
     intensity: str = "none",
     frames: int | None = None,
+    strategies: bool = True,
 ) -> dict[str, Any]:
     """Audit where a model's attention falls over a dataset (the Python side of ``camkit audit``).
 
@@ -167,6 +174,10 @@ def audit(
             are at the model input's size.
         writers: threads that draw, encode and write (default: the cores, 2 to 8).
         progress: show a progress bar with images per second (rank 0).
+        strategies: find each class's strategies without masks (on by default; see
+            :mod:`camkit.audit.strategies`): ``results.csv`` gains ``strategy`` and ``concept_strategy``,
+            ``summary.json`` a ``strategies`` section, ``report.html`` a section per class. Image
+            audits only: volumes and videos are audited without them.
         max_voxels, intensity, frames: for a folder or manifest of NIfTI volumes or videos (see
             :mod:`camkit.audit.audit_media`): larger inputs give error rows; the volumes'
             intensity normalisation; audit the first ``frames`` frames of each video.
@@ -192,7 +203,7 @@ def audit(
     cfg = RunConfig(
         Path(data), Path(out), method, layer, parse_target(target, allow=("pred", "class", "label")), batch_size,
         workers, writers, limit, resume, overwrite, faithfulness, steps, tuple(classes) if classes else None,
-        alphabetical_classes, max_pixels, save_maps, overlay_format, overlay_quality, progress,
+        alphabetical_classes, max_pixels, save_maps, overlay_format, overlay_quality, progress, strategies,
     )  # fmt: skip
     refresh_umask()
     media = MediaOptions(max_voxels, intensity, frames) if is_media_data(data, [out]) else None
@@ -202,7 +213,8 @@ def audit(
     try:
         if media is not None:  # volumes and videos (issue 27)
             load = dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std)
-            return audit_media(cfg, model, load, ctx, dev, media, finish_run)
+            # strategies are found for image audits only; volumes and videos keep their columns as they were
+            return audit_media(replace(cfg, strategies=False), model, load, ctx, dev, media, finish_run)
         return _audit(
             cfg, model, dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, crop=crop), ctx, dev
         )
@@ -229,9 +241,10 @@ def _audit(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ctx: Di
     todo = [i for i in range(count) if dataset.records[i].key not in done]
     del done
     started = time.perf_counter()
-    _run_shard(cfg, dataset, todo[ctx.rank :: ctx.world], loaded, mapping, session, ctx, total=len(todo))
+    note = _run_shard(cfg, dataset, todo[ctx.rank :: ctx.world], loaded, mapping, session, ctx, total=len(todo))
     overlays = {"format": cfg.overlay_format, "quality": cfg.overlay_quality, "size": "model input"}
-    return finish_run(cfg, dataset, loaded.describe(), mapping, ctx, dataset.kind, overlays, {},
+    extra = {"concepts_note": note} if note else {}
+    return finish_run(cfg, dataset, loaded.describe(), mapping, ctx, dataset.kind, overlays, extra,
                       started=started, todo=len(todo), corrupt=corrupt, count=count)  # fmt: skip
 
 
@@ -258,12 +271,14 @@ def finish_run(cfg: RunConfig, dataset: Dataset, model: dict[str, Any], mapping:
             "corrupt_parts_redone": corrupt, "images_per_second": round(todo / elapsed, 3) if elapsed > 0 else None,
         }  # fmt: skip
         keys = [r.key for r in dataset.records[:count]]
-        summary = write_outputs(cfg.out, keys, base_columns(dataset.regions, cfg.faithfulness), meta)
+        columns = base_columns(dataset.regions, cfg.faithfulness, cfg.strategies)
+        summary = write_outputs(cfg.out, keys, columns, meta, strategies=cfg.strategies)
     return dict(ctx.broadcast(summary))
 
 
 def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: LoadedModel, mapping: LabelMapping,
-               session: str, ctx: DistContext, *, total: int) -> None:  # fmt: skip
+               session: str, ctx: DistContext, *, total: int) -> str:  # fmt: skip
+    """Audit this rank's shard; returns why concept vectors were left out ("" when they were not)."""
     from tqdm import tqdm
 
     pre = loaded.preprocess
@@ -271,9 +286,16 @@ def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: Loade
     items = AuditDataset(dataset.records, shard, pre, shape, dataset.box_regions, dataset.mask_regions, cfg.max_pixels)
     workers = cfg.loader_workers()
     loader = make_loader(items, cfg.batch_size, workers, loaded.device)
+    explainer = build_explainer(cfg.method, loaded.model, cfg.layer)
+    concepts = None
+    if cfg.strategies and isinstance(explainer, GradientCAM):
+        explainer.record_relevance = True  # concept vectors from the map's own forward and backward
+    elif cfg.strategies:
+        concepts = ConceptRelevance(loaded.model, cfg.layer).relevance  # one more forward and backward per batch
     explain = ExplainStage(
-        build_explainer(cfg.method, loaded.model, cfg.layer), cfg.target, dataset, mapping.indices, mapping.names,
-        loaded.device, faithfulness=cfg.faithfulness, steps=cfg.steps, keep_maps=cfg.save_maps,
+        explainer, cfg.target, dataset, mapping.indices, mapping.names, loaded.device,
+        faithfulness=cfg.faithfulness, steps=cfg.steps, keep_maps=cfg.save_maps, strategies=cfg.strategies,
+        concepts=concepts,
     )  # fmt: skip
     writer = Writer(
         cfg.out, threads=cfg.writers or default_threads(), overlay_format=cfg.overlay_format,
@@ -304,3 +326,4 @@ def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: Loade
             writer.close()
         finally:
             bar.close()
+    return explain.concepts_off

@@ -142,6 +142,7 @@ class BatchResult:
     shown: np.ndarray | None = None
     drawn: np.ndarray | None = None
     keys: list[str] = field(default_factory=list)
+    features: tuple[np.ndarray, np.ndarray | None] | None = None  # (maps [n, *s], vectors [n, C]) of ``ok``
 
 
 def _number(value: Any) -> Any:
@@ -157,7 +158,7 @@ class ExplainStage:
     def __init__(
         self, explainer: Any, spec: TargetSpec, dataset: Dataset, label_idx: list[int], class_names: list[str] | None,
         device: torch.device, *, faithfulness: bool = False, steps: int = 20, draw_on_device: bool | None = None,
-        keep_maps: bool = False,
+        keep_maps: bool = False, strategies: bool = False, concepts: Any = None,
     ) -> None:  # fmt: skip
         self.explainer = explainer
         self.spec = spec
@@ -169,6 +170,11 @@ class ExplainStage:
         self.steps = steps
         self.draw_on_device = device.type != "cpu" if draw_on_device is None else draw_on_device
         self.keep_maps = keep_maps  # host maps are needed for --save-maps, or to draw on the host
+        # strategies: each image's downsampled map and concept vector (from the explainer's own pass when it
+        # records one, else from ``concepts(x, classes)``, a ConceptRelevance's relevance)
+        self.strategies = strategies
+        self.concepts = concepts
+        self.concepts_off = ""  # why concept vectors stopped (a layer ConceptRelevance cannot read)
 
     def __call__(self, batch: dict[str, Any]) -> BatchResult:
         index: list[int] = batch["index"].tolist()
@@ -188,6 +194,8 @@ class ExplainStage:
             shown = batch["shown"][sel]
             drawn = draw_overlays(shown.to(self.device, non_blocking=True), maps) if self.draw_on_device else None
             host = {k: v.detach().cpu().tolist() for k, v in metrics.items()}  # one transfer per batch
+            if self.strategies:
+                result.features = self._features(x, out, maps)
             if self.keep_maps or drawn is None:
                 result.maps = maps.detach().cpu().numpy()
             if drawn is not None:
@@ -207,7 +215,27 @@ class ExplainStage:
             result.maps = result.maps[keep] if result.maps is not None else None
             result.drawn = result.drawn[keep] if result.drawn is not None else None
             result.shown = result.shown[keep] if result.shown is not None else None
+            if result.features is not None:
+                small, vectors = result.features
+                result.features = (small[keep], vectors[keep] if vectors is not None else None)
         return result
+
+    def _features(self, x: Tensor, out: Any, maps: Tensor) -> tuple[np.ndarray, np.ndarray | None]:
+        """The batch's downsampled maps and concept vectors, on the host."""
+        from ..errors import CamkitError
+        from .strategies.store import downsample_maps
+
+        small = downsample_maps(torch.nan_to_num(maps.detach(), nan=0.0))
+        relevance = out.relevance
+        if relevance is None and self.concepts is not None and not self.concepts_off:
+            try:
+                relevance = self.concepts(x, out.classes)
+            except CamkitError as err:
+                self.concepts_off = str(err)
+        if relevance is not None and relevance.dim() == 3:
+            relevance = relevance[:, 0]  # several targets: the first one's
+        vectors = None if relevance is None else torch.nan_to_num(relevance.detach().float()).half().cpu().numpy()
+        return small.cpu().numpy(), vectors
 
     def _measure(self, batch: dict[str, Any], sel: Tensor | slice, x: Tensor, logits: Tensor, classes: Tensor,
                  maps: Tensor) -> dict[str, Tensor]:  # fmt: skip
@@ -314,6 +342,11 @@ class Writer:
                 stem = name[: -len(suffix)]
                 atomic_write(self.out / "maps" / f"{stem}.npy", npy_bytes(result.maps[j], np.float32))
                 row["map"] = f"maps/{stem}.npy"
+        if result.features is not None:
+            from .strategies.store import feature_bytes, sidecar
+
+            keys = [result.rows[i]["key"] for i in result.ok]
+            atomic_write(sidecar(part), feature_bytes(keys, *result.features))
         payload = "".join(json.dumps(row, allow_nan=True) + "\n" for row in result.rows)
         atomic_write(part, payload, sync=True)
         return len(result.rows)

@@ -84,6 +84,10 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-pixels", type=int, default=64_000_000, help="larger images give an error row")
     parser.add_argument("--save-maps", action="store_true", help="also save each exact map as maps/NAME.npy (float32)")
     parser.add_argument(
+        "--no-strategies", action="store_true",
+        help="skip each class's strategies (clusters of its maps and concept vectors, found without masks)",
+    )  # fmt: skip
+    parser.add_argument(
         "--overlay-format", choices=("jpg", "png"), default="jpg",
         help="overlay files: jpg (default, quality --overlay-quality) or png; at the model input's size",
     )  # fmt: skip
@@ -147,7 +151,7 @@ def run_audit(args: argparse.Namespace) -> int:
             classes=classes, alphabetical_classes=args.alphabetical_classes, max_pixels=args.max_pixels,
             save_maps=args.save_maps, overlay_format=args.overlay_format, overlay_quality=args.overlay_quality,
             writers=args.writers, progress=not args.no_progress, crop=args.crop, max_voxels=args.max_voxels,
-            intensity=args.intensity, frames=args.frames,
+            intensity=args.intensity, frames=args.frames, strategies=not args.no_strategies,
         )  # fmt: skip
     except KeyboardInterrupt:
         print(

@@ -155,12 +155,15 @@ def run_demo(
     (each an audit: ``report.html``, ``results.csv``, ``summary.json``, ``overlays/``) and
     ``out/figures.json``: every figure the README and docs/demo.md quote (see
     :mod:`camkit.demo.figures`), plus ``<method>.share`` / ``<method>.others`` from the audits
-    and the printed ``finding`` line.
+    and the printed ``finding`` line. ``out/strategies/`` is a third audit of the same images with
+    no regions; its strategies give the ``strategy.*`` figures and the ``strategy_finding`` line
+    (:func:`camkit.demo.strategies.strategy_finding`).
     """
     from ..audit import audit
     from .figures import DEMO_TEST_IMAGES, model_figures
     from .model import CAM_LAYER, load_shapes_cnn
     from .shapes import CLASSES, IMAGE_SIZE, write_split
+    from .strategies import plain_manifest, strategy_finding
 
     start = time.perf_counter()
     root = Path(out)
@@ -184,10 +187,18 @@ def run_demo(
         print(f"{key}: {headline(summaries[key])[3]}; report: {(folder / 'report.html').resolve()}")
     for key, summary in summaries.items():
         _, figures[f"{key}.share"], figures[f"{key}.others"], _ = headline(summary)
+    plain = root / "strategies"  # the same images without regions: what the strategies find with no masks
+    found = audit(
+        plain_manifest(manifest), model, out=plain, method="gradcam", layer=CAM_LAYER, size=IMAGE_SIZE,
+        mean=(0.0,) * 3, std=(1.0,) * 3, device="cpu", batch_size=50, workers=0, classes=list(CLASSES),
+        progress=False, overlay_format="png",
+    )  # fmt: skip
+    figures.update(strategy_finding(found, plain, data, model, DEMO_SEED))
     figures["images"] = images
     _, share, others, message = headline(summaries["gradcam"])
     figures["finding"] = f"finding: {message}"
     print(figures["finding"])
+    print(f"{figures['strategy_finding']}; report: {(plain / 'report.html').resolve()}")
     root.mkdir(parents=True, exist_ok=True)
     rounded = {k: round(v, 6) if isinstance(v, float) else v for k, v in figures.items()}
     (root / "figures.json").write_text(json.dumps(rounded, indent=1, sort_keys=True) + "\n")

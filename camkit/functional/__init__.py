@@ -21,6 +21,7 @@ from .cam import (
     weighted_sum,
     xgradcam_weights,
 )
+from .concepts import channel_mask, channel_relevance, merge_top, relevance_boxes
 from .maps import flat_maps, interpolation_mode, normalize_maps, upsample_maps
 from .overlay import colorize, colormap_lut, overlay_batch
 from .propagation import epsilon_scale, gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
@@ -57,6 +58,8 @@ __all__ = [
     "attribution_view",
     "blended_heat_map",
     "blur",
+    "channel_mask",
+    "channel_relevance",
     "channels_last_to_grid",
     "coalition_masks",
     "colorize",
@@ -83,12 +86,14 @@ __all__ = [
     "layercam",
     "lime_kernel",
     "masked_image",
+    "merge_top",
     "normalize_maps",
     "outlier_threshold",
     "overlay_batch",
     "permutation_coalitions",
     "reduce_channels",
     "relabel_regions",
+    "relevance_boxes",
     "relevance_gradient",
     "rescale_multiplier",
     "scale_attribution",

@@ -4,6 +4,7 @@ from .attention import AttentionExplainer, AttentionRollout, CheferRollout, LeGr
 from .base import CAMExplainer, Explainer, GradientCAM
 from .cam import CAM
 from .cam_extra import FEM, KPCACAM, FinerCAM, FullGrad, GradCAMElementWise, RandomCAM, ShapleyCAM
+from .concepts import ConceptReferences, ConceptRelevance
 from .deeplift import DeepLift, DeepLiftShap
 from .dff import DeepFeatureFactorization, factorization_image
 from .eigen import EigenCAM, EigenGradCAM
@@ -32,6 +33,8 @@ __all__ = [
     "AblationCAM",
     "AugSmooth",
     "CAMExplainer",
+    "ConceptReferences",
+    "ConceptRelevance",
     "Deconvolution",
     "DeepLift",
     "DeepLiftShap",

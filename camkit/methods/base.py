@@ -17,6 +17,7 @@ from .._internal.checks import BATCH_SHAPES, check_finite, check_input_batch, ch
 from .._internal.state import eval_mode, preserve_running_stats
 from ..errors import InferenceModeError, InvalidInputError
 from ..explanation import Explanation
+from ..functional.concepts import channel_relevance
 from ..functional.perturbation import eigen_projection
 from ..hooks import LayerCapture
 from ..layers.auto import auto_layer, default_score
@@ -412,6 +413,11 @@ class GradientCAM(CAMExplainer):
     """
 
     family: ClassVar[str | None] = "CAM (gradient)"
+    #: When True, ``extras["channel_relevance"]`` holds each channel's relevance at the (first)
+    #: layer from the same pass: ``A * dS/dA`` summed over positions, float32 [B, C] ([B, K, C] for
+    #: [B, K] targets), what :meth:`camkit.ConceptRelevance.relevance` gives with its gradient rule.
+    #: Audits set it to cluster concept vectors at no extra pass.
+    record_relevance: bool = False
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
         """The raw map [B, h, w] from float32 activations and gradients [B, C, h, w].
@@ -446,14 +452,18 @@ class GradientCAM(CAMExplainer):
             columns = scores.unbind(dim=1) if scores.dim() == 2 else (scores,)
             acts = self.to_grid([a.detach().float() for a in capture.activations()], x)
             per_layer: list[list[Tensor]] = [[] for _ in layers]
+            relevance: list[Tensor] = []
             for k, column in enumerate(columns):
                 grads = self.to_grid(capture.gradients(column, retain_graph=k < len(columns) - 1), x)
                 with torch.no_grad():
                     for maps, act, grad in zip(per_layer, acts, grads):
                         maps.append(self._raw(act, self._check_grad(grad, x).float()))
+                    if self.record_relevance:
+                        relevance.append(channel_relevance(acts[0] * grads[0].float()))
         multi = scores.dim() == 2
         raws = [torch.stack(m, dim=1) if multi else m[0] for m in per_layer]
-        return self._explanation(raws, x, classes, scores.detach())
+        extras = {"channel_relevance": torch.stack(relevance, dim=1) if multi else relevance[0]} if relevance else {}
+        return self._explanation(raws, x, classes, scores.detach(), **extras)
 
     @staticmethod
     def _check_grad(grad: Tensor, x: Tensor) -> Tensor:

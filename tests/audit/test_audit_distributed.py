@@ -36,8 +36,12 @@ def test_two_process_torchrun_equals_one_process(tmp_path):
         )
         for col in ("confidence", "spread", "border"):
             assert float(a[col]) == pytest.approx(float(b[col]), abs=1e-5)
+        assert (a["strategy"], a["concept_strategy"]) == (b["strategy"], b["concept_strategy"])
     summary = json.loads((tmp_path / "dist" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["accuracy"] == pytest.approx(single["accuracy"])
+    # every rank's strategy features (a sidecar per part) are read once by rank 0 at the merge
+    assert summary["strategies"]["images"] == 9 and summary["strategies"]["left_out"] == 0
+    assert {p.name.split("-")[-2] for p in (tmp_path / "dist" / "parts").glob("*.npz")} == {"r000", "r001"}
     # each rank wrote its own parts, and the shards are disjoint and cover every image
     shards = {}
     for rank in ("r000", "r001"):

@@ -46,3 +46,7 @@ def test_camkit_demo_writes_reports_and_prints_the_finding(tmp_path, capsys) -> 
         assert len(rows) == 40 and all((tmp_path / method / r["overlay"]).is_file() for r in rows)
     with open(tmp_path / "data" / "manifest.csv", newline="") as handle:
         assert sum(1 for _ in csv.DictReader(handle)) == 40
+    assert "finding without masks: class '" in printed  # the third audit, without regions
+    plain = json.loads((tmp_path / "strategies" / "summary.json").read_text())
+    assert plain["regions"] == [] and plain["strategies"]["images"] == 40
+    assert "Strategies (found without masks)" in (tmp_path / "strategies" / "report.html").read_text()

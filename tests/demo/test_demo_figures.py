@@ -85,3 +85,13 @@ def test_printed_lines_quoted_in_the_docs_are_the_printed_lines(fresh_run):
                         assert line == expected, f"{name} quotes {line!r}; the demo printed {expected!r}"
                         quoted += 1
     assert quoted >= 5  # the finding (README and docs/demo.md) and the three accuracy lines
+
+
+def test_strategy_finding_matches_the_generator(fresh_run):
+    """Without masks, the top-ranked map strategies of the demo are the circles that carry the watermark."""
+    figures = fresh_run
+    assert figures["strategy.names"] and all(n.startswith("circle/") for n in figures["strategy.names"])
+    assert figures["strategy.purity"] >= 0.95  # every image in them carries the watermark (the manifest's 'marked')
+    assert figures["strategy.recall"] >= 0.95  # and they hold the watermarked circles
+    assert figures["strategy.accuracy"] >= 0.95 and figures["strategy.unmarked_accuracy"] <= 0.2
+    assert figures["strategy_finding"].startswith("finding without masks: class 'circle'")

@@ -1,0 +1,141 @@
+"""Case: what the strategies cost an audit, and concept relevance against Grad-CAM.
+
+* **On the demo**: the audit's explain work on the demo's 200 images (the bundled ShapesCNN,
+  Grad-CAM at ``last_conv`` recording each channel's relevance, batches of 50: what the audit's
+  explain stage runs) against :func:`camkit.audit.strategies.find_strategies` on their
+  downsampled maps and concept vectors (4 classes, both kinds). Goal: at most 10% of it.
+* **At 100,000 images**: ``find_strategies`` on synthetic downsampled maps (16 x 16) and concept
+  vectors (64 channels, the demo layer's) of 10 classes of 10,000, each class a mix of three
+  planted groups, timed once; against the demo's explain time per image times 100,000
+  (extrapolated, not run). Goal: at most 10%.
+* **Concept relevance on resnet50** (random weights, batch 8, 224x224, ``layer4``):
+  ``ConceptRelevance.relevance`` (each channel's relevance, [B, 2048]) against ``GradCAM``, side
+  by side; also Grad-CAM recording the relevance in its own pass (what the audit does) and one
+  conditional map per image (a backward down to the input). Goal: relevance at most 1.3x Grad-CAM.
+
+Smoke mode: 40 demo images, 2,000 synthetic images, resnet18 at 64x64, batch 2.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+import camkit
+
+from ._harness import (
+    Context,
+    Goal,
+    Ratio,
+    Row,
+    Timing,
+    build_model,
+    goal_at_most,
+    paired_ratio,
+    random_input,
+    rows_for_timings,
+)
+
+TITLE = "Strategies and concept relevance"
+ORDER = 31
+GOAL_SHARE = 0.10
+GOAL_CONCEPTS = 1.3
+
+
+def _demo_inputs(n: int) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    from camkit.demo.model import load_shapes_cnn
+    from camkit.demo.shapes import make_split, to_batch
+
+    x, y = to_batch(make_split("marked", n, seed=2))
+    return load_shapes_cnn().eval(), x, y
+
+
+def _synthetic(n: int, classes: int = 10, channels: int = 64, seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Downsampled maps [n, 16, 16] and vectors [n, channels], each class three planted groups."""
+    rng = np.random.default_rng(seed)
+    labels = [f"c{i % classes}" for i in range(n)]
+    group = rng.integers(0, 3, n)
+    maps = rng.uniform(0, 0.3, (n, 16, 16)).astype(np.float32)
+    rows, cols = 2 + 5 * group, 2 + 4 * group
+    for g in range(3):
+        pick = group == g
+        maps[pick, rows[pick][0] : rows[pick][0] + 3, cols[pick][0] : cols[pick][0] + 3] += 1.0
+    centres = rng.normal(0, 1, (3, channels)).astype(np.float32)
+    vectors = centres[group] + 0.3 * rng.normal(0, 1, (n, channels)).astype(np.float32)
+    return labels, maps.astype(np.float16), vectors.astype(np.float16)
+
+
+def run(ctx: Context) -> list[Row | Goal]:
+    from camkit.audit.explaining import chooser, explain_batch, parse_target
+    from camkit.audit.strategies import find_strategies
+    from camkit.audit.strategies.store import downsample_maps
+    from camkit.demo.model import CAM_LAYER
+
+    rows: list[Row | Goal] = []
+    demo_n, scale_n = (40, 2_000) if ctx.smoke else (200, 100_000)
+    model, x, y = _demo_inputs(demo_n)
+    explainer = camkit.GradCAM(model, CAM_LAYER)
+    explainer.record_relevance = True
+    choose = chooser(parse_target("pred"))
+    features: dict[str, np.ndarray] = {}
+
+    def explain() -> None:
+        maps, vectors = [], []
+        for i in range(0, demo_n, 50):
+            out = explain_batch(explainer, x[i : i + 50], choose)
+            maps.append(downsample_maps(out.maps).cpu().numpy())
+            vectors.append(out.relevance.half().cpu().numpy() if out.relevance is not None else None)
+        features["maps"], features["vectors"] = np.concatenate(maps), np.concatenate(vectors)
+
+    explain()
+    names = [str(int(c)) for c in y]
+
+    def strategies() -> None:
+        find_strategies(names, features["maps"].astype(np.float32), features["vectors"].astype(np.float32))
+
+    ctx.log(f"  {TITLE}: demo, {demo_n} images")
+    explain_name, strat_name = f"explain {demo_n} demo images (audit's pass)", f"strategies of {demo_n} images"
+    timings = ctx.time({explain_name: explain, strat_name: strategies})
+    rows += rows_for_timings(TITLE, timings, reference=explain_name, model="ShapesCNN (demo)", batch=50,
+                             device=ctx.device, camkit=strat_name)  # fmt: skip
+    rows.append(goal_at_most(TITLE, f"strategies at most 10% of the audit's explain time (demo, {demo_n} images)",
+                             paired_ratio(timings[strat_name], timings[explain_name]), GOAL_SHARE))  # fmt: skip
+
+    labels, maps, vectors = _synthetic(scale_n)
+    ctx.log(f"  {TITLE}: {scale_n} synthetic images, 10 classes")
+    start = time.perf_counter()
+    found = find_strategies(labels, maps.astype(np.float32), vectors.astype(np.float32))
+    took = time.perf_counter() - start
+    per_image = timings[explain_name].median / demo_n
+    share = took / (per_image * scale_n)
+    counts = sorted({len(g.strategies) for g in found.maps.values()})
+    note = (f"one run; explain time extrapolated: {per_image * 1e3:.2f} ms per image x {scale_n}; "
+            f"{counts} map strategies per class (3 planted); features {maps.nbytes + vectors.nbytes >> 20} MiB")  # fmt: skip
+    rows.append(Row(TITLE, f"strategies of {scale_n} synthetic images", model="synthetic", batch=None,
+                    device="cpu", time=Timing((took,)), ratio=Ratio.exact(share),
+                    ratio_to=f"explain {scale_n} demo images (extrapolated)", note=note))  # fmt: skip
+    rows.append(goal_at_most(TITLE, f"strategies at most 10% of the audit's explain time ({scale_n} images)",
+                             Ratio.exact(share), GOAL_SHARE, reason=note))  # fmt: skip
+
+    name, size, batch = ("resnet18", 64, 2) if ctx.smoke else ("resnet50", 224, 8)
+    net = build_model(name, ctx.device).eval()
+    xr = random_input(batch, size, ctx.device)
+    gradcam = camkit.GradCAM(net, "layer4")
+    recording = camkit.GradCAM(net, "layer4")
+    recording.record_relevance = True
+    concepts = camkit.ConceptRelevance(net, "layer4")
+    ctx.log(f"  {TITLE}: {name} {size}x{size}, batch {batch}")
+    fns = {
+        "GradCAM": lambda: gradcam(xr),
+        "GradCAM + channel relevance (audit)": lambda: recording.explain(xr),
+        "ConceptRelevance.relevance": lambda: concepts.relevance(xr),
+        "ConceptRelevance, 1 conditional map": lambda: concepts.explain(xr, channels=1),
+    }
+    t = ctx.time(fns)
+    rows += rows_for_timings(TITLE, t, reference="GradCAM", model=name, batch=batch, device=ctx.device,
+                             camkit="ConceptRelevance.relevance")  # fmt: skip
+    rows.append(goal_at_most(TITLE, f"concept relevance at most {GOAL_CONCEPTS}x Grad-CAM ({name}, batch {batch})",
+                             paired_ratio(t["ConceptRelevance.relevance"], t["GradCAM"]), GOAL_CONCEPTS))  # fmt: skip
+    return rows
