@@ -80,9 +80,10 @@ def _leader(per_method: Mapping[str, Mapping[str, Any]], higher: bool) -> dict[s
     """The method with the best mean, and whether its interval is apart from every other's."""
     scored = {m: v for m, v in per_method.items() if v["mean"] is not None}
     if not scored:
-        return {"best": None, "runner_up": None, "separated": False}
+        return {"best": None, "tied": [], "runner_up": None, "separated": False}
     order = sorted(scored, key=lambda m: scored[m]["mean"], reverse=higher)
     best = scored[order[0]]
+    tied = [m for m in order if scored[m]["mean"] == best["mean"]]
     apart = True
     for other in order[1:]:
         o = scored[other]
@@ -92,7 +93,10 @@ def _leader(per_method: Mapping[str, Mapping[str, Any]], higher: bool) -> dict[s
             apart = False
         elif not higher and not best["high"] < o["low"]:
             apart = False
-    return {"best": order[0], "runner_up": order[1] if len(order) > 1 else None, "separated": apart and len(order) > 1}
+    return {
+        "best": order[0], "tied": tied, "runner_up": order[1] if len(order) > 1 else None,
+        "separated": apart and len(order) > 1,
+    }  # fmt: skip
 
 
 def analyse(
@@ -194,15 +198,18 @@ def verdict(summary: Mapping[str, Any]) -> dict[str, Any]:
         return {"best": None, "usable": [], "text": text}
     leaders = {m: metrics[m]["best"] for m in usable}
     problems = []
+    tied = {m: metrics[m]["tied"] for m in usable if len(metrics[m]["tied"]) > 1}
+    if tied:
+        problems.append("methods tie for the best mean on " + ", ".join(f"{m} ({', '.join(t)})" for m, t in tied.items()))
     on_control = {m: b for m, b in leaders.items() if b in controls}
     if on_control:
         problems.append(
             "a control leads on " + ", ".join(f"{m} ({b})" for m, b in on_control.items())
             + ": there the methods do no better than a map that ignores the model"
         )
-    if len(set(leaders.values())) > 1:
+    if len(set(leaders.values())) > 1 and not set.intersection(*(set(metrics[m]["tied"]) for m in usable)):
         problems.append("the reliable metrics disagree: " + ", ".join(f"{m} -> {b}" for m, b in leaders.items()))
-    blurred = [m for m in usable if not metrics[m]["separated"]]
+    blurred = [m for m in usable if not metrics[m]["separated"] and m not in tied]
     if blurred:
         problems.append(
             "the leader's 95% interval overlaps another method's on "

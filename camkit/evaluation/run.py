@@ -13,6 +13,7 @@ first images, before the loop (``gates.json``). When every image is done, rank 0
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import os
@@ -30,7 +31,7 @@ from torch import Tensor, nn
 from .._internal.state import eval_mode
 from ..audit.data import AuditDataset, Dataset, discover
 from ..audit.distributed import DistContext
-from ..audit.explaining import build_explainer, chooser, parse_target
+from ..audit.explaining import chooser, parse_target
 from ..audit.files import atomic_write, refresh_umask, safe_name
 from ..audit.labels import map_labels
 from ..audit.outdir import AuditError, finished_keys, prepare_out
@@ -90,12 +91,20 @@ def _parse_methods(methods: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _build(method: str, model: nn.Module, layer: str | None) -> Any:
+    """The explainer ``method``; ``layer`` goes to the methods that take one (pixel methods ignore it)."""
+    cls = get_method(method)
+    if "layer" in inspect.signature(cls.__init__).parameters:
+        return cls(model, layer=layer)  # type: ignore[call-arg]
+    return cls(model)
+
+
 def _plan(methods: list[str], metrics: Any, have_masks: bool, region: str | None, layer: str | None,
           controls: bool, steps: int, chunk_size: int, seed: int, model: nn.Module) -> Plan:  # fmt: skip
     factories: dict[str, Factory] = {}
     for m in methods:
-        build_explainer(m, model, layer)  # fail now, with the method's own message, not in the loop
-        factories[m] = lambda net, m=m: build_explainer(m, net, layer)
+        _build(m, model, layer)  # fail now, with the method's own message, not in the loop
+        factories[m] = lambda net, m=m: _build(m, net, layer)
     added = [c for c in CONTROLS if c not in methods] if controls else []
     for c in added:
         if c == "edge":
