@@ -76,3 +76,19 @@ def write_manifest(root: Path, images: int, *, size: int = SIZE, box: tuple[int,
         writer.writerow(["path", "object_mask"] if masks else ["path", "object_x0", "object_y0", "object_x1", "object_y1"])
         writer.writerows(rows)
     return manifest
+
+
+class NoScores(nn.Module):
+    """Returns a feature map [B, 4, H, W], not scores: ``camkit evaluate`` must refuse it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(x)
+
+
+def no_scores() -> nn.Module:
+    """Factory for ``--model evaluate_helpers:no_scores``."""
+    return NoScores()

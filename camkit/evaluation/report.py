@@ -68,7 +68,7 @@ def cd_diagram(mean_ranks: Mapping[str, float], cd: float | None, controls: Sequ
     def x(rank: float) -> float:
         return left + span * (rank - 1) / max(k - 1, 1)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="12">']
+    parts = [f'<svg width="{width}" height="{height}" font-size="12">']
     parts.append(f'<line x1="{x(1)}" y1="40" x2="{x(k)}" y2="40" stroke="#333"/>')
     for r in range(1, k + 1):
         parts.append(f'<line x1="{x(r)}" y1="35" x2="{x(r)}" y2="40" stroke="#333"/>')
