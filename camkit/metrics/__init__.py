@@ -21,6 +21,13 @@ from .deletion import (
     increase_in_confidence,
     insertion_curve,
 )
+from .faithfulness import (
+    faithfulness_correlation,
+    faithfulness_estimate,
+    monotonicity,
+    monotonicity_correlation,
+    pixel_flipping,
+)
 from .pointing import energy_pointing_game, pointing_game, region_masks
 from .road import noisy_linear_imputation, road_curve
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
@@ -35,9 +42,14 @@ __all__ = [
     "blur_baseline",
     "deletion_curve",
     "energy_pointing_game",
+    "faithfulness_correlation",
+    "faithfulness_estimate",
     "increase_in_confidence",
     "insertion_curve",
+    "monotonicity",
+    "monotonicity_correlation",
     "noisy_linear_imputation",
+    "pixel_flipping",
     "pointing_game",
     "randomization_check",
     "region_masks",
