@@ -12,6 +12,8 @@ restored after), on chunks of at most ``chunk_size`` images; the model is never 
 """
 
 from .accumulate import CurveAccumulator, MetricAccumulator
+from .axiomatic import completeness, input_invariance, non_sensitivity
+from .complexity import complexity, effective_complexity, sparseness
 from .deletion import (
     Baseline,
     auc,
@@ -28,6 +30,7 @@ from .faithfulness import (
     monotonicity_correlation,
     pixel_flipping,
 )
+from .infidelity import infidelity, sensitivity_n
 from .pointing import energy_pointing_game, pointing_game, region_masks
 from .road import noisy_linear_imputation, road_curve
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
@@ -40,20 +43,28 @@ __all__ = [
     "auc",
     "average_drop",
     "blur_baseline",
+    "completeness",
+    "complexity",
     "deletion_curve",
+    "effective_complexity",
     "energy_pointing_game",
     "faithfulness_correlation",
     "faithfulness_estimate",
     "increase_in_confidence",
+    "infidelity",
+    "input_invariance",
     "insertion_curve",
     "monotonicity",
     "monotonicity_correlation",
     "noisy_linear_imputation",
+    "non_sensitivity",
     "pixel_flipping",
     "pointing_game",
     "randomization_check",
     "region_masks",
     "road_curve",
+    "sensitivity_n",
+    "sparseness",
     "spearman",
     "ssim",
 ]
