@@ -3,6 +3,8 @@
 * :func:`deletion_curve`, :func:`insertion_curve`, :func:`auc` (Petsiuk et al. 2018);
 * :func:`average_drop`, :func:`increase_in_confidence` (Chattopadhay et al. 2018);
 * :func:`pointing_game` (Zhang et al. 2016), :func:`energy_pointing_game` (Wang et al. 2020);
+* localisation against a region: :func:`attribution_localisation`, :func:`top_k_intersection`,
+  :func:`relevance_rank_accuracy`, :func:`relevance_mass_accuracy`, :func:`region_auc`, :func:`focus`;
 * :func:`road_curve` with :func:`noisy_linear_imputation` (ROAD, Rong et al. 2022);
 * :func:`randomization_check` (Adebayo et al. 2018), with :func:`spearman` and :func:`ssim`;
 * :class:`MetricAccumulator`, :class:`CurveAccumulator` to aggregate over a dataset.
@@ -21,6 +23,14 @@ from .deletion import (
     increase_in_confidence,
     insertion_curve,
 )
+from .localisation import (
+    attribution_localisation,
+    focus,
+    region_auc,
+    relevance_mass_accuracy,
+    relevance_rank_accuracy,
+    top_k_intersection,
+)
 from .pointing import energy_pointing_game, pointing_game, region_masks
 from .road import noisy_linear_imputation, road_curve
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
@@ -30,18 +40,24 @@ __all__ = [
     "CurveAccumulator",
     "MetricAccumulator",
     "RandomizationResult",
+    "attribution_localisation",
     "auc",
     "average_drop",
     "blur_baseline",
     "deletion_curve",
     "energy_pointing_game",
+    "focus",
     "increase_in_confidence",
     "insertion_curve",
     "noisy_linear_imputation",
     "pointing_game",
     "randomization_check",
+    "region_auc",
     "region_masks",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
     "road_curve",
     "spearman",
     "ssim",
+    "top_k_intersection",
 ]
