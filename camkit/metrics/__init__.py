@@ -7,6 +7,7 @@
   :func:`relevance_rank_accuracy`, :func:`relevance_mass_accuracy`, :func:`region_auc`, :func:`focus`;
 * :func:`road_curve` with :func:`noisy_linear_imputation` (ROAD, Rong et al. 2022);
 * :func:`randomization_check` (Adebayo et al. 2018), with :func:`spearman` and :func:`ssim`;
+* randomisation: :func:`mprt` (cascading, independent, smoothed), :func:`efficient_mprt`, :func:`random_logit`;
 * :class:`MetricAccumulator`, :class:`CurveAccumulator` to aggregate over a dataset.
 
 Perturbation metrics run the model without gradients, in eval mode (every module's flag
@@ -32,12 +33,14 @@ from .localisation import (
     top_k_intersection,
 )
 from .pointing import energy_pointing_game, pointing_game, region_masks
+from .randomisation import MPRTResult, efficient_mprt, mprt, random_logit
 from .road import noisy_linear_imputation, road_curve
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
 
 __all__ = [
     "Baseline",
     "CurveAccumulator",
+    "MPRTResult",
     "MetricAccumulator",
     "RandomizationResult",
     "attribution_localisation",
@@ -45,12 +48,15 @@ __all__ = [
     "average_drop",
     "blur_baseline",
     "deletion_curve",
+    "efficient_mprt",
     "energy_pointing_game",
     "focus",
     "increase_in_confidence",
     "insertion_curve",
+    "mprt",
     "noisy_linear_imputation",
     "pointing_game",
+    "random_logit",
     "randomization_check",
     "region_auc",
     "region_masks",
