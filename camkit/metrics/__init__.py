@@ -24,6 +24,13 @@ from .deletion import (
     increase_in_confidence,
     insertion_curve,
 )
+from .faithfulness import (
+    faithfulness_correlation,
+    faithfulness_estimate,
+    monotonicity,
+    monotonicity_correlation,
+    pixel_flipping,
+)
 from .localisation import (
     attribution_localisation,
     focus,
@@ -50,11 +57,16 @@ __all__ = [
     "deletion_curve",
     "efficient_mprt",
     "energy_pointing_game",
+    "faithfulness_correlation",
+    "faithfulness_estimate",
     "focus",
     "increase_in_confidence",
     "insertion_curve",
+    "monotonicity",
+    "monotonicity_correlation",
     "mprt",
     "noisy_linear_imputation",
+    "pixel_flipping",
     "pointing_game",
     "random_logit",
     "randomization_check",
