@@ -19,6 +19,7 @@ __all__ = [
     "ANY_MAPS",
     "MAP_SHAPES",
     "ChunkScorer",
+    "average_ranks",
     "check_chunk_size",
     "check_images",
     "check_maps",
@@ -102,6 +103,23 @@ def pixel_ranks(maps: Tensor) -> Tensor:
     ranks = torch.empty_like(order)
     positions = torch.arange(flat.shape[1], device=flat.device).expand_as(order)
     return ranks.scatter_(1, order, positions)
+
+
+def average_ranks(values: Tensor) -> Tensor:
+    """Ranks [B, N] of each row of ``values``, ties given their mean rank (as Spearman needs)."""
+    batch, n = values.shape
+    sorted_vals, order = torch.sort(values, dim=1, stable=True)
+    new_group = torch.ones_like(sorted_vals, dtype=torch.bool)
+    new_group[:, 1:] = sorted_vals[:, 1:] != sorted_vals[:, :-1]
+    group = torch.cumsum(new_group.flatten(), 0).view(batch, n) - 1  # unique ids across rows
+    position = torch.arange(n, device=values.device, dtype=torch.float64).expand(batch, n)
+    groups = int(group[-1, -1]) + 1
+    first = torch.full((groups,), float(n), dtype=torch.float64, device=values.device)
+    last = torch.zeros(groups, dtype=torch.float64, device=values.device)
+    first.scatter_reduce_(0, group.flatten(), position.flatten(), reduce="amin")
+    last.scatter_reduce_(0, group.flatten(), position.flatten(), reduce="amax")
+    mean_rank = ((first + last) / 2)[group]
+    return torch.empty_like(mean_rank).scatter_(1, order, mean_rank)
 
 
 def count_for_fraction(fraction: float, n: int) -> int:

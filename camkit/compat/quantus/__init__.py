@@ -1,0 +1,37 @@
+"""Quantus 0.6.0's metric classes on camkit's native metrics: change one import.
+
+``from camkit.compat import quantus`` then ``quantus.PixelFlipping(...)(model=, x_batch=,
+y_batch=, a_batch=)`` as with Quantus. Each class takes Quantus's constructor arguments and
+call and returns what Quantus returns; the values equal Quantus's where Quantus is right, and
+each class's docstring names where it is not (the metrics guide lists them all).
+"""
+
+from ._base import Metric, quantus_baseline
+from .axiomatic import Completeness, NonSensitivity
+from .complexity import Complexity, EffectiveComplexity, Sparseness
+from .faithfulness import (
+    FaithfulnessCorrelation,
+    FaithfulnessEstimate,
+    Infidelity,
+    Monotonicity,
+    MonotonicityCorrelation,
+    PixelFlipping,
+    SensitivityN,
+)
+
+__all__ = [
+    "Completeness",
+    "Complexity",
+    "EffectiveComplexity",
+    "FaithfulnessCorrelation",
+    "FaithfulnessEstimate",
+    "Infidelity",
+    "Metric",
+    "Monotonicity",
+    "MonotonicityCorrelation",
+    "NonSensitivity",
+    "PixelFlipping",
+    "SensitivityN",
+    "Sparseness",
+    "quantus_baseline",
+]
