@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError
-from ..metrics import randomization_check, spearman
+from ..metrics import random_logit, randomization_check, spearman
 
 __all__ = ["CONTROLS", "GATE_THRESHOLD", "centre_map", "edge_map", "gate_checks", "normalise_maps"]
 
@@ -95,11 +95,6 @@ def centre_map(x: Tensor, sigma: float = 0.25) -> Tensor:
     return torch.exp(-total).expand(x.shape[0], *spatial).clone()
 
 
-def _other_class(target: Tensor, classes: int, generator: torch.Generator) -> Tensor:
-    shift = torch.randint(1, classes, target.shape, generator=generator).to(target.device)
-    return (target + shift) % classes
-
-
 def gate_checks(
     factory: Callable[[nn.Module], Any], model: nn.Module, x: Tensor, target: Tensor, classes: int, *, seed: int
 ) -> dict[str, dict[str, Any]]:
@@ -126,11 +121,10 @@ def gate_checks(
         gates["random_logit"] = {"spearman": None, "passed": None, "note": "the model has one output"}
         return gates
     try:
-        explainer = factory(model)
         generator = torch.Generator().manual_seed(seed + 1)
-        own = explainer(x, target)
-        other = explainer(x, _other_class(target, classes, generator))
-        rho = float(spearman(own.flatten(1), other.flatten(1)).nan_to_num(0.0).mean())
+        similarity = random_logit(factory(model), model, x, target, num_classes=classes, similarity=spearman,
+                                  generator=generator)  # fmt: skip
+        rho = float(similarity.nan_to_num(0.0).mean())
         gates["random_logit"] = {"spearman": rho, "passed": rho < GATE_THRESHOLD, "note": ""}
     except Exception as err:
         gates["random_logit"] = {"spearman": None, "passed": None, "note": f"{type(err).__name__}: {err}"}

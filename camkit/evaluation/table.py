@@ -16,14 +16,29 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from ..metrics import (
+    attribution_localisation,
     auc,
     average_drop,
+    complexity,
     deletion_curve,
+    effective_complexity,
     energy_pointing_game,
+    faithfulness_correlation,
+    faithfulness_estimate,
     increase_in_confidence,
+    infidelity,
     insertion_curve,
+    monotonicity,
+    monotonicity_correlation,
+    pixel_flipping,
     pointing_game,
+    region_auc,
+    relevance_mass_accuracy,
+    relevance_rank_accuracy,
     road_curve,
+    sensitivity_n,
+    sparseness,
+    top_k_intersection,
 )
 
 __all__ = ["FAMILIES", "METRICS", "MetricInput", "MetricSpec", "register_metric", "select_metrics"]
@@ -199,6 +214,39 @@ def _energy(i: MetricInput) -> Tensor:
     return torch.where(masks.flatten(1).any(dim=1), share, torch.full_like(share, float("nan")))
 
 
+def _per_step(i: MetricInput) -> int:
+    """Features removed per step so that a one-feature-at-a-time curve takes ``steps`` steps."""
+    return max(1, -(-i.maps[0].numel() // i.steps))
+
+
+def _no_region_nan(i: MetricInput, values: Tensor) -> Tensor:
+    masks = _masks(i)
+    values = values.to(i.maps.dtype)
+    return torch.where(masks.flatten(1).any(dim=1), values, torch.full_like(values, float("nan")))
+
+
+def _top_k(i: MetricInput) -> Tensor:
+    k = max(1, round(0.02 * i.maps[0].numel()))  # Quantus's default k = 1000 is 2% of 224 x 224
+    return top_k_intersection(i.maps, _masks(i), k)
+
+
+def _faithfulness_correlation(i: MetricInput) -> Tensor:
+    subset = max(1, min(224, i.maps[0].numel() // 4))
+    return faithfulness_correlation(i.model, i.x, i.maps, i.target, runs=50, subset_size=subset, softmax=True,
+                                    generator=i.generator, chunk_size=i.chunk_size)  # fmt: skip
+
+
+def _sensitivity_n(i: MetricInput) -> Tensor:
+    _, correlations = sensitivity_n(i.model, i.x, i.maps, i.target, samples=10, softmax=True, generator=i.generator,
+                                    chunk_size=i.chunk_size)  # fmt: skip
+    return correlations.nanmean(dim=1)
+
+
+def _curve_mean(i: MetricInput) -> Tensor:
+    return pixel_flipping(i.model, i.x, i.maps, i.target, features_in_step=_per_step(i), softmax=True,
+                          chunk_size=i.chunk_size).mean(dim=1)  # fmt: skip
+
+
 for _spec in (
     MetricSpec("deletion", "faithfulness", _deletion, False, cost="steps forward passes",
                summary="AUC of the softmax score as the most relevant pixels are set to 0 (Petsiuk et al. 2018)"),
@@ -216,6 +264,58 @@ for _spec in (
                cost="none (reads the map)", summary="1 when the map's maximum lies in the region (Zhang et al. 2016)"),
     MetricSpec("energy_pointing_game", "localisation", _energy, True, needs_model=False, needs_masks=True,
                cost="none (reads the map)", summary="share of the map's energy inside the region (Wang et al. 2020)"),
+    MetricSpec("pixel_flipping", "faithfulness", _curve_mean, False, default=False, cost="steps forward passes",
+               summary="mean softmax score as features are set to 0 in steps, most relevant first (Bach et al. 2015)"),
+    MetricSpec("faithfulness_correlation", "faithfulness", _faithfulness_correlation, True, default=False,
+               cost="50 forward passes", summary="correlation of random subsets' relevance with the score drop "
+               "when they are removed (Bhatt et al. 2020)"),
+    MetricSpec("faithfulness_estimate", "faithfulness",
+               lambda i: faithfulness_estimate(i.model, i.x, i.maps, i.target, features_in_step=_per_step(i),
+                                               softmax=True, chunk_size=i.chunk_size),
+               True, default=False, cost="steps forward passes",
+               summary="correlation of each step's relevance with its score drop (Alvarez-Melis and Jaakkola 2018)"),
+    MetricSpec("monotonicity", "faithfulness",
+               lambda i: monotonicity(i.model, i.x, i.maps, i.target, features_in_step=_per_step(i), softmax=True,
+                                      chunk_size=i.chunk_size),
+               True, default=False, cost="steps forward passes",
+               summary="1 when adding features by increasing relevance never lowers the score (Arya et al. 2019)"),
+    MetricSpec("monotonicity_correlation", "faithfulness",
+               lambda i: monotonicity_correlation(i.model, i.x, i.maps, i.target, samples=10,
+                                                  features_in_step=_per_step(i), generator=i.generator, softmax=True,
+                                                  chunk_size=i.chunk_size),
+               True, default=False, cost="10 x steps forward passes",
+               summary="Spearman correlation of relevance with the score's sensitivity (Nguyen and Martinez 2020)"),
+    MetricSpec("infidelity", "robustness",
+               lambda i: infidelity(i.model, i.x, i.maps, i.target, samples=10, normalize=True, softmax=True,
+                                    generator=i.generator, chunk_size=i.chunk_size),
+               False, default=False, cost="10 forward passes",
+               summary="normalised infidelity of Gaussian perturbations (Yeh et al. 2019), as captum computes it"),
+    MetricSpec("sensitivity_n", "faithfulness", _sensitivity_n, True, default=False, cost="100 forward passes",
+               summary="correlation of subsets' relevance with their score drop, mean over 10 sizes (Ancona et al. 2018)"),
+    MetricSpec("sparseness", "complexity", lambda i: sparseness(i.maps), True, needs_model=False, default=False,
+               cost="none (reads the map)", summary="Gini index of the map (Chalasani et al. 2020)"),
+    MetricSpec("complexity", "complexity", lambda i: complexity(i.maps), False, needs_model=False, default=False,
+               cost="none (reads the map)", summary="entropy of the map's share per pixel (Bhatt et al. 2020)"),
+    MetricSpec("effective_complexity", "complexity", lambda i: effective_complexity(i.maps).to(i.maps.dtype), False,
+               needs_model=False, default=False, cost="none (reads the map)",
+               summary="pixels whose relevance passes a threshold (Nguyen and Martinez 2020)"),
+    MetricSpec("attribution_localisation", "localisation",
+               lambda i: _no_region_nan(i, attribution_localisation(i.maps, _masks(i))), True, needs_model=False,
+               needs_masks=True, default=False, cost="none (reads the map)",
+               summary="share of positive relevance inside the region (Kohlbrenner et al. 2020)"),
+    MetricSpec("top_k_intersection", "localisation", _top_k, True, needs_model=False, needs_masks=True, default=False,
+               cost="none (reads the map)", summary="share of the top 2% pixels inside the region (Theiner et al. 2021)"),
+    MetricSpec("relevance_rank_accuracy", "localisation",
+               lambda i: _no_region_nan(i, relevance_rank_accuracy(i.maps, _masks(i))), True, needs_model=False,
+               needs_masks=True, default=False, cost="none (reads the map)",
+               summary="share of the region's size in top-ranked pixels that lie inside it (Arras et al. 2021)"),
+    MetricSpec("relevance_mass_accuracy", "localisation",
+               lambda i: _no_region_nan(i, relevance_mass_accuracy(i.maps, _masks(i))), True, needs_model=False,
+               needs_masks=True, default=False, cost="none (reads the map)",
+               summary="relevance inside the region over all relevance (Arras et al. 2021)"),
+    MetricSpec("region_auc", "localisation", lambda i: _no_region_nan(i, region_auc(i.maps, _masks(i))), True,
+               needs_model=False, needs_masks=True, default=False, cost="none (reads the map)",
+               summary="ROC AUC of the map as a detector of the region's pixels (Fawcett 2006)"),
 ):  # fmt: skip
     register_metric(_spec)
 del _spec
