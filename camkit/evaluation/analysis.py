@@ -219,8 +219,12 @@ def verdict(summary: Mapping[str, Any]) -> dict[str, Any]:
     failing = {b: f for b, f in failing.items() if f}
     if failing:
         problems.append("; ".join(f"{b} fails the {', '.join(f)} gate" for b, f in failing.items()))
+    context = "Counted (reliable and separating the methods): " + ", ".join(
+        f"{m} (led by {b})" for m, b in leaders.items()
+    ) + "."
     if problems:
-        return {"best": None, "usable": usable, "text": "No best method can be named: " + "; ".join(problems) + "."}
+        text = f"No best method can be named: {'; '.join(problems)}. {context}"
+        return {"best": None, "usable": usable, "text": text}
     best = next(iter(leaders.values()))
     text = (
         f"Best method on this model and data: {best}. It leads on every reliable metric that separates the methods "

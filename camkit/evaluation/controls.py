@@ -68,8 +68,8 @@ def edge_map(x: Tensor) -> Tensor:
         magnitude = grads.square().sum(dim=1).sqrt()
     else:
         axes = tuple(range(1, gray.dim()))
-        grads = torch.gradient(gray, dim=axes) if all(s > 1 for s in gray.shape[1:]) else [torch.zeros_like(gray)]
-        magnitude = torch.stack(list(grads)).square().sum(dim=0).sqrt()
+        steps = list(torch.gradient(gray, dim=axes)) if all(s > 1 for s in gray.shape[1:]) else [torch.zeros_like(gray)]
+        magnitude = torch.stack(steps).square().sum(dim=0).sqrt()
     return normalise_maps(magnitude)
 
 

@@ -70,7 +70,9 @@ def finish(out: Path, keys: Sequence[str], plan: Plan, meta: dict[str, Any]) -> 
                                  int(method in plan.controls), name, "" if value is None else f"{value:.6g}"])  # fmt: skip
     atomic_write(out / "scores.csv", buffer.getvalue())
     gates_file = out / GATES
-    gates = json.loads(gates_file.read_text(encoding="utf-8")) if gates_file.is_file() else {"images": 0, "gates": {}}
+    gates: dict[str, Any] = {"images": 0, "gates": {}}
+    if gates_file.is_file():
+        gates = json.loads(gates_file.read_text(encoding="utf-8"))
     specs = {m.name: m for m in plan.metrics}
     stats = analyse(tables, specs, methods, controls=plan.controls, gates=gates["gates"], seed=plan.seed)
     summary = {

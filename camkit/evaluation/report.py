@@ -63,7 +63,7 @@ def cd_diagram(mean_ranks: Mapping[str, float], cd: float | None, controls: Sequ
     width, left, right = 760, 150, 150
     span = width - left - right
     rows = (k + 1) // 2
-    height = 70 + 18 * rows + 14 * k
+    height = 66 + 18 * rows
 
     def x(rank: float) -> float:
         return left + span * (rank - 1) / max(k - 1, 1)

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..audit.data import AuditDataset, Dataset, discover
 from ..audit.distributed import DistContext
 from ..audit.explaining import chooser, parse_target
 from ..audit.files import atomic_write, refresh_umask, safe_name
-from ..audit.labels import map_labels
+from ..audit.labels import LabelMapping, LabelMappingError, map_labels
 from ..audit.outdir import AuditError, finished_keys, prepare_out
 from ..audit.stages import make_loader
 from ..errors import InvalidInputError
@@ -91,6 +92,14 @@ def _parse_methods(methods: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _fixed(make: Callable[[Tensor], Tensor], net: nn.Module) -> Any:
+    return _Fixed(make)
+
+
+def _random_cam(net: nn.Module, *, layer: str | None, seed: int) -> Any:
+    return get_method("randomcam")(net, layer=layer, seed=seed)  # type: ignore[call-arg]
+
+
 def _build(method: str, model: nn.Module, layer: str | None) -> Any:
     """The explainer ``method``; ``layer`` goes to the methods that take one (pixel methods ignore it)."""
     cls = get_method(method)
@@ -104,15 +113,13 @@ def _plan(methods: list[str], metrics: Any, have_masks: bool, region: str | None
     factories: dict[str, Factory] = {}
     for m in methods:
         _build(m, model, layer)  # fail now, with the method's own message, not in the loop
-        factories[m] = lambda net, m=m: _build(m, net, layer)
+        factories[m] = partial(_build, m, layer=layer)
     added = [c for c in CONTROLS if c not in methods] if controls else []
     for c in added:
-        if c == "edge":
-            factories[c] = lambda net: _Fixed(edge_map)
-        elif c == "centre":
-            factories[c] = lambda net: _Fixed(centre_map)
+        if c in ("edge", "centre"):
+            factories[c] = partial(_fixed, edge_map if c == "edge" else centre_map)
         else:
-            factories[c] = lambda net, c=c: get_method(c)(net, layer=layer, seed=seed)  # type: ignore[call-arg]
+            factories[c] = partial(_random_cam, layer=layer, seed=seed)
     chosen = select_metrics(metrics, have_masks=have_masks)
     return Plan([*methods, *added], added, factories, chosen, region if have_masks else None, steps, chunk_size, seed)
 
@@ -224,8 +231,14 @@ def evaluate(
         if pre.size is None and pre.crop is None:
             raise InvalidInputError("evaluations need a fixed input size: pass --size")
         plan = _plan(names, metrics, have_masks, region, layer, controls, steps, chunk_size, seed, loaded.model)
-        mapping = map_labels([r.label for r in dataset.records], classes=classes, model_classes=loaded.categories,
-                             alphabetical=alphabetical_classes)  # fmt: skip
+        try:
+            mapping = map_labels([r.label for r in dataset.records], classes=classes,
+                                 model_classes=loaded.categories, alphabetical=alphabetical_classes)  # fmt: skip
+        except LabelMappingError:
+            if target_spec.kind == "label":
+                raise
+            # the labels are only read for --target label: without a mapping, the images are unlabelled
+            mapping = LabelMapping([-1] * len(dataset.records), None, "none")
         config = {
             "command": "evaluate", "data": str(source.resolve()), "model": loaded.spec, "weights": loaded.weights,
             "weights_sha256": loaded.weights_sha256(), "methods": plan.methods, "layer": layer,

@@ -143,3 +143,14 @@ def test_the_model_and_inputs_are_left_as_they_were(data, tmp_path):
     assert all(p.grad is None for p in model.parameters())
     assert all(not m._forward_hooks and not m._backward_hooks and not m._forward_pre_hooks for m in model.modules())
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+
+
+def test_an_unreadable_image_is_an_error_row_and_exit_1(tmp_path, capsys):
+    manifest = write_manifest(tmp_path / "data", 3)
+    (tmp_path / "data" / "img1.png").write_bytes(b"")  # empty file
+    out = tmp_path / "out"
+    assert main(["evaluate", str(manifest), *RUN, "--out", str(out)]) == 1
+    assert "failed: 1 image(s): img1.png is empty (0 bytes)" in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["images"], summary["scored"], summary["errors"]) == (3, 2, 1)
+    assert {r["key"] for r in read_scores(out / "scores.csv")} == {"img0.png", "img2.png"}
