@@ -30,6 +30,13 @@ def _f(value: Any, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _p(value: float | None) -> str:
+    """A p-value: 3 decimals, or 2 significant digits below 0.001."""
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
+
+
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], text: int = 1) -> str:
     """An HTML table; cells are already HTML. The first ``text`` columns are left-aligned."""
     th = "".join(f'<th class="t">{h}</th>' if i < text else f"<th>{h}</th>" for i, h in enumerate(head))
@@ -148,7 +155,7 @@ def _per_metric(s: Mapping[str, Any]) -> str:
         fr = info["friedman"]
         parts.append(
             f"<h3>{_e(metric)}</h3><p class=small>{_e(info['summary'])}. {info['images']} images; Friedman "
-            f"chi2 {_f(fr['chi2'], 2)}, p {_f(fr['p'], 4)}; Nemenyi critical difference {_f(info['nemenyi_cd'], 2)} "
+            f"chi2 {_f(fr['chi2'], 2)}, p {_p(fr['p'])}; Nemenyi critical difference {_f(info['nemenyi_cd'], 2)} "
             "(methods joined by a bar are not told apart at 5%).</p>"
             f"{cd_diagram(ranks, info['nemenyi_cd'], s['controls'])}"
         )
@@ -173,7 +180,7 @@ def _reliability_table(s: Mapping[str, Any]) -> str:
     for metric, i in s["metrics"].items():
         rows.append([
             _e(metric), _e(i["family"]), str(i["images"]), _f(i["alpha"], 2), _f(i["split_half"]["rho"], 2),
-            _f(i["split_half"]["spearman_brown"], 2), _f(i["friedman"]["p"], 4),
+            _f(i["split_half"]["spearman_brown"], 2), _p(i["friedman"]["p"]),
             '<span class="ok">yes</span>' if i["reliable"] else '<span class="bad">no</span>',
             "yes" if i["separates"] else "no",
         ])  # fmt: skip
