@@ -32,8 +32,10 @@ from .faithfulness import (
 )
 from .infidelity import infidelity, sensitivity_n
 from .pointing import energy_pointing_game, pointing_game, region_masks
+from .regions import irof, region_perturbation, selectivity
 from .road import noisy_linear_imputation, road_curve
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
+from .sufficiency import sufficiency
 
 __all__ = [
     "Baseline",
@@ -54,6 +56,7 @@ __all__ = [
     "infidelity",
     "input_invariance",
     "insertion_curve",
+    "irof",
     "monotonicity",
     "monotonicity_correlation",
     "noisy_linear_imputation",
@@ -62,9 +65,12 @@ __all__ = [
     "pointing_game",
     "randomization_check",
     "region_masks",
+    "region_perturbation",
     "road_curve",
+    "selectivity",
     "sensitivity_n",
     "sparseness",
     "spearman",
     "ssim",
+    "sufficiency",
 ]

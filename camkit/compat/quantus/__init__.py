@@ -18,8 +18,11 @@ from .faithfulness import (
     PixelFlipping,
     SensitivityN,
 )
+from .regions import IROF, ROAD, RegionPerturbation, Selectivity, Sufficiency
 
 __all__ = [
+    "IROF",
+    "ROAD",
     "Completeness",
     "Complexity",
     "EffectiveComplexity",
@@ -31,7 +34,10 @@ __all__ = [
     "MonotonicityCorrelation",
     "NonSensitivity",
     "PixelFlipping",
+    "RegionPerturbation",
+    "Selectivity",
     "SensitivityN",
     "Sparseness",
+    "Sufficiency",
     "quantus_baseline",
 ]

@@ -225,10 +225,9 @@ class Infidelity(Metric):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
-        from camkit.metrics.deletion import _resolve_baseline
-
         batch, spatial = x.shape[0], x.shape[2:]
-        removed = x - _resolve_baseline(self.baseline, x)
+        canvas = self.baseline(x) if callable(self.baseline) else torch.full_like(x, float(self.baseline))
+        removed = x - canvas
         perturbations = []
         for _ in range(self.n_perturb_samples):
             for size in self.perturb_patch_sizes:
