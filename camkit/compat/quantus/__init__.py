@@ -7,7 +7,8 @@ each class's docstring names where it is not (the metrics guide lists them all).
 """
 
 from ._base import Metric, quantus_baseline
-from .axiomatic import Completeness, NonSensitivity
+from ._evaluate import MetricFailedError, evaluate
+from .axiomatic import Completeness, InputInvariance, NonSensitivity
 from .complexity import Complexity, EffectiveComplexity, Sparseness
 from .faithfulness import (
     FaithfulnessCorrelation,
@@ -29,7 +30,9 @@ __all__ = [
     "FaithfulnessCorrelation",
     "FaithfulnessEstimate",
     "Infidelity",
+    "InputInvariance",
     "Metric",
+    "MetricFailedError",
     "Monotonicity",
     "MonotonicityCorrelation",
     "NonSensitivity",
@@ -39,5 +42,6 @@ __all__ = [
     "SensitivityN",
     "Sparseness",
     "Sufficiency",
+    "evaluate",
     "quantus_baseline",
 ]
