@@ -236,7 +236,8 @@ class Infidelity(Metric):
                 mask = torch.zeros(batch, 1, *spatial, dtype=torch.bool, device=x.device)
                 corners = [np.random.randint(0, n - size + 1, size=batch) for n in spatial]
                 for b in range(batch):
-                    mask[(b, 0, *(slice(int(c[b]), int(c[b]) + size) for c in corners))] = True
+                    window: tuple[int | slice, ...] = (b, 0, *(slice(int(c[b]), int(c[b]) + size) for c in corners))
+                    mask[window] = True
                 perturbations.append(removed * mask)
         plan = torch.stack(perturbations, dim=1)
         return _rows(metrics.infidelity(model, x, a, y, perturbations=plan, softmax=softmax, chunk_size=chunk_size))
