@@ -44,8 +44,10 @@ from .localisation import (
 )
 from .pointing import energy_pointing_game, pointing_game, region_masks
 from .randomisation import MPRTResult, efficient_mprt, mprt, random_logit
+from .regions import irof, region_perturbation, selectivity
 from .road import noisy_linear_imputation, road_curve
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
+from .sufficiency import sufficiency
 
 __all__ = [
     "Baseline",
@@ -70,6 +72,7 @@ __all__ = [
     "infidelity",
     "input_invariance",
     "insertion_curve",
+    "irof",
     "monotonicity",
     "monotonicity_correlation",
     "mprt",
@@ -81,12 +84,15 @@ __all__ = [
     "randomization_check",
     "region_auc",
     "region_masks",
+    "region_perturbation",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "road_curve",
+    "selectivity",
     "sensitivity_n",
     "sparseness",
     "spearman",
     "ssim",
+    "sufficiency",
     "top_k_intersection",
 ]

@@ -7,7 +7,8 @@ each class's docstring names where it is not (the metrics guide lists them all).
 """
 
 from ._base import Metric, quantus_baseline
-from .axiomatic import Completeness, NonSensitivity
+from ._evaluate import MetricFailedError, evaluate
+from .axiomatic import Completeness, InputInvariance, NonSensitivity
 from .complexity import Complexity, EffectiveComplexity, Sparseness
 from .faithfulness import (
     FaithfulnessCorrelation,
@@ -18,20 +19,29 @@ from .faithfulness import (
     PixelFlipping,
     SensitivityN,
 )
+from .regions import IROF, ROAD, RegionPerturbation, Selectivity, Sufficiency
 
 __all__ = [
+    "IROF",
+    "ROAD",
     "Completeness",
     "Complexity",
     "EffectiveComplexity",
     "FaithfulnessCorrelation",
     "FaithfulnessEstimate",
     "Infidelity",
+    "InputInvariance",
     "Metric",
+    "MetricFailedError",
     "Monotonicity",
     "MonotonicityCorrelation",
     "NonSensitivity",
     "PixelFlipping",
+    "RegionPerturbation",
+    "Selectivity",
     "SensitivityN",
     "Sparseness",
+    "Sufficiency",
+    "evaluate",
     "quantus_baseline",
 ]
