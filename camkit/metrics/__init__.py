@@ -7,6 +7,9 @@
   :func:`relevance_rank_accuracy`, :func:`relevance_mass_accuracy`, :func:`region_auc`, :func:`focus`;
 * :func:`road_curve` with :func:`noisy_linear_imputation` (ROAD, Rong et al. 2022);
 * :func:`randomization_check` (Adebayo et al. 2018), with :func:`spearman` and :func:`ssim`;
+* robustness: :func:`avg_sensitivity`, :func:`max_sensitivity`, :func:`local_lipschitz_estimate`,
+  :func:`continuity`, :func:`consistency`, :func:`relative_input_stability`,
+  :func:`relative_output_stability`, :func:`relative_representation_stability`;
 * randomisation: :func:`mprt` (cascading, independent, smoothed), :func:`efficient_mprt`, :func:`random_logit`;
 * :class:`MetricAccumulator`, :class:`CurveAccumulator` to aggregate over a dataset.
 
@@ -42,6 +45,16 @@ from .localisation import (
 from .pointing import energy_pointing_game, pointing_game, region_masks
 from .randomisation import MPRTResult, efficient_mprt, mprt, random_logit
 from .road import noisy_linear_imputation, road_curve
+from .robustness import (
+    avg_sensitivity,
+    consistency,
+    continuity,
+    local_lipschitz_estimate,
+    max_sensitivity,
+    relative_input_stability,
+    relative_output_stability,
+    relative_representation_stability,
+)
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
 
 __all__ = [
@@ -53,7 +66,10 @@ __all__ = [
     "attribution_localisation",
     "auc",
     "average_drop",
+    "avg_sensitivity",
     "blur_baseline",
+    "consistency",
+    "continuity",
     "deletion_curve",
     "efficient_mprt",
     "energy_pointing_game",
@@ -62,6 +78,8 @@ __all__ = [
     "focus",
     "increase_in_confidence",
     "insertion_curve",
+    "local_lipschitz_estimate",
+    "max_sensitivity",
     "monotonicity",
     "monotonicity_correlation",
     "mprt",
@@ -72,6 +90,9 @@ __all__ = [
     "randomization_check",
     "region_auc",
     "region_masks",
+    "relative_input_stability",
+    "relative_output_stability",
+    "relative_representation_stability",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "road_curve",
