@@ -18,6 +18,8 @@ restored after), on chunks of at most ``chunk_size`` images; the model is never 
 """
 
 from .accumulate import CurveAccumulator, MetricAccumulator
+from .axiomatic import completeness, input_invariance, non_sensitivity
+from .complexity import complexity, effective_complexity, sparseness
 from .deletion import (
     Baseline,
     auc,
@@ -34,6 +36,7 @@ from .faithfulness import (
     monotonicity_correlation,
     pixel_flipping,
 )
+from .infidelity import infidelity, sensitivity_n
 from .localisation import (
     attribution_localisation,
     focus,
@@ -68,15 +71,20 @@ __all__ = [
     "average_drop",
     "avg_sensitivity",
     "blur_baseline",
+    "completeness",
+    "complexity",
     "consistency",
     "continuity",
     "deletion_curve",
+    "effective_complexity",
     "efficient_mprt",
     "energy_pointing_game",
     "faithfulness_correlation",
     "faithfulness_estimate",
     "focus",
     "increase_in_confidence",
+    "infidelity",
+    "input_invariance",
     "insertion_curve",
     "local_lipschitz_estimate",
     "max_sensitivity",
@@ -84,6 +92,7 @@ __all__ = [
     "monotonicity_correlation",
     "mprt",
     "noisy_linear_imputation",
+    "non_sensitivity",
     "pixel_flipping",
     "pointing_game",
     "random_logit",
@@ -96,6 +105,8 @@ __all__ = [
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "road_curve",
+    "sensitivity_n",
+    "sparseness",
     "spearman",
     "ssim",
     "top_k_intersection",

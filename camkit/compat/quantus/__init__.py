@@ -7,20 +7,31 @@ each class's docstring names where it is not (the metrics guide lists them all).
 """
 
 from ._base import Metric, quantus_baseline
+from .axiomatic import Completeness, NonSensitivity
+from .complexity import Complexity, EffectiveComplexity, Sparseness
 from .faithfulness import (
     FaithfulnessCorrelation,
     FaithfulnessEstimate,
+    Infidelity,
     Monotonicity,
     MonotonicityCorrelation,
     PixelFlipping,
+    SensitivityN,
 )
 
 __all__ = [
+    "Completeness",
+    "Complexity",
+    "EffectiveComplexity",
     "FaithfulnessCorrelation",
     "FaithfulnessEstimate",
+    "Infidelity",
     "Metric",
     "Monotonicity",
     "MonotonicityCorrelation",
+    "NonSensitivity",
     "PixelFlipping",
+    "SensitivityN",
+    "Sparseness",
     "quantus_baseline",
 ]

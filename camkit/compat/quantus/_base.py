@@ -181,10 +181,15 @@ class Metric:
             if model is None and self._needs_model():
                 raise InvalidInputError(f"{type(self).__name__} needs the model; got model=None")
             scores.extend(self.evaluate(model, x, y, a, s, softmax=softmax, chunk_size=batch_size))  # type: ignore[arg-type]
+        scores = self.combine(scores)
         if self.return_aggregate:
             scores = [self.aggregate_func(scores)]
         self.evaluation_scores = scores
         self.all_evaluation_scores.extend(scores)
+        return scores
+
+    def combine(self, scores: Result) -> Result:
+        """The scores of all batches, one entry per sample, before aggregation (subclasses may merge them)."""
         return scores
 
     def _needs_model(self) -> bool:

@@ -17,7 +17,15 @@ from camkit.errors import InvalidInputError
 
 from ._base import Metric, Result
 
-__all__ = ["FaithfulnessCorrelation", "FaithfulnessEstimate", "Monotonicity", "MonotonicityCorrelation", "PixelFlipping"]
+__all__ = [
+    "FaithfulnessCorrelation",
+    "FaithfulnessEstimate",
+    "Infidelity",
+    "Monotonicity",
+    "MonotonicityCorrelation",
+    "PixelFlipping",
+    "SensitivityN",
+]
 
 
 def _rows(values: Tensor) -> Result:
@@ -188,3 +196,100 @@ class MonotonicityCorrelation(Metric):
                 chunk_size=chunk_size,
             )
         )  # fmt: skip
+
+
+class Infidelity(Metric):
+    """Quantus's ``Infidelity`` as Yeh et al.'s sampled estimator (:func:`camkit.metrics.infidelity`).
+
+    Differs from Quantus: Quantus slides each patch over the whole input in raster order,
+    the same fixed deletions in every one of its ``n_perturb_samples`` repeats (the repeats are
+    identical, so the "expectation" is a single deterministic pass). camkit draws, for each of
+    the ``n_perturb_samples`` repeats and each size in ``perturb_patch_sizes``, one square patch
+    at a random place (numpy's global generator, one draw per sample and axis), sets it to the
+    baseline (``I = (x - baseline) * patch``, Yeh's square removal) and returns
+    ``mean (I . a - (f(x) - f(x - I)))^2``. ``loss_func`` must be ``"mse"``.
+    """
+
+    softmax_default = False
+
+    def __init__(
+        self, loss_func: Any = "mse", perturb_patch_sizes: list[int] | None = None, n_perturb_samples: int = 10,
+        abs: bool = False, normalise: bool = False, perturb_baseline: Any = "black", **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
+        if loss_func != "mse" and getattr(loss_func, "__name__", "") != "mse":
+            raise InvalidInputError(f"camkit.compat.quantus computes infidelity with loss_func='mse' only, got {loss_func!r}")
+        self.perturb_patch_sizes = list(perturb_patch_sizes) if perturb_patch_sizes is not None else [4]
+        self.n_perturb_samples = n_perturb_samples
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        from camkit.metrics.deletion import _resolve_baseline
+
+        batch, spatial = x.shape[0], x.shape[2:]
+        removed = x - _resolve_baseline(self.baseline, x)
+        perturbations = []
+        for _ in range(self.n_perturb_samples):
+            for size in self.perturb_patch_sizes:
+                if not 0 < size <= min(spatial):
+                    raise InvalidInputError(f"perturb_patch_sizes must fit the input {list(spatial)}, got {size}")
+                mask = torch.zeros(batch, 1, *spatial, dtype=torch.bool, device=x.device)
+                corners = [np.random.randint(0, n - size + 1, size=batch) for n in spatial]
+                for b in range(batch):
+                    mask[(b, 0, *(slice(int(c[b]), int(c[b]) + size) for c in corners))] = True
+                perturbations.append(removed * mask)
+        plan = torch.stack(perturbations, dim=1)
+        return _rows(metrics.infidelity(model, x, a, y, perturbations=plan, softmax=softmax, chunk_size=chunk_size))
+
+
+class SensitivityN(Metric):
+    """Quantus's ``SensitivityN`` as Ancona et al. define it (:func:`camkit.metrics.sensitivity_n`).
+
+    Differs from Quantus: Quantus removes features cumulatively (most relevant first), pairs
+    each *cumulative* score drop with the attribution of the last step only, and correlates
+    those across the samples of the first batch (one value per ``n``, from one draw each).
+    camkit draws ``nr_samples`` random subsets of each size ``n = k * features_in_step``
+    (``k = 1 .. 0.8 N / features_in_step``, Quantus's grid) per sample, correlates over them for
+    each sample, and returns per ``n`` the mean over samples (``[aggregate]`` by default, as
+    Quantus). ``nr_samples`` is camkit's argument (Quantus has no draws to count).
+    """
+
+    softmax_default = True
+
+    def __init__(
+        self, similarity_func: Any = None, n_max_percentage: float = 0.8, features_in_step: int = 1,
+        abs: bool = False, normalise: bool = True, return_aggregate: bool = True, perturb_baseline: Any = "black",
+        nr_samples: int = 100, **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(
+            abs=abs, normalise=normalise, return_aggregate=return_aggregate, perturb_baseline=perturb_baseline,
+            **kwargs,
+        )  # fmt: skip
+        _check_similarity(similarity_func, "correlation_pearson")
+        self.n_max_percentage = n_max_percentage
+        self.features_in_step = features_in_step
+        self.nr_samples = nr_samples
+        self._curves: list[Tensor] = []
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        top = int(self.n_max_percentage * x[0, 0].numel() // self.features_in_step)
+        sizes = [k * self.features_in_step for k in range(1, top + 1)]
+        total, batch = x[0].numel(), x.shape[0]
+        subsets = [
+            torch.as_tensor(
+                np.stack([[np.random.choice(total, n, replace=False) for _ in range(self.nr_samples)] for _ in range(batch)]),
+                device=x.device,
+            )
+            for n in sizes
+        ]
+        _, curves = metrics.sensitivity_n(
+            model, x, a.expand_as(x), y, subsets=subsets, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size
+        )
+        return [[float(v) for v in row] for row in curves.double().cpu().tolist()]
+
+    def combine(self, scores: Result) -> Result:
+        """Per-sample curves to one curve over ``n``: the mean over samples (NaN rows skipped)."""
+        return [float(v) for v in np.nanmean(np.array(scores, dtype=float), axis=0)]
