@@ -7,6 +7,9 @@
   :func:`relevance_rank_accuracy`, :func:`relevance_mass_accuracy`, :func:`region_auc`, :func:`focus`;
 * :func:`road_curve` with :func:`noisy_linear_imputation` (ROAD, Rong et al. 2022);
 * :func:`randomization_check` (Adebayo et al. 2018), with :func:`spearman` and :func:`ssim`;
+* robustness: :func:`avg_sensitivity`, :func:`max_sensitivity`, :func:`local_lipschitz_estimate`,
+  :func:`continuity`, :func:`consistency`, :func:`relative_input_stability`,
+  :func:`relative_output_stability`, :func:`relative_representation_stability`;
 * randomisation: :func:`mprt` (cascading, independent, smoothed), :func:`efficient_mprt`, :func:`random_logit`;
 * :class:`MetricAccumulator`, :class:`CurveAccumulator` to aggregate over a dataset.
 
@@ -46,6 +49,16 @@ from .pointing import energy_pointing_game, pointing_game, region_masks
 from .randomisation import MPRTResult, efficient_mprt, mprt, random_logit
 from .regions import irof, region_perturbation, selectivity
 from .road import noisy_linear_imputation, road_curve
+from .robustness import (
+    avg_sensitivity,
+    consistency,
+    continuity,
+    local_lipschitz_estimate,
+    max_sensitivity,
+    relative_input_stability,
+    relative_output_stability,
+    relative_representation_stability,
+)
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
 from .sufficiency import sufficiency
 
@@ -58,9 +71,12 @@ __all__ = [
     "attribution_localisation",
     "auc",
     "average_drop",
+    "avg_sensitivity",
     "blur_baseline",
     "completeness",
     "complexity",
+    "consistency",
+    "continuity",
     "deletion_curve",
     "effective_complexity",
     "efficient_mprt",
@@ -73,6 +89,8 @@ __all__ = [
     "input_invariance",
     "insertion_curve",
     "irof",
+    "local_lipschitz_estimate",
+    "max_sensitivity",
     "monotonicity",
     "monotonicity_correlation",
     "mprt",
@@ -85,6 +103,9 @@ __all__ = [
     "region_auc",
     "region_masks",
     "region_perturbation",
+    "relative_input_stability",
+    "relative_output_stability",
+    "relative_representation_stability",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "road_curve",

@@ -25,9 +25,10 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError, LayerNotFoundError
-from ..targets.classes import OutputSelector, Target, select_output
-from ._common import check_chunk_size, check_images, check_model, chunks
-from .sanity import _call_order, _maps, _randomize, spearman, ssim
+from ..targets.classes import OutputSelector, Target
+from ._common import check_chunk_size, check_images, check_model
+from ._reexplain import explain_stack, model_outputs, top1
+from .sanity import _call_order, _randomize, spearman, ssim
 
 __all__ = ["MPRTResult", "efficient_mprt", "mprt", "random_logit"]
 
@@ -70,32 +71,11 @@ class MPRTResult:
         return self.similarity[-1]
 
 
-def _slice_target(target: Target, index: Tensor, batch: int) -> Target:
-    """The target of the rows ``index`` of a batch of ``batch`` inputs."""
-    if isinstance(target, Tensor) and target.dim() >= 1 and target.shape[0] == batch:
-        return target[index.to(target.device)]
-    if isinstance(target, (list, tuple)) and len(target) == batch:
-        return torch.as_tensor(target)[index]
-    return target
-
-
 def _explain(
-    explainer: Callable[..., Any],
-    x: Tensor,
-    target: Target,
-    chunk_size: int,
-    noise: Tensor | None = None,
+    explainer: Callable[..., Any], x: Tensor, target: Target, chunk_size: int, noise: Tensor | None = None
 ) -> Tensor:
-    """Maps [B, *S] of ``x`` in chunks; with ``noise`` [N, B, C, *S], the mean map over ``x + noise[n]``."""
-    batch = x.shape[0]
-    images = x[None] if noise is None else x[None] + noise  # [N, B, C, *S]
-    flat = images.flatten(0, 1)
-    owners = torch.arange(batch).repeat(images.shape[0])
-    out = []
-    for a, b in chunks(flat.shape[0], chunk_size):
-        out.append(_maps(explainer, flat[a:b], _slice_target(target, owners[a:b], batch)))
-    maps = torch.cat(out).view(images.shape[0], batch, *x.shape[2:])
-    return maps.mean(dim=0)
+    """Maps [B, *S] of ``x``; with ``noise`` [N, B, C, *S], the mean map over ``x + noise[n]``."""
+    return explain_stack(explainer, x[None] if noise is None else x[None] + noise, target, chunk_size).mean(dim=0)
 
 
 def _noise(x: Tensor, samples: int, magnitude: float, generator: torch.Generator) -> Tensor | None:
@@ -213,7 +193,8 @@ def mprt(
         >>> from camkit.metrics import mprt
         >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
         ...                     nn.Flatten(), nn.Linear(4, 2))
-        >>> res = mprt(lambda m: camkit.GradCAM(m, "1"), net, torch.rand(2, 3, 8, 8))
+        >>> x = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+        >>> res = mprt(lambda m: camkit.Saliency(m), net, x)
         >>> res.layers, tuple(res.similarity.shape), res.original.tolist()
         (('4', '0'), (2, 2), [1.0, 1.0])
     """
@@ -250,10 +231,7 @@ def _run(
     base = copy.deepcopy(model).eval()
     names = _layer_names(base, x, order, layers, output)
     if target is None:
-        with torch.no_grad():
-            target = torch.cat(
-                [select_output(base(x[a:b]), output).argmax(dim=1) for a, b in chunks(len(x), chunk_size)]
-            )
+        target = top1(base, x, chunk_size, output)
     noise = _noise(x, samples, noise_magnitude, generator)
     if maps is None:
         maps = _explain(explainer_factory(base), x, target, chunk_size, noise)
@@ -402,8 +380,7 @@ def random_logit(
     check_chunk_size(chunk_size)
     batch = x.shape[0]
     if target is None or num_classes is None:
-        with torch.no_grad():
-            logits = torch.cat([select_output(model(x[a:b]), output) for a, b in chunks(batch, chunk_size)])
+        logits = model_outputs(model, x, chunk_size, output)
         num_classes = num_classes if num_classes is not None else logits.shape[1]
         if target is None:
             target = logits.argmax(dim=1)
