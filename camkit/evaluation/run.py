@@ -305,8 +305,8 @@ def _batch_inputs(batch: dict[str, Any], loaded: LoadedModel, spec: Any, labels:
     return x, logits, target, masks, ok
 
 
-def _explain(factory: Factory, model: nn.Module, x: Tensor, target: Tensor, name: str) -> Tensor:
-    maps = factory(model)(x, target)
+def _explain(explainer: Callable[[Tensor, Tensor], Tensor], x: Tensor, target: Tensor, name: str) -> Tensor:
+    maps = explainer(x, target)
     if not isinstance(maps, Tensor) or tuple(maps.shape) != (x.shape[0], *x.shape[2:]):
         got = list(maps.shape) if isinstance(maps, Tensor) else type(maps).__name__
         raise InvalidInputError(f"method {name!r} returned maps {got}, expected {[x.shape[0], *x.shape[2:]]}")
@@ -319,6 +319,7 @@ def _loop(plan: Plan, loaded: LoadedModel, loader: Any, spec: Any, labels: Seque
 
     generator = torch.Generator().manual_seed(plan.seed + 1000 * ctx.rank)
     seconds = plan.seconds
+    explainers = {name: plan.factories[name](loaded.model) for name in plan.methods}
     with tqdm(total=total, unit="img", disable=not (progress and ctx.main), dynamic_ncols=True,
               desc="evaluate" if ctx.world == 1 else f"evaluate (rank 0 of {ctx.world})") as bar:  # fmt: skip
         for seq, batch in enumerate(loader):
@@ -327,13 +328,14 @@ def _loop(plan: Plan, loaded: LoadedModel, loader: Any, spec: Any, labels: Seque
             maps_of: dict[str, Tensor] = {}
             for name in plan.methods if ok else []:
                 tic = time.perf_counter()
-                maps = _explain(plan.factories[name], loaded.model, x, target, name)
+                maps = _explain(explainers[name], x, target, name)
                 seconds[f"explain.{name}"] = seconds.get(f"explain.{name}", 0.0) + time.perf_counter() - tic
                 maps_of[name] = maps
                 scores[name] = {}
                 for metric in plan.metrics:
                     tic = time.perf_counter()
-                    view = MetricInput(loaded.model, x, maps, target, masks, generator, plan.steps, plan.chunk_size)
+                    view = MetricInput(loaded.model, x, maps, target, masks, generator, plan.steps, plan.chunk_size,
+                                       explainers[name])  # fmt: skip
                     scores[name][metric.name] = metric.compute(view).detach().float().cpu()
                     seconds[f"metric.{metric.name}"] = seconds.get(f"metric.{metric.name}", 0.0) + time.perf_counter() - tic
             rows = _rows(batch, dataset, ok, logits, target, scores)

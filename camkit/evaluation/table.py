@@ -19,6 +19,7 @@ from ..metrics import (
     attribution_localisation,
     auc,
     average_drop,
+    avg_sensitivity,
     complexity,
     deletion_curve,
     effective_complexity,
@@ -28,14 +29,18 @@ from ..metrics import (
     increase_in_confidence,
     infidelity,
     insertion_curve,
+    irof,
+    max_sensitivity,
     monotonicity,
     monotonicity_correlation,
     pixel_flipping,
     pointing_game,
     region_auc,
+    region_perturbation,
     relevance_mass_accuracy,
     relevance_rank_accuracy,
     road_curve,
+    selectivity,
     sensitivity_n,
     sparseness,
     top_k_intersection,
@@ -242,6 +247,33 @@ def _sensitivity_n(i: MetricInput) -> Tensor:
     return correlations.nanmean(dim=1)
 
 
+def _patch(i: MetricInput) -> int:
+    """A patch side that cuts the smallest spatial axis into about 8 patches."""
+    return max(1, min(i.maps.shape[1:]) // 8)
+
+
+def _region_perturbation(i: MetricInput) -> Tensor:
+    drops = region_perturbation(i.model, i.x, i.maps, i.target, patch_size=_patch(i), regions=i.steps, softmax=True,
+                                chunk_size=i.chunk_size)  # fmt: skip
+    return drops.mean(dim=1)  # AOPC
+
+
+def _selectivity(i: MetricInput) -> Tensor:
+    scores = selectivity(i.model, i.x, i.maps, i.target, patch_size=_patch(i), softmax=True, chunk_size=i.chunk_size)
+    steps = torch.linspace(0, 1, scores.shape[1], dtype=scores.dtype, device=scores.device)
+    return torch.trapezoid(scores, steps, dim=1)
+
+
+def _sensitivity(kind: Callable[..., Tensor]) -> Callable[[MetricInput], Tensor]:
+    def compute(i: MetricInput) -> Tensor:
+        if i.explain is None:
+            raise InvalidInputError("this metric explains perturbed inputs again and needs the method's explainer")
+        return kind(i.explain, i.x, i.target, model=i.model, maps=i.maps, samples=10, generator=i.generator,
+                    chunk_size=i.chunk_size)  # fmt: skip
+
+    return compute
+
+
 def _curve_mean(i: MetricInput) -> Tensor:
     return pixel_flipping(i.model, i.x, i.maps, i.target, features_in_step=_per_step(i), softmax=True,
                           chunk_size=i.chunk_size).mean(dim=1)  # fmt: skip
@@ -292,6 +324,23 @@ for _spec in (
                summary="normalised infidelity of Gaussian perturbations (Yeh et al. 2019), as captum computes it"),
     MetricSpec("sensitivity_n", "faithfulness", _sensitivity_n, True, default=False, cost="100 forward passes",
                summary="correlation of subsets' relevance with their score drop, mean over 10 sizes (Ancona et al. 2018)"),
+    MetricSpec("region_perturbation", "faithfulness", _region_perturbation, True, default=False,
+               cost="steps forward passes", summary="AOPC: mean softmax drop as the most relevant patches (1/8 of the "
+               "side) are removed, steps patches (Samek et al. 2016)"),
+    MetricSpec("selectivity", "faithfulness", _selectivity, False, default=False, cost="64 forward passes",
+               summary="area under the softmax score as all patches are removed, most relevant first "
+               "(Montavon et al. 2018)"),
+    MetricSpec("irof", "faithfulness",
+               lambda i: irof(i.model, i.x, i.maps, i.target, chunk_size=i.chunk_size).to(i.maps.dtype), True,
+               default=False, cost="one forward pass per SLIC segment",
+               summary="area over the relative score as superpixels are removed, most relevant first "
+               "(Rieger and Hansen 2020)"),
+    MetricSpec("avg_sensitivity", "robustness", _sensitivity(avg_sensitivity), False, needs_reexplain=True,
+               default=False, cost="10 explanations", summary="mean relative change of the map under uniform noise "
+               "of radius 0.2 (Yeh et al. 2019)"),
+    MetricSpec("max_sensitivity", "robustness", _sensitivity(max_sensitivity), False, needs_reexplain=True,
+               default=False, cost="10 explanations", summary="largest relative change of the map under uniform "
+               "noise of radius 0.2 (Yeh et al. 2019; captum's sensitivity_max)"),
     MetricSpec("sparseness", "complexity", lambda i: sparseness(i.maps), True, needs_model=False, default=False,
                cost="none (reads the map)", summary="Gini index of the map (Chalasani et al. 2020)"),
     MetricSpec("complexity", "complexity", lambda i: complexity(i.maps), False, needs_model=False, default=False,

@@ -11,7 +11,8 @@ from camkit.errors import InvalidInputError
 from camkit.evaluation import METRICS, MetricInput
 from camkit.evaluation.table import select_metrics
 
-RANDOM = {"road_morf", "road_lerf", "faithfulness_correlation", "monotonicity_correlation", "infidelity", "sensitivity_n"}
+RANDOM = {"road_morf", "road_lerf", "faithfulness_correlation", "monotonicity_correlation", "infidelity", "sensitivity_n",
+          "avg_sensitivity", "max_sensitivity"}
 
 
 def batch(n=3):
@@ -25,7 +26,9 @@ def batch(n=3):
 
 
 def view(model, x, maps, target, masks, seed=0):
-    return MetricInput(model, x, maps, target, masks, torch.Generator().manual_seed(seed), steps=4, chunk_size=16)
+    explain = camkit.Saliency(model)
+    return MetricInput(model, x, maps, target, masks, torch.Generator().manual_seed(seed), steps=4, chunk_size=16,
+                       explain=explain)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(METRICS))
