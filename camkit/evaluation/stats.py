@@ -6,7 +6,8 @@ score for every method (rows with NaN are dropped by :func:`complete_rows`), and
 rank). The tests come from scipy.stats and the ``krippendorff`` package:
 
 * :func:`bootstrap_interval`: the mean's percentile bootstrap interval (``scipy.stats.bootstrap``, seeded);
-* :func:`friedman`: the Friedman test over per-image ranks (``scipy.stats.friedmanchisquare``);
+* :func:`friedman`: the Friedman test over per-image ranks (``scipy.stats.friedmanchisquare``;
+  the Wilcoxon signed-rank test for two methods);
 * :func:`nemenyi_cd`: the Nemenyi critical difference of mean ranks (Demšar 2006), from
   ``scipy.stats.studentized_range``;
 * :func:`prob_first`: how often each method has the best mean when the images are resampled;
@@ -88,8 +89,9 @@ def bootstrap_interval(values: np.ndarray, seed: int, level: float = 0.95, resam
 def friedman(scores: np.ndarray) -> tuple[float, float]:
     """Friedman's chi-square and its p-value over the images (rows) for K >= 3 methods (columns).
 
-    ``scipy.stats.friedmanchisquare`` with its tie correction; NaN when it cannot be computed
-    (fewer than 3 methods or 2 images, or every image ties every method).
+    ``scipy.stats.friedmanchisquare`` with its tie correction; for two methods the Wilcoxon
+    signed-rank test (``scipy.stats.wilcoxon``: its statistic and p-value). NaN when it cannot be
+    computed (one method, fewer than 2 images, or every image ties every method).
 
     Example:
         >>> import numpy as np
@@ -99,6 +101,14 @@ def friedman(scores: np.ndarray) -> tuple[float, float]:
         (8.0, 0.0183)
     """
     n, k = scores.shape
+    if k == 2 and n >= 2:  # two methods: the Wilcoxon signed-rank test, Friedman's two-sample case
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            try:
+                res = stats.wilcoxon(scores[:, 0], scores[:, 1])
+            except ValueError:  # every difference is zero
+                return math.nan, math.nan
+        return float(res.statistic), float(res.pvalue)
     if k < 3 or n < 2:
         return math.nan, math.nan
     with warnings.catch_warnings():

@@ -34,7 +34,11 @@ def test_ranks_friedman_and_nemenyi_by_hand():
     # Demšar 2006, table 5: q_0.05 = 2.343 for k = 3; CD = q sqrt(k (k + 1) / (6 n)) = 2.343 sqrt(12 / 30)
     assert nemenyi_cd(3, 5) == pytest.approx(2.343 * math.sqrt(12 / 30), abs=1e-3)
     assert nemenyi_cd(10, 20) == pytest.approx(3.164 * math.sqrt(110 / 120), abs=1e-3)  # q_0.05 = 3.164 for k = 10
-    assert all(math.isnan(v) for v in friedman(TABLE[:, :2]))  # two methods: no Friedman test
+    # two methods: Wilcoxon's signed-rank test; b - a = 1, 2, 1, -1, 1: the four |1|s share ranks 1-4 (2.5 each),
+    # so W = min(R+, R-) = R- = 2.5; the p-value is scipy's (well above 0.05: five images cannot separate them)
+    w, p = friedman(TABLE[:, :2])
+    assert w == 2.5 and p == pytest.approx(0.3125)
+    assert all(math.isnan(v) for v in friedman(TABLE[:, :1]))
 
 
 def test_bootstrap_interval_holds_the_mean_and_repeats_with_its_seed():
