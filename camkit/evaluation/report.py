@@ -154,8 +154,8 @@ def _per_metric(s: Mapping[str, Any]) -> str:
             continue
         fr = info["friedman"]
         parts.append(
-            f"<h3>{_e(metric)}</h3><p class=small>{_e(info['summary'])}. {info['images']} images; Friedman "
-            f"chi2 {_f(fr['chi2'], 2)}, p {_p(fr['p'])}; Nemenyi critical difference {_f(info['nemenyi_cd'], 2)} "
+            f"<h3>{_e(metric)}</h3><p class=small>{_e(info['summary'])}. {info['images']} images; "
+            f"{'Wilcoxon W' if len(ranks) == 2 else 'Friedman chi2'} {_f(fr['chi2'], 2)}, p {_p(fr['p'])}; Nemenyi critical difference {_f(info['nemenyi_cd'], 2)} "
             "(methods joined by a bar are not told apart at 5%).</p>"
             f"{cd_diagram(ranks, info['nemenyi_cd'], s['controls'])}"
         )
