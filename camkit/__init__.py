@@ -24,6 +24,7 @@ from .errors import (
     OutputSelectionError,
     UnknownMethodError,
 )
+from .evaluation import evaluate
 from .explanation import Explanation
 from .functional.views import attribution_view
 from .hooks import HookScope, LayerCapture
@@ -161,6 +162,7 @@ __all__ = [
     "auto_layer",
     "default_layer",
     "denormalize",
+    "evaluate",
     "extract_features",
     "figure",
     "get_method",

@@ -150,7 +150,7 @@ def test_the_root_holds_a_handful_of_modules():
     root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__", "_version"))
     assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules directly under camkit/: {root}; put new ones in a wing"
     wings = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    assert {"layers", "targets", "viz", "functional", "methods", "metrics", "audit", "debug", "cli"} <= wings
+    assert {"layers", "targets", "viz", "functional", "methods", "metrics", "audit", "evaluation", "debug", "cli"} <= wings
 
 
 # Who may not import whom: (importer prefix, imported prefixes it must not reach, why).
@@ -170,6 +170,7 @@ FORBIDDEN = [
     ("camkit.media", ("camkit.methods", "camkit.hooks", "camkit.viz", "camkit.audit", "camkit.cli", "camkit.explanation"),
      "file reading and writing knows no explainers, pictures or audits"),
     ("camkit.audit", ("camkit.cli",), "the audit knows no command line"),
+    ("camkit.evaluation", ("camkit.cli",), "the evaluation knows no command line"),
     ("camkit.modelload", ("camkit.cli",), "loading knows no command line"),
     ("camkit.demo", ("camkit.cli",), "the demo knows no command line"),
     ("camkit.debug", ("camkit.cli",), "the debugging tools know no command line"),

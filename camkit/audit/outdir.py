@@ -28,8 +28,8 @@ __all__ = ["OUTPUT_NAMES", "AuditError", "finished_keys", "iter_part_rows", "pre
 
 PARTS = "parts"
 RUN = "run.json"
-OUTPUT_NAMES = (RUN, PARTS, "overlays", "maps", "results.csv", "summary.json", "report.html")
-"""Everything an audit writes into ``--out`` (``overwrite`` replaces these and only these)."""
+OUTPUT_NAMES = (RUN, PARTS, "overlays", "maps", "results.csv", "scores.csv", "gates.json", "summary.json", "report.html")
+"""Everything an audit or an evaluation writes into ``--out`` (``overwrite`` replaces these and only these)."""
 
 
 class AuditError(CamkitError, RuntimeError):

@@ -1,4 +1,4 @@
-"""The ``camkit`` command line: ``camkit demo``, ``camkit explain``, ``camkit audit``, ``camkit layers``.
+"""The ``camkit`` command line: ``camkit demo``, ``camkit explain``, ``camkit audit``, ``camkit evaluate``, ``camkit layers``.
 
 One module per subcommand (:mod:`camkit.cli.audit`, :mod:`camkit.cli.debug`, :mod:`camkit.cli.demo`),
 the model options they share in :mod:`camkit.cli.models`. Only this package knows argparse: the
@@ -29,7 +29,7 @@ __all__ = ["main"]
 def _load_commands() -> None:
     # Each subcommand module registers itself with @command when imported. A module whose own
     # import is missing (a trimmed install) leaves its command out; any other error is raised.
-    for optional in ("camkit.cli.audit", "camkit.cli.debug", "camkit.cli.demo"):
+    for optional in ("camkit.cli.audit", "camkit.cli.debug", "camkit.cli.demo", "camkit.cli.evaluate"):
         try:
             __import__(optional)
         except ModuleNotFoundError as err:

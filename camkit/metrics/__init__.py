@@ -3,8 +3,14 @@
 * :func:`deletion_curve`, :func:`insertion_curve`, :func:`auc` (Petsiuk et al. 2018);
 * :func:`average_drop`, :func:`increase_in_confidence` (Chattopadhay et al. 2018);
 * :func:`pointing_game` (Zhang et al. 2016), :func:`energy_pointing_game` (Wang et al. 2020);
+* localisation against a region: :func:`attribution_localisation`, :func:`top_k_intersection`,
+  :func:`relevance_rank_accuracy`, :func:`relevance_mass_accuracy`, :func:`region_auc`, :func:`focus`;
 * :func:`road_curve` with :func:`noisy_linear_imputation` (ROAD, Rong et al. 2022);
 * :func:`randomization_check` (Adebayo et al. 2018), with :func:`spearman` and :func:`ssim`;
+* robustness: :func:`avg_sensitivity`, :func:`max_sensitivity`, :func:`local_lipschitz_estimate`,
+  :func:`continuity`, :func:`consistency`, :func:`relative_input_stability`,
+  :func:`relative_output_stability`, :func:`relative_representation_stability`;
+* randomisation: :func:`mprt` (cascading, independent, smoothed), :func:`efficient_mprt`, :func:`random_logit`;
 * :class:`MetricAccumulator`, :class:`CurveAccumulator` to aggregate over a dataset.
 
 Perturbation metrics run the model without gradients, in eval mode (every module's flag
@@ -12,6 +18,8 @@ restored after), on chunks of at most ``chunk_size`` images; the model is never 
 """
 
 from .accumulate import CurveAccumulator, MetricAccumulator
+from .axiomatic import completeness, input_invariance, non_sensitivity
+from .complexity import complexity, effective_complexity, sparseness
 from .deletion import (
     Baseline,
     auc,
@@ -21,27 +29,91 @@ from .deletion import (
     increase_in_confidence,
     insertion_curve,
 )
+from .faithfulness import (
+    faithfulness_correlation,
+    faithfulness_estimate,
+    monotonicity,
+    monotonicity_correlation,
+    pixel_flipping,
+)
+from .infidelity import infidelity, sensitivity_n
+from .localisation import (
+    attribution_localisation,
+    focus,
+    region_auc,
+    relevance_mass_accuracy,
+    relevance_rank_accuracy,
+    top_k_intersection,
+)
 from .pointing import energy_pointing_game, pointing_game, region_masks
+from .randomisation import MPRTResult, efficient_mprt, mprt, random_logit
+from .regions import irof, region_perturbation, selectivity
 from .road import noisy_linear_imputation, road_curve
+from .robustness import (
+    avg_sensitivity,
+    consistency,
+    continuity,
+    local_lipschitz_estimate,
+    max_sensitivity,
+    relative_input_stability,
+    relative_output_stability,
+    relative_representation_stability,
+)
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
+from .sufficiency import sufficiency
 
 __all__ = [
     "Baseline",
     "CurveAccumulator",
+    "MPRTResult",
     "MetricAccumulator",
     "RandomizationResult",
+    "attribution_localisation",
     "auc",
     "average_drop",
+    "avg_sensitivity",
     "blur_baseline",
+    "completeness",
+    "complexity",
+    "consistency",
+    "continuity",
     "deletion_curve",
+    "effective_complexity",
+    "efficient_mprt",
     "energy_pointing_game",
+    "faithfulness_correlation",
+    "faithfulness_estimate",
+    "focus",
     "increase_in_confidence",
+    "infidelity",
+    "input_invariance",
     "insertion_curve",
+    "irof",
+    "local_lipschitz_estimate",
+    "max_sensitivity",
+    "monotonicity",
+    "monotonicity_correlation",
+    "mprt",
     "noisy_linear_imputation",
+    "non_sensitivity",
+    "pixel_flipping",
     "pointing_game",
+    "random_logit",
     "randomization_check",
+    "region_auc",
     "region_masks",
+    "region_perturbation",
+    "relative_input_stability",
+    "relative_output_stability",
+    "relative_representation_stability",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
     "road_curve",
+    "selectivity",
+    "sensitivity_n",
+    "sparseness",
     "spearman",
     "ssim",
+    "sufficiency",
+    "top_k_intersection",
 ]

@@ -19,6 +19,7 @@ __all__ = [
     "ANY_MAPS",
     "MAP_SHAPES",
     "ChunkScorer",
+    "average_ranks",
     "check_chunk_size",
     "check_images",
     "check_maps",
@@ -104,6 +105,23 @@ def pixel_ranks(maps: Tensor) -> Tensor:
     return ranks.scatter_(1, order, positions)
 
 
+def average_ranks(values: Tensor) -> Tensor:
+    """Ranks [B, N] of each row of ``values``, ties given their mean rank (as Spearman needs)."""
+    batch, n = values.shape
+    sorted_vals, order = torch.sort(values, dim=1, stable=True)
+    new_group = torch.ones_like(sorted_vals, dtype=torch.bool)
+    new_group[:, 1:] = sorted_vals[:, 1:] != sorted_vals[:, :-1]
+    group = torch.cumsum(new_group.flatten(), 0).view(batch, n) - 1  # unique ids across rows
+    position = torch.arange(n, device=values.device, dtype=torch.float64).expand(batch, n)
+    groups = int(group[-1, -1]) + 1
+    first = torch.full((groups,), float(n), dtype=torch.float64, device=values.device)
+    last = torch.zeros(groups, dtype=torch.float64, device=values.device)
+    first.scatter_reduce_(0, group.flatten(), position.flatten(), reduce="amin")
+    last.scatter_reduce_(0, group.flatten(), position.flatten(), reduce="amax")
+    mean_rank = ((first + last) / 2)[group]
+    return torch.empty_like(mean_rank).scatter_(1, order, mean_rank)
+
+
 def count_for_fraction(fraction: float, n: int) -> int:
     """ceil(fraction * n), with float noise (0.3 * 10 = 3.0000000000000004) rounded away."""
     return math.ceil(round(fraction * n, 9))
@@ -179,6 +197,18 @@ class ChunkScorer:
                 "pass one class per image ([B]) and call the metric once per column of a [B, K] target."
             )
         self.classes = classes
+
+    def hits(self, images: Tensor, owners: Tensor) -> Tensor:
+        """1.0 where an image's top-1 class is its target class, else 0.0 [M] (class targets only)."""
+        out = self._outputs(images)
+        if self._deferred:
+            self._resolve_deferred(out)
+        if self.classes is None:
+            raise InvalidTargetError(
+                "scoring whether the top-1 class is the target needs class targets (None, an int or B ints), "
+                "not a callable"
+            )
+        return (out.argmax(dim=1) == self.classes[owners]).to(out.dtype)
 
     def score(self, images: Tensor, owners: Tensor) -> Tensor:
         out = self._outputs(images)

@@ -115,7 +115,7 @@ def _near(masks: Tensor, peak: Tensor, radius: int) -> Tensor:
     return (masks.flatten(1) & (distance2 <= radius * radius)).any(dim=1)
 
 
-def pointing_game(maps: Tensor, regions: Tensor, tolerance: int = 0) -> Tensor:
+def pointing_game(maps: Tensor, regions: Tensor, tolerance: int = 0, *, ties: str = "first") -> Tensor:
     """Hit or miss per image: does the map's maximum fall inside the region?
 
     The maximum is the first position of largest value in row-major order (ties go to the
@@ -123,7 +123,9 @@ def pointing_game(maps: Tensor, regions: Tensor, tolerance: int = 0) -> Tensor:
     is a maximum within Euclidean distance ``t`` pixels of the region (Zhang et al. use
     15 px at 224x224), measured in positions along every spatial axis: a volume's voxels
     count as cubes, and a video's frame step as one pixel (resample anisotropic volumes
-    first, or give a region already grown as you need it).
+    first, or give a region already grown as you need it). With ``ties="any"`` a map whose
+    largest value is held by several positions hits when any of them lies in the region
+    (Quantus's rule; exact equality, no tolerance).
     A map holding NaN is a miss, and so is an empty region; to leave NaN maps out of a
     score, drop them with ``~torch.isnan(maps).flatten(1).any(1)``.
 
@@ -132,6 +134,8 @@ def pointing_game(maps: Tensor, regions: Tensor, tolerance: int = 0) -> Tensor:
         regions: bool masks like the maps ([B, *S] or [B, 1, *S]), or on images boxes
             [B, 4] (``x0, y0, x1, y1``, x1/y1 exclusive); see the module docstring.
         tolerance: distance in pixels, an int >= 0.
+        ties: ``"first"`` (the first maximum in row-major order) or ``"any"`` (any maximum;
+            only with ``tolerance=0``).
 
     Returns:
         Bool tensor [B] on the maps' device.
@@ -147,9 +151,16 @@ def pointing_game(maps: Tensor, regions: Tensor, tolerance: int = 0) -> Tensor:
     maps = check_maps(maps)
     if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
         raise InvalidInputError(f"tolerance must be an int number of pixels >= 0, got {tolerance!r}")
+    if ties not in ("first", "any") or (ties == "any" and tolerance > 0):
+        raise InvalidInputError(
+            f"ties must be 'first' or 'any' (the latter with tolerance=0), got ties={ties!r}, tolerance={tolerance}"
+        )
     masks = region_masks(regions, maps)
-    peak = torch.nan_to_num(maps.flatten(1), nan=-math.inf).argmax(dim=1)
-    if tolerance > 0:
+    flat = torch.nan_to_num(maps.flatten(1), nan=-math.inf)
+    peak = flat.argmax(dim=1)
+    if ties == "any":
+        hit = (masks.flatten(1) & (flat == flat.gather(1, peak[:, None]))).any(dim=1)
+    elif tolerance > 0:
         hit = _near(masks, peak, tolerance)
     else:
         hit = masks.flatten(1).gather(1, peak[:, None])[:, 0]

@@ -23,7 +23,7 @@ from .._internal.state import eval_mode
 from ..errors import InvalidInputError, LayerNotFoundError
 from ..hooks import HookScope
 from ..targets.classes import OutputSelector, Target, select_output
-from ._common import ANY_MAPS, MAP_SHAPES, check_images, check_model
+from ._common import ANY_MAPS, MAP_SHAPES, average_ranks, check_images, check_model
 
 __all__ = ["RandomizationResult", "randomization_check", "spearman", "ssim"]
 
@@ -64,23 +64,6 @@ class RandomizationResult:
     maps: Tensor | None = None
 
 
-def _average_ranks(values: Tensor) -> Tensor:
-    """Ranks [B, N] of each row of ``values``, ties given their mean rank (as Spearman needs)."""
-    batch, n = values.shape
-    sorted_vals, order = torch.sort(values, dim=1, stable=True)
-    new_group = torch.ones_like(sorted_vals, dtype=torch.bool)
-    new_group[:, 1:] = sorted_vals[:, 1:] != sorted_vals[:, :-1]
-    group = torch.cumsum(new_group.flatten(), 0).view(batch, n) - 1  # unique ids across rows
-    position = torch.arange(n, device=values.device, dtype=torch.float64).expand(batch, n)
-    groups = int(group[-1, -1]) + 1
-    first = torch.full((groups,), float(n), dtype=torch.float64, device=values.device)
-    last = torch.zeros(groups, dtype=torch.float64, device=values.device)
-    first.scatter_reduce_(0, group.flatten(), position.flatten(), reduce="amin")
-    last.scatter_reduce_(0, group.flatten(), position.flatten(), reduce="amax")
-    mean_rank = ((first + last) / 2)[group]
-    return torch.empty_like(mean_rank).scatter_(1, order, mean_rank)
-
-
 def spearman(a: Tensor, b: Tensor) -> Tensor:
     """Spearman rank correlation between paired maps [B, *S] (any rank, or [B, N]), per pair.
 
@@ -95,8 +78,8 @@ def spearman(a: Tensor, b: Tensor) -> Tensor:
     """
     if a.shape != b.shape or a.dim() < 2:
         raise InvalidInputError(f"expected two batches of maps of one shape, got {list(a.shape)} and {list(b.shape)}")
-    ra = _average_ranks(a.flatten(1).double())
-    rb = _average_ranks(b.flatten(1).double())
+    ra = average_ranks(a.flatten(1).double())
+    rb = average_ranks(b.flatten(1).double())
     ra = ra - ra.mean(dim=1, keepdim=True)
     rb = rb - rb.mean(dim=1, keepdim=True)
     denom = (ra.square().sum(1) * rb.square().sum(1)).sqrt()

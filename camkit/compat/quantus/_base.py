@@ -1,0 +1,251 @@
+"""Quantus 0.6.0's ``Metric`` on camkit's native metrics.
+
+A compat metric takes Quantus's constructor arguments and call, converts the numpy batches to
+tensors, and hands each batch of ``batch_size`` samples to a native function of
+:mod:`camkit.metrics`; it returns what Quantus returns (a list with one entry per sample, or
+``[aggregate]``). Subclasses set :attr:`Metric.softmax_default` (Quantus's per-metric default)
+and implement :meth:`Metric.evaluate`. Where the result differs from Quantus's the class
+docstring says so; the differences shared by all metrics:
+
+* ``normalise=True`` divides each sample's map by its own largest ``|a|`` (Quantus divides by
+  the largest of the whole batch, so a sample's score depends on its batch-mates). Passing a
+  ``normalise_func`` keeps Quantus's behaviour: it gets the whole batch, as in Quantus.
+* ``perturb_baseline="black"``/``"white"``/``"mean"`` keep Quantus's meaning here (each
+  sample's minimum, maximum, mean over all its values); camkit's native metrics default to 0.0.
+* Draws come from numpy's global generator in Quantus's order, so ``np.random.seed`` gives
+  Quantus's draws; the native functions take a ``torch.Generator`` or the drawn plan.
+* The model is run in eval mode without gradients and every module's flag is restored
+  (Quantus leaves the model in eval mode); the model is never moved.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from camkit import Explainer
+from camkit.errors import InvalidInputError
+
+__all__ = ["Metric", "quantus_baseline"]
+
+Result = list[Any]
+
+
+def quantus_baseline(value: Any) -> Any:
+    """A Quantus ``perturb_baseline`` as a camkit :data:`camkit.metrics.Baseline`.
+
+    Numbers stay numbers; ``"black"``, ``"white"`` and ``"mean"`` become each sample's minimum,
+    maximum and mean over all its values (channels included), as Quantus computes them.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return float(value)
+    reducers: dict[str, Callable[[Tensor], Tensor]] = {
+        "black": lambda t: t.amin(dim=1, keepdim=True),
+        "white": lambda t: t.amax(dim=1, keepdim=True),
+        "mean": lambda t: t.mean(dim=1, keepdim=True),
+    }
+    if isinstance(value, str) and value.lower() in reducers:
+        reduce = reducers[value.lower()]
+
+        def per_sample(x: Tensor) -> Tensor:
+            return reduce(x.flatten(1)).view(-1, *(1,) * (x.dim() - 1)).expand_as(x)
+
+        return per_sample
+    raise InvalidInputError(
+        f"perturb_baseline {value!r} is not supported by camkit.compat.quantus; use a number, 'black', "
+        "'white' or 'mean', or call the camkit.metrics function with any camkit baseline"
+    )
+
+
+class Metric:
+    """Quantus's ``Metric`` base: Quantus's constructor arguments and call on camkit's metrics.
+
+    Args:
+        abs: take ``|a|`` of the maps (after normalising, as Quantus does).
+        normalise: divide each map by its largest ``|a|`` (per sample; see the module docstring).
+        normalise_func, normalise_func_kwargs: Quantus's normalisation callable, applied to the
+            whole batch of maps (numpy) instead of camkit's per-sample one.
+        perturb_func: only ``None`` (camkit perturbs with its own functions); pass a
+            ``perturb_baseline`` instead.
+        perturb_baseline: Quantus's baseline (a number, ``"black"``, ``"white"``, ``"mean"``).
+        perturb_func_kwargs: not supported (must be empty).
+        return_aggregate, aggregate_func: return ``[aggregate_func(scores)]`` (default ``np.mean``).
+        default_plot_func, disable_warnings, display_progressbar: accepted for compatibility.
+    """
+
+    softmax_default: bool = False
+
+    def __init__(
+        self,
+        abs: bool = False,
+        normalise: bool = True,
+        normalise_func: Callable[..., np.ndarray] | None = None,
+        normalise_func_kwargs: dict[str, Any] | None = None,
+        perturb_func: Callable[..., Any] | None = None,
+        perturb_baseline: Any = "black",
+        perturb_func_kwargs: dict[str, Any] | None = None,
+        return_aggregate: bool = False,
+        aggregate_func: Callable[..., Any] | None = None,
+        default_plot_func: Callable[..., Any] | None = None,
+        disable_warnings: bool = False,
+        display_progressbar: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs:
+            raise TypeError(f"{type(self).__name__} got unknown arguments {sorted(kwargs)}")
+        if perturb_func is not None or perturb_func_kwargs:
+            raise InvalidInputError(
+                "camkit.compat.quantus perturbs with camkit's own functions: leave perturb_func and "
+                "perturb_func_kwargs unset and choose perturb_baseline (a number, 'black', 'white' or 'mean')"
+            )
+        self.abs = abs
+        self.normalise = normalise
+        if normalise_func is not None and normalise_func_kwargs:
+            normalise_func = functools.partial(normalise_func, **normalise_func_kwargs)
+        self.normalise_func = normalise_func
+        self.perturb_baseline = perturb_baseline
+        self.baseline = quantus_baseline(perturb_baseline)
+        self.return_aggregate = return_aggregate
+        self.aggregate_func = aggregate_func if aggregate_func is not None else np.mean
+        self.default_plot_func = default_plot_func
+        self.disable_warnings = disable_warnings
+        self.display_progressbar = display_progressbar
+        self.evaluation_scores: Result = []
+        self.all_evaluation_scores: Result = []
+        self.explain_func: Any = None
+        self.explain_func_kwargs: dict[str, Any] = {}
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        """Score one batch: x [B, C, *S], y [B], maps a [B, C, *S] (channel-first, on x's device)."""
+        raise NotImplementedError
+
+    def __call__(
+        self,
+        model: nn.Module | None,
+        x_batch: np.ndarray,
+        y_batch: np.ndarray,
+        a_batch: np.ndarray | None = None,
+        s_batch: np.ndarray | None = None,
+        channel_first: bool | None = None,
+        explain_func: Callable[..., Any] | Explainer | None = None,
+        explain_func_kwargs: dict[str, Any] | None = None,
+        model_predict_kwargs: dict[str, Any] | None = None,
+        softmax: bool | None = None,
+        device: str | torch.device | None = None,
+        batch_size: int = 64,
+        custom_batch: Any = None,
+        **kwargs: Any,
+    ) -> Result:
+        """Evaluate as Quantus's ``metric(model=, x_batch=, y_batch=, a_batch=, ...)`` does.
+
+        ``explain_func`` is Quantus's ``f(model=, inputs=, targets=, **explain_func_kwargs) ->
+        numpy`` or, the natural alternative, a camkit explainer (``camkit.GradCAM(model)``), which
+        is called on tensors. Maps are computed per batch of ``batch_size`` when ``a_batch`` is None.
+        """
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}() got unknown arguments {sorted(kwargs)}")
+        if model_predict_kwargs:
+            raise InvalidInputError("model_predict_kwargs is not supported: wrap the model to pass extra arguments")
+        x_all = np.asarray(x_batch)
+        if x_all.ndim < 3:
+            raise InvalidInputError(f"x_batch must be [B, C, *S] with 1 to 3 spatial axes, got shape {x_all.shape}")
+        if channel_first is None:
+            channel_first = _infer_channel_first(x_all.shape)
+        if not channel_first:
+            x_all = np.moveaxis(x_all, -1, 1)
+        y_all = np.asarray(y_batch).reshape(-1)
+        if y_all.shape[0] != x_all.shape[0]:
+            raise InvalidInputError(f"y_batch has {y_all.shape[0]} labels for {x_all.shape[0]} inputs")
+        if a_batch is None and explain_func is None:
+            raise InvalidInputError("pass a_batch (the maps) or explain_func (a camkit explainer or Quantus's callable)")
+        self.explain_func = explain_func
+        self.explain_func_kwargs = dict(explain_func_kwargs or {})
+        target_device = torch.device(device) if device is not None else _model_device(model)
+        softmax = self.softmax_default if softmax is None else softmax
+        scores: Result = []
+        for start in range(0, x_all.shape[0], batch_size):
+            stop = min(start + batch_size, x_all.shape[0])
+            x = torch.as_tensor(np.ascontiguousarray(x_all[start:stop]), dtype=torch.float32, device=target_device)
+            y = torch.as_tensor(y_all[start:stop], dtype=torch.long, device=target_device)
+            if a_batch is not None:
+                a = _as_maps(np.asarray(a_batch)[start:stop], x, channel_first)
+            else:
+                a = self._explain(model, x, y, explain_func, explain_func_kwargs or {})
+            s = None if s_batch is None else _as_maps(np.asarray(s_batch)[start:stop], x, channel_first)
+            a = self._preprocess(a)
+            if model is None and self._needs_model():
+                raise InvalidInputError(f"{type(self).__name__} needs the model; got model=None")
+            scores.extend(self.evaluate(model, x, y, a, s, softmax=softmax, chunk_size=batch_size))  # type: ignore[arg-type]
+        scores = self.combine(scores)
+        if self.return_aggregate:
+            scores = [self.aggregate_func(scores)]
+        self.evaluation_scores = scores
+        self.all_evaluation_scores.extend(scores)
+        return scores
+
+    def combine(self, scores: Result) -> Result:
+        """The scores of all batches, one entry per sample, before aggregation (subclasses may merge them)."""
+        return scores
+
+    def _needs_model(self) -> bool:
+        return True
+
+    def _explain(
+        self, model: nn.Module | None, x: Tensor, y: Tensor, explain_func: Any, kwargs: dict[str, Any]
+    ) -> Tensor:
+        if isinstance(explain_func, Explainer):
+            maps = explain_func(x, y)
+            return maps[:, None]
+        out = explain_func(model=model, inputs=x.cpu().numpy(), targets=y.cpu().numpy(), **kwargs)
+        return _as_maps(np.asarray(out), x, True)
+
+    def _preprocess(self, a: Tensor) -> Tensor:
+        if self.normalise:
+            if self.normalise_func is not None:
+                a = torch.as_tensor(np.asarray(self.normalise_func(a.cpu().numpy())), device=a.device, dtype=a.dtype)
+            else:
+                peak = a.abs().flatten(1).amax(dim=1).view(-1, *(1,) * (a.dim() - 1))
+                a = torch.where(peak > 0, a / torch.where(peak > 0, peak, torch.ones_like(peak)), a)
+        if self.abs:
+            a = a.abs()
+        return a
+
+
+def _infer_channel_first(shape: tuple[int, ...]) -> bool:
+    """Quantus's rule: channels are the smaller of axis 1 and the last axis."""
+    if shape[1] == shape[-1]:
+        raise InvalidInputError(
+            f"cannot tell whether x_batch {list(shape)} is channel-first or channel-last; pass channel_first"
+        )
+    return shape[1] < shape[-1]
+
+
+def _model_device(model: nn.Module | None) -> torch.device:
+    if model is not None:
+        for tensor in model.parameters():
+            return tensor.device
+    return torch.device("cpu")
+
+
+def _as_maps(a: np.ndarray, x: Tensor, channel_first: bool) -> Tensor:
+    """Maps as a [B, 1 or C, *S] float tensor on x's device (Quantus's layouts, channel axis added)."""
+    t = torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=x.device)
+    if t.dim() == x.dim() and not channel_first and t.shape[-1] in (1, x.shape[1]) and t.shape[1] != x.shape[1]:
+        t = t.movedim(-1, 1)
+    if t.dim() == x.dim() - 1:
+        t = t[:, None]
+    if t.dim() != x.dim() or t.shape[0] != x.shape[0] or t.shape[2:] != x.shape[2:] or t.shape[1] not in (1, x.shape[1]):
+        raise InvalidInputError(
+            f"maps {list(t.shape)} do not match the inputs {list(x.shape)}: expected {[x.shape[0], *x.shape[2:]]}, "
+            f"{[x.shape[0], 1, *x.shape[2:]]} or {list(x.shape)}"
+        )
+    return t

@@ -1,0 +1,295 @@
+"""Quantus 0.6.0's faithfulness metrics on :mod:`camkit.metrics`.
+
+As in Quantus, maps are broadcast to the input's shape, so a feature is one element (one
+channel of one position); a map with one channel is read the same on every channel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from camkit import metrics
+from camkit.errors import InvalidInputError
+
+from ._base import Metric, Result
+
+__all__ = [
+    "FaithfulnessCorrelation",
+    "FaithfulnessEstimate",
+    "Infidelity",
+    "Monotonicity",
+    "MonotonicityCorrelation",
+    "PixelFlipping",
+    "SensitivityN",
+]
+
+
+def _rows(values: Tensor) -> Result:
+    return [float(v) for v in values.double().cpu().tolist()]
+
+
+def _check_similarity(similarity_func: Any, expected: str) -> None:
+    if similarity_func is not None and getattr(similarity_func, "__name__", "") != expected:
+        raise InvalidInputError(
+            f"camkit.compat.quantus computes {expected} only; got similarity_func={similarity_func!r}"
+        )
+
+
+class PixelFlipping(Metric):
+    """Quantus's ``PixelFlipping`` on :func:`camkit.metrics.pixel_flipping`.
+
+    Returns each sample's curve (a list of scores), or its area (trapezoid rule over unit
+    steps, as Quantus's ``calculate_auc``) with ``return_auc_per_sample=True``. Equal to Quantus
+    on the same inputs.
+    """
+
+    softmax_default = True
+
+    def __init__(
+        self, features_in_step: int = 1, abs: bool = False, normalise: bool = True, return_auc_per_sample: bool = False,
+        perturb_baseline: Any = "black", **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
+        self.features_in_step = features_in_step
+        self.return_auc_per_sample = return_auc_per_sample
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        curves = metrics.pixel_flipping(
+            model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.baseline,
+            softmax=softmax, chunk_size=chunk_size,
+        )  # fmt: skip
+        if self.return_auc_per_sample:
+            return _rows(torch.trapezoid(curves.double(), dx=1.0, dim=1))
+        return [[float(v) for v in row] for row in curves.double().cpu().tolist()]
+
+
+class FaithfulnessCorrelation(Metric):
+    """Quantus's ``FaithfulnessCorrelation`` on :func:`camkit.metrics.faithfulness_correlation`.
+
+    The subsets are drawn from numpy's global generator in Quantus's order (with its extra
+    ``uniform`` draw per perturbation), so after ``np.random.seed(s)`` the result equals
+    Quantus's. ``similarity_func`` must be Pearson's (the default).
+    """
+
+    softmax_default = False
+
+    def __init__(
+        self, similarity_func: Any = None, nr_runs: int = 100, subset_size: int = 224, abs: bool = False,
+        normalise: bool = True, return_aggregate: bool = True, perturb_baseline: Any = "black", **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(
+            abs=abs, normalise=normalise, return_aggregate=return_aggregate, perturb_baseline=perturb_baseline,
+            **kwargs,
+        )  # fmt: skip
+        _check_similarity(similarity_func, "correlation_pearson")
+        self.nr_runs = nr_runs
+        self.subset_size = subset_size
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        batch, features = x.shape[0], x[0].numel()
+        runs = []
+        for _ in range(self.nr_runs):
+            runs.append(np.stack([np.random.choice(features, self.subset_size, replace=False) for _ in range(batch)]))
+            np.random.uniform(size=batch)  # Quantus's baseline table draws this on every perturbation
+        subsets = torch.as_tensor(np.stack(runs, axis=1), device=x.device)
+        return _rows(
+            metrics.faithfulness_correlation(
+                model, x, a.expand_as(x), y, subsets=subsets, baseline=self.baseline, softmax=softmax,
+                chunk_size=chunk_size,
+            )
+        )  # fmt: skip
+
+
+class FaithfulnessEstimate(Metric):
+    """Quantus's ``FaithfulnessEstimate`` on :func:`camkit.metrics.faithfulness_estimate`; equal to Quantus."""
+
+    softmax_default = False
+
+    def __init__(
+        self, similarity_func: Any = None, features_in_step: int = 1, abs: bool = False, normalise: bool = True,
+        perturb_baseline: Any = "black", **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
+        _check_similarity(similarity_func, "correlation_pearson")
+        self.features_in_step = features_in_step
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        return _rows(
+            metrics.faithfulness_estimate(
+                model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.baseline,
+                softmax=softmax, chunk_size=chunk_size,
+            )
+        )  # fmt: skip
+
+
+class Monotonicity(Metric):
+    """Quantus's ``Monotonicity`` on :func:`camkit.metrics.monotonicity` (Arya et al.).
+
+    Differs from Quantus: Quantus starts from the baseline and, at every step, writes the
+    *baseline* into the features it should restore, so the input never changes and every
+    sample scores True. camkit restores the features' values, as the paper does. Returns
+    one bool per sample, as Quantus.
+    """
+
+    softmax_default = True
+
+    def __init__(
+        self, features_in_step: int = 1, abs: bool = True, normalise: bool = True, perturb_baseline: Any = "black",
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
+        self.features_in_step = features_in_step
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        values = metrics.monotonicity(
+            model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.baseline,
+            softmax=softmax, chunk_size=chunk_size,
+        )  # fmt: skip
+        return [bool(v) for v in values.cpu().tolist()]
+
+
+class MonotonicityCorrelation(Metric):
+    """Quantus's ``MonotonicityCorrelation`` on :func:`camkit.metrics.monotonicity_correlation`.
+
+    ``perturb_baseline="uniform"`` (the default, and the only one supported here) draws, as
+    Quantus does, one value per sample and perturbation from numpy's global generator for all
+    the features of a step; after ``np.random.seed(s)`` the result equals Quantus's.
+    """
+
+    softmax_default = True
+
+    def __init__(
+        self, similarity_func: Any = None, eps: float = 1e-5, nr_samples: int = 100, features_in_step: int = 1,
+        abs: bool = True, normalise: bool = True, perturb_baseline: Any = "uniform", **kwargs: Any,
+    ) -> None:  # fmt: skip
+        if perturb_baseline != "uniform":
+            raise InvalidInputError(f"MonotonicityCorrelation supports perturb_baseline='uniform' only, got {perturb_baseline!r}")
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0, **kwargs)
+        self.perturb_baseline = perturb_baseline
+        _check_similarity(similarity_func, "correlation_spearman")
+        self.eps = eps
+        self.nr_samples = nr_samples
+        self.features_in_step = features_in_step
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        batch, step = x.shape[0], self.features_in_step
+        count = -(-x[0].numel() // step)
+        draws = np.random.uniform(size=(count, self.nr_samples, batch))  # one call per step and sample in Quantus
+        fill = torch.as_tensor(draws, device=x.device).permute(2, 0, 1)[..., None].expand(-1, -1, -1, step)
+        return _rows(
+            metrics.monotonicity_correlation(
+                model, x, a.expand_as(x), y, fill=fill, features_in_step=step, eps=self.eps, softmax=softmax,
+                chunk_size=chunk_size,
+            )
+        )  # fmt: skip
+
+
+class Infidelity(Metric):
+    """Quantus's ``Infidelity`` as Yeh et al.'s sampled estimator (:func:`camkit.metrics.infidelity`).
+
+    Differs from Quantus: Quantus slides each patch over the whole input in raster order,
+    the same fixed deletions in every one of its ``n_perturb_samples`` repeats (the repeats are
+    identical, so the "expectation" is a single deterministic pass). camkit draws, for each of
+    the ``n_perturb_samples`` repeats and each size in ``perturb_patch_sizes``, one square patch
+    at a random place (numpy's global generator, one draw per sample and axis), sets it to the
+    baseline (``I = (x - baseline) * patch``, Yeh's square removal) and returns
+    ``mean (I . a - (f(x) - f(x - I)))^2``. ``loss_func`` must be ``"mse"``.
+    """
+
+    softmax_default = False
+
+    def __init__(
+        self, loss_func: Any = "mse", perturb_patch_sizes: list[int] | None = None, n_perturb_samples: int = 10,
+        abs: bool = False, normalise: bool = False, perturb_baseline: Any = "black", **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
+        if loss_func != "mse" and getattr(loss_func, "__name__", "") != "mse":
+            raise InvalidInputError(f"camkit.compat.quantus computes infidelity with loss_func='mse' only, got {loss_func!r}")
+        self.perturb_patch_sizes = list(perturb_patch_sizes) if perturb_patch_sizes is not None else [4]
+        self.n_perturb_samples = n_perturb_samples
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        batch, spatial = x.shape[0], x.shape[2:]
+        canvas = self.baseline(x) if callable(self.baseline) else torch.full_like(x, float(self.baseline))
+        removed = x - canvas
+        perturbations = []
+        for _ in range(self.n_perturb_samples):
+            for size in self.perturb_patch_sizes:
+                if not 0 < size <= min(spatial):
+                    raise InvalidInputError(f"perturb_patch_sizes must fit the input {list(spatial)}, got {size}")
+                mask = torch.zeros(batch, 1, *spatial, dtype=torch.bool, device=x.device)
+                corners = [np.random.randint(0, n - size + 1, size=batch) for n in spatial]
+                for b in range(batch):
+                    window: tuple[int | slice, ...] = (b, 0, *(slice(int(c[b]), int(c[b]) + size) for c in corners))
+                    mask[window] = True
+                perturbations.append(removed * mask)
+        plan = torch.stack(perturbations, dim=1)
+        return _rows(metrics.infidelity(model, x, a, y, perturbations=plan, softmax=softmax, chunk_size=chunk_size))
+
+
+class SensitivityN(Metric):
+    """Quantus's ``SensitivityN`` as Ancona et al. define it (:func:`camkit.metrics.sensitivity_n`).
+
+    Differs from Quantus: Quantus removes features cumulatively (most relevant first), pairs
+    each *cumulative* score drop with the attribution of the last step only, and correlates
+    those across the samples of the first batch (one value per ``n``, from one draw each).
+    camkit draws ``nr_samples`` random subsets of each size ``n = k * features_in_step``
+    (``k = 1 .. 0.8 N / features_in_step``, Quantus's grid) per sample, correlates over them for
+    each sample, and returns per ``n`` the mean over samples (``[aggregate]`` by default, as
+    Quantus). ``nr_samples`` is camkit's argument (Quantus has no draws to count).
+    """
+
+    softmax_default = True
+
+    def __init__(
+        self, similarity_func: Any = None, n_max_percentage: float = 0.8, features_in_step: int = 1,
+        abs: bool = False, normalise: bool = True, return_aggregate: bool = True, perturb_baseline: Any = "black",
+        nr_samples: int = 100, **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(
+            abs=abs, normalise=normalise, return_aggregate=return_aggregate, perturb_baseline=perturb_baseline,
+            **kwargs,
+        )  # fmt: skip
+        _check_similarity(similarity_func, "correlation_pearson")
+        self.n_max_percentage = n_max_percentage
+        self.features_in_step = features_in_step
+        self.nr_samples = nr_samples
+        self._curves: list[Tensor] = []
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        top = int(self.n_max_percentage * x[0, 0].numel() // self.features_in_step)
+        sizes = [k * self.features_in_step for k in range(1, top + 1)]
+        total, batch = x[0].numel(), x.shape[0]
+        subsets = [
+            torch.as_tensor(
+                np.stack([[np.random.choice(total, n, replace=False) for _ in range(self.nr_samples)] for _ in range(batch)]),
+                device=x.device,
+            )
+            for n in sizes
+        ]
+        _, curves = metrics.sensitivity_n(
+            model, x, a.expand_as(x), y, subsets=subsets, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size
+        )
+        return [[float(v) for v in row] for row in curves.double().cpu().tolist()]
+
+    def combine(self, scores: Result) -> Result:
+        """Per-sample curves to one curve over ``n``: the mean over samples (NaN rows skipped)."""
+        return [float(v) for v in np.nanmean(np.array(scores, dtype=float), axis=0)]

@@ -1,0 +1,54 @@
+"""Re-explaining many inputs in bounded batches, and running the model on them without gradients.
+
+Private: shared by the randomisation and robustness measures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .._internal.state import eval_mode
+from ..targets.classes import OutputSelector, Target, select_output
+from ._common import chunks
+from .sanity import _maps
+
+__all__ = ["explain_stack", "model_outputs", "slice_target", "top1"]
+
+
+def slice_target(target: Target, index: Tensor, batch: int) -> Target:
+    """The target of the rows ``index`` of a batch of ``batch`` inputs (per-input targets are sliced)."""
+    if isinstance(target, Tensor) and target.dim() >= 1 and target.shape[0] == batch:
+        return target[index.to(target.device)]
+    if isinstance(target, (list, tuple)) and len(target) == batch:
+        return torch.as_tensor(target)[index]
+    return target
+
+
+def explain_stack(explainer: Callable[..., Any], inputs: Tensor, target: Target, chunk_size: int) -> Tensor:
+    """Maps [N, B, *S] of inputs [N, B, C, *S] (N versions of a batch of B), ``chunk_size`` inputs per call.
+
+    Row ``b`` of every version is explained for the target of input ``b``.
+    """
+    count, batch = inputs.shape[:2]
+    flat = inputs.flatten(0, 1)
+    owners = torch.arange(batch).repeat(count)
+    out = [
+        _maps(explainer, flat[a:b], slice_target(target, owners[a:b], batch))
+        for a, b in chunks(flat.shape[0], chunk_size)
+    ]
+    return torch.cat(out).view(count, batch, *inputs.shape[3:])
+
+
+def model_outputs(model: nn.Module, inputs: Tensor, chunk_size: int, output: OutputSelector = None) -> Tensor:
+    """The model's outputs [M, K] for inputs [M, C, *S], in chunks, in eval mode, without gradients."""
+    with torch.no_grad(), eval_mode(model):
+        return torch.cat([select_output(model(inputs[a:b]), output) for a, b in chunks(inputs.shape[0], chunk_size)])
+
+
+def top1(model: nn.Module, x: Tensor, chunk_size: int, output: OutputSelector = None) -> Tensor:
+    """The model's top-1 classes [B] for inputs [B, C, *S]."""
+    return model_outputs(model, x, chunk_size, output).argmax(dim=1)

@@ -1,0 +1,377 @@
+"""Faithfulness by feature removal: pixel flipping, faithfulness correlation and estimate,
+monotonicity (Arya et al.) and monotonicity correlation (Nguyen and Martinez).
+
+Each perturbs features of the input (see :mod:`camkit.metrics._perturb` for what a feature
+is) and compares the model's response with the map; all share one chunked, gradient-free
+model runner.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import InvalidInputError
+from ..targets.classes import OutputSelector, Target
+from ._perturb import Features, as_features, check_count, pearson, run_plan, spearman_rows, step_masks
+from .deletion import Baseline, _resolve_baseline
+
+__all__ = [
+    "faithfulness_correlation",
+    "faithfulness_estimate",
+    "monotonicity",
+    "monotonicity_correlation",
+    "pixel_flipping",
+]
+
+
+def _order(features: Features, *, descending: bool) -> Tensor:
+    """Rank of every feature [B, F], 0 first; ties keep index order (a stable sort)."""
+    order = torch.sort(features.values, dim=1, descending=descending, stable=True).indices
+    ranks = torch.empty_like(order)
+    positions = torch.arange(features.count, device=order.device).expand_as(order)
+    return ranks.scatter_(1, order, positions)
+
+
+def _nan_rows(result: Tensor, features: Features) -> Tensor:
+    bad = features.nan().view(-1, *(1,) * (result.dim() - 1))
+    return torch.where(bad, torch.full_like(result, float("nan")), result)
+
+
+def pixel_flipping(
+    model: nn.Module,
+    x: Tensor,
+    maps: Tensor,
+    target: Target = None,
+    *,
+    features_in_step: int = 1,
+    baseline: Baseline = 0.0,
+    softmax: bool = False,
+    chunk_size: int = 32,
+    output: OutputSelector = None,
+    keep_mode: bool = False,
+) -> Tensor:
+    """Pixel flipping (Bach et al. 2015): the score as features are removed, most relevant first.
+
+    Step ``k = 1..P`` (``P = ceil(F / features_in_step)``) replaces the ``k * features_in_step``
+    most relevant of the ``F`` features by the baseline (cumulatively) and scores the input;
+    ties keep index order. A faithful map makes the curve fall fast. Cost: ``B * P`` forward
+    passes (plus ``B`` for ``target=None``), ``chunk_size`` at a time.
+
+    Args:
+        model: the classifier; never modified.
+        x: inputs [B, C, *S] (signals, images, volumes).
+        maps: [B, *S] or [B, 1, *S] (a feature is a position) or [B, C, *S] (a feature is one
+            element).
+        target: as :func:`camkit.metrics.deletion_curve`.
+        features_in_step: features removed per step.
+        baseline: what removed features become (:data:`camkit.metrics.Baseline`).
+        softmax, chunk_size, output, keep_mode: as :func:`camkit.metrics.deletion_curve`.
+
+    Returns:
+        Scores [B, P] after each step (NaN rows for NaN maps).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import pixel_flipping
+        >>> class Sum(nn.Module):
+        ...     def forward(self, x):
+        ...         return x.flatten(1).sum(dim=1)[:, None]
+        >>> x = torch.tensor([[[1.0, 2.0, 4.0]]])  # a signal [B, C, T]
+        >>> pixel_flipping(Sum(), x, torch.tensor([[0.1, 0.5, 0.9]]))
+        tensor([[3., 1., 0.]])
+    """
+    features = as_features(maps, x)
+    step = check_count(features_in_step, "features_in_step")
+    count = -(-features.count // step)
+    canvas = _resolve_baseline(baseline, x)
+    order = _order(features, descending=True)
+
+    def build(owner: Tensor, index: Tensor) -> Tensor:
+        chosen = features.mask(step_masks(order[owner], index, step, cumulative=True))
+        return torch.where(chosen, canvas[owner], x[owner])
+
+    _, scores = run_plan(
+        model, x, target, build, count, softmax=softmax, chunk_size=chunk_size, output=output,
+        keep_mode=keep_mode, clean=False,
+    )  # fmt: skip
+    return _nan_rows(scores, features)
+
+
+def draw_subsets(batch: int, features: int, runs: int, size: int, generator: torch.Generator | None) -> Tensor:
+    """``runs`` random subsets of ``size`` distinct features per sample, LongTensor [B, runs, size]."""
+    keys = torch.rand(batch, runs, features, generator=generator)
+    return keys.topk(size, dim=2).indices
+
+
+def faithfulness_correlation(
+    model: nn.Module,
+    x: Tensor,
+    maps: Tensor,
+    target: Target = None,
+    *,
+    runs: int = 100,
+    subset_size: int = 224,
+    subsets: Tensor | None = None,
+    baseline: Baseline = 0.0,
+    generator: torch.Generator | None = None,
+    softmax: bool = False,
+    chunk_size: int = 32,
+    output: OutputSelector = None,
+    keep_mode: bool = False,
+) -> Tensor:
+    """Faithfulness correlation (Bhatt et al. 2020), per sample.
+
+    ``runs`` times, a random subset ``S`` of ``subset_size`` features is replaced by the
+    baseline; the result is Pearson's correlation, over the runs, between the attribution
+    the subset holds, ``sum_{i in S} a_i``, and the score it costs, ``f(x) - f(x_S)``. Higher
+    is better. Cost: ``B * runs`` forward passes plus ``B``.
+
+    Args:
+        model, x, maps, target, baseline, softmax, chunk_size, output, keep_mode: as
+            :func:`pixel_flipping`.
+        runs: number of random subsets per sample.
+        subset_size: features per subset.
+        subsets: the subsets themselves, LongTensor [B, runs, subset_size] of feature indices
+            (then ``runs``, ``subset_size`` and ``generator`` are not used).
+        generator: draws the subsets (CPU generator; the draw does not depend on ``chunk_size``).
+
+    Returns:
+        Correlations [B] (NaN where a map or the score changes are constant).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import faithfulness_correlation
+        >>> class Weighted(nn.Module):  # score = sum of w_i x_i
+        ...     def forward(self, x):
+        ...         return (x[:, 0] * torch.arange(1.0, 9.0)).sum(dim=1, keepdim=True)
+        >>> x = torch.ones(1, 1, 8)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> faithfulness_correlation(Weighted(), x, torch.arange(1.0, 9.0)[None], runs=10, subset_size=3, generator=g)
+        tensor([1.])
+    """
+    features = as_features(maps, x)
+    batch = x.shape[0]
+    if subsets is None:
+        check_count(runs, "runs", minimum=2)
+        if isinstance(subset_size, bool) or not isinstance(subset_size, int) or not 0 < subset_size <= features.count:
+            raise InvalidInputError(f"subset_size must be an int in [1, {features.count}], got {subset_size!r}")
+        subsets = draw_subsets(batch, features.count, runs, subset_size, generator)
+    if not isinstance(subsets, Tensor) or subsets.dim() != 3 or subsets.shape[0] != batch:
+        got = list(subsets.shape) if isinstance(subsets, Tensor) else type(subsets).__name__
+        raise InvalidInputError(f"subsets must be a LongTensor [B, runs, size] of feature indices, got {got}")
+    subsets = subsets.to(x.device, torch.long)
+    runs = subsets.shape[1]
+    canvas = _resolve_baseline(baseline, x)
+
+    def build(owner: Tensor, index: Tensor) -> Tensor:
+        chosen = torch.zeros(owner.shape[0], features.count, dtype=torch.bool, device=x.device)
+        chosen.scatter_(1, subsets[owner, index], True)
+        return torch.where(features.mask(chosen), canvas[owner], x[owner])
+
+    clean, scores = run_plan(
+        model, x, target, build, runs, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
+    )
+    assert clean is not None  # run_plan(clean=True) always scores the clean inputs
+    sums = features.values.gather(1, subsets.flatten(1)).view(batch, runs, -1).sum(dim=2)
+    return _nan_rows(pearson(sums, clean[:, None] - scores), features).to(x.dtype)
+
+
+def faithfulness_estimate(
+    model: nn.Module,
+    x: Tensor,
+    maps: Tensor,
+    target: Target = None,
+    *,
+    features_in_step: int = 1,
+    baseline: Baseline = 0.0,
+    softmax: bool = False,
+    chunk_size: int = 32,
+    output: OutputSelector = None,
+    keep_mode: bool = False,
+) -> Tensor:
+    """Faithfulness estimate (Alvarez-Melis and Jaakkola 2018), per sample.
+
+    The features are taken in groups of ``features_in_step``, most relevant first; each group
+    alone is replaced by the baseline (the others kept). The result is Pearson's correlation,
+    over the groups, between a group's attribution sum and the score drop it causes,
+    ``f(x) - f(x_group)``. Higher is better. Cost: ``B * ceil(F / features_in_step)`` forward
+    passes plus ``B``.
+
+    Args and Returns: as :func:`pixel_flipping`, one correlation per sample [B].
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import faithfulness_estimate
+        >>> class Square(nn.Module):  # score = sum of x_i^2
+        ...     def forward(self, x):
+        ...         return x.pow(2).flatten(1).sum(dim=1, keepdim=True)
+        >>> x = torch.tensor([[[1.0, 2.0, 3.0]]])
+        >>> faithfulness_estimate(Square(), x, x[:, 0] ** 2)
+        tensor([1.])
+    """
+    features = as_features(maps, x)
+    step = check_count(features_in_step, "features_in_step")
+    count = -(-features.count // step)
+    canvas = _resolve_baseline(baseline, x)
+    order = _order(features, descending=True)
+
+    def build(owner: Tensor, index: Tensor) -> Tensor:
+        chosen = features.mask(step_masks(order[owner], index, step, cumulative=False))
+        return torch.where(chosen, canvas[owner], x[owner])
+
+    clean, scores = run_plan(
+        model, x, target, build, count, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
+    )
+    assert clean is not None
+    groups = torch.div(order, step, rounding_mode="floor")
+    sums = torch.zeros(x.shape[0], count, dtype=features.values.dtype, device=x.device)
+    sums.scatter_add_(1, groups, features.values)
+    return _nan_rows(pearson(sums, clean[:, None] - scores), features).to(x.dtype)
+
+
+def monotonicity(
+    model: nn.Module,
+    x: Tensor,
+    maps: Tensor,
+    target: Target = None,
+    *,
+    features_in_step: int = 1,
+    baseline: Baseline = 0.0,
+    softmax: bool = False,
+    chunk_size: int = 32,
+    output: OutputSelector = None,
+    keep_mode: bool = False,
+) -> Tensor:
+    """Monotonicity (Arya et al. 2019): does adding features back, least relevant first, only raise the score?
+
+    Starting from the baseline, step ``k = 1..P`` restores the ``k * features_in_step`` least
+    relevant features to their values in ``x`` (cumulatively) and scores the input. The result
+    is 1.0 where the ``P`` scores never decrease, else 0.0. Cost: ``B * P`` forward passes.
+
+    Args and Returns: as :func:`pixel_flipping`; one value per sample [B], 1.0 or 0.0 (NaN
+    for NaN maps).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import monotonicity
+        >>> class Sum(nn.Module):
+        ...     def forward(self, x):
+        ...         return x.flatten(1).sum(dim=1)[:, None]
+        >>> x = torch.tensor([[[1.0, -2.0, 4.0]]])
+        >>> monotonicity(Sum(), x, x[:, 0]), monotonicity(Sum(), x, x[:, 0].abs())  # 1, 2, 4 first gives 1, -1, 3
+        (tensor([1.]), tensor([0.]))
+    """
+    features = as_features(maps, x)
+    step = check_count(features_in_step, "features_in_step")
+    count = -(-features.count // step)
+    canvas = _resolve_baseline(baseline, x)
+    order = _order(features, descending=False)
+
+    def build(owner: Tensor, index: Tensor) -> Tensor:
+        chosen = features.mask(step_masks(order[owner], index, step, cumulative=True))
+        return torch.where(chosen, x[owner], canvas[owner])
+
+    _, scores = run_plan(
+        model, x, target, build, count, softmax=softmax, chunk_size=chunk_size, output=output,
+        keep_mode=keep_mode, clean=False,
+    )  # fmt: skip
+    rising = (scores.diff(dim=1) >= 0).all(dim=1).to(x.dtype)
+    return _nan_rows(rising, features)
+
+
+def monotonicity_correlation(
+    model: nn.Module,
+    x: Tensor,
+    maps: Tensor,
+    target: Target = None,
+    *,
+    samples: int = 100,
+    features_in_step: int = 1,
+    low: float = 0.0,
+    high: float = 1.0,
+    fill: Tensor | None = None,
+    eps: float = 1e-5,
+    generator: torch.Generator | None = None,
+    softmax: bool = False,
+    chunk_size: int = 32,
+    output: OutputSelector = None,
+    keep_mode: bool = False,
+) -> Tensor:
+    """Monotonicity correlation (Nguyen and Martinez 2020), per sample.
+
+    The features are taken in groups of ``features_in_step``, least relevant first. Each
+    group alone is replaced ``samples`` times by values drawn uniformly from ``[low, high)``;
+    its variance is ``mean_s (f(x_s) - f(x))^2 / f(x)^2`` (``f(x)^2`` read as 1 where
+    ``|f(x)| < eps``). The result is Spearman's rank correlation, over the groups, between a
+    group's attribution sum and its variance. Higher is better. Cost: ``B * samples *
+    ceil(F / features_in_step)`` forward passes plus ``B``.
+
+    Args:
+        model, x, maps, target, features_in_step, softmax, chunk_size, output, keep_mode: as
+            :func:`pixel_flipping`.
+        samples: draws per group.
+        low, high: range of the uniform replacement values.
+        fill: the replacement values themselves, [B, P, samples, features_in_step] (group
+            ``p``'s ``j``-th feature in draw ``s``; a last group with fewer features uses the
+            first ones); then ``samples``, ``low``, ``high`` and ``generator`` are not used.
+        eps: smallest ``|f(x)|`` the variance is divided by.
+        generator: draws the replacement values (CPU generator).
+
+    Returns:
+        Correlations [B].
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import monotonicity_correlation
+        >>> class Weighted(nn.Module):  # score = 1 + sum of w_i x_i
+        ...     def forward(self, x):
+        ...         return 1 + (x[:, 0] * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum(dim=1, keepdim=True)
+        >>> x, g = torch.full((1, 1, 4), 2.0), torch.Generator().manual_seed(0)
+        >>> monotonicity_correlation(Weighted(), x, torch.tensor([[1.0, 2.0, 3.0, 4.0]]), samples=20, generator=g)
+        tensor([1.])
+    """
+    features = as_features(maps, x)
+    step = check_count(features_in_step, "features_in_step")
+    count = -(-features.count // step)
+    batch = x.shape[0]
+    if fill is None:
+        check_count(samples, "samples")
+        fill = low + (high - low) * torch.rand(batch, count, samples, step, generator=generator, dtype=torch.float64)
+    if not isinstance(fill, Tensor) or fill.dim() != 4 or tuple(fill.shape[:2]) != (batch, count):
+        got = list(fill.shape) if isinstance(fill, Tensor) else type(fill).__name__
+        raise InvalidInputError(
+            f"fill must be a tensor [B, P, samples, features_in_step] = [{batch}, {count}, samples, {step}], got {got}"
+        )
+    samples = fill.shape[2]
+    fill = fill.to(x.device, x.dtype)
+    order = _order(features, descending=False)
+
+    def build(owner: Tensor, index: Tensor) -> Tensor:
+        group, draw = index // samples, index % samples
+        ranks = order[owner]
+        chosen = step_masks(ranks, group, step, cumulative=False)
+        slot = (ranks - (group * step)[:, None]).clamp(0, step - 1)  # a feature's place in its group
+        values = fill[owner, group, draw].gather(1, slot)  # [M, F]
+        shape = (owner.shape[0], *features.shape)
+        canvas = values.view(shape) if features.shape[0] == x.shape[1] else values.view(shape).expand_as(x[owner])
+        return torch.where(features.mask(chosen), canvas, x[owner])
+
+    clean, scores = run_plan(
+        model, x, target, build, count * samples, softmax=softmax, chunk_size=chunk_size, output=output,
+        keep_mode=keep_mode,
+    )  # fmt: skip
+    assert clean is not None
+    clean = clean.double()
+    inverse = torch.where(clean.abs() >= eps, 1.0 / clean.abs(), torch.ones_like(clean)) ** 2
+    variance = ((scores.double().view(batch, count, samples) - clean[:, None, None]) ** 2).mean(dim=2)
+    variance = variance * inverse[:, None]
+    groups = torch.div(order, step, rounding_mode="floor")
+    sums = torch.zeros(batch, count, dtype=torch.float64, device=x.device)
+    sums.scatter_add_(1, groups, features.values.double())
+    return _nan_rows(spearman_rows(sums, variance), features).to(x.dtype)

@@ -1,0 +1,201 @@
+"""Sampled attribution-versus-output estimators: infidelity (Yeh et al. 2019) and sensitivity-n
+(Ancona et al. 2018). Both draw random perturbations (from an explicit generator, or passed in)
+and compare the attribution they carry with the score change they cause, per sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import InvalidInputError
+from ..targets.classes import OutputSelector, Target
+from ._perturb import as_features, check_count, pearson, run_plan
+from .deletion import Baseline, _resolve_baseline
+from .faithfulness import draw_subsets
+
+__all__ = ["infidelity", "sensitivity_n"]
+
+
+def infidelity(
+    model: nn.Module,
+    x: Tensor,
+    maps: Tensor,
+    target: Target = None,
+    *,
+    samples: int = 10,
+    std: float = 0.1,
+    perturbations: Tensor | None = None,
+    normalize: bool = False,
+    generator: torch.Generator | None = None,
+    softmax: bool = False,
+    chunk_size: int = 32,
+    output: OutputSelector = None,
+    keep_mode: bool = False,
+) -> Tensor:
+    """Explanation infidelity (Yeh et al. 2019), the sampled estimator, per sample.
+
+    For perturbations ``I_1..I_K`` of the input (default: Gaussian noise of standard deviation
+    ``std``, drawn from ``generator``), ``INFD = mean_k (I_k . a - (f(x) - f(x - I_k)))^2``,
+    where ``I . a`` sums over every element (a map without channels is read on every channel).
+    ``normalize=True`` first scales the attribution by the best factor
+    ``beta = mean_k[(I_k . a)(f(x) - f(x - I_k))] / mean_k[(I_k . a)^2]`` (the paper's
+    scale-invariant variant). Lower is better. Equal to ``captum.metrics.infidelity`` given
+    the same perturbations. Cost: ``B * K + B`` forward passes.
+
+    Args:
+        model, x, maps, target, softmax, chunk_size, output, keep_mode: as
+            :func:`pixel_flipping`.
+        samples: perturbations per sample (``K``).
+        std: standard deviation of the Gaussian perturbations, in the input's units.
+        perturbations: the perturbations themselves, [B, K, C, *S] (any ``I``, such as square
+            removals ``I = (x - baseline) * mask``); then ``samples``, ``std`` and
+            ``generator`` are not used.
+        normalize: use the scale-invariant variant.
+        generator: draws the perturbations (CPU generator).
+
+    Returns:
+        Float tensor [B].
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import infidelity
+        >>> class Weighted(nn.Module):  # linear: its gradient times I is exact
+        ...     def forward(self, x):
+        ...         return (x[:, 0] * torch.tensor([1.0, -2.0, 3.0])).sum(dim=1, keepdim=True)
+        >>> x, g = torch.rand(2, 1, 3), torch.Generator().manual_seed(0)
+        >>> exact = torch.tensor([[1.0, -2.0, 3.0]]).expand(2, 3)
+        >>> infidelity(Weighted(), x, exact, samples=5, generator=g).abs().max() < 1e-10
+        tensor(True)
+        >>> infidelity(Weighted(), x, 2 * exact, normalize=True, generator=g).abs().max() < 1e-10
+        tensor(True)
+    """
+    features = as_features(maps, x)
+    batch = x.shape[0]
+    if perturbations is None:
+        check_count(samples, "samples")
+        if not std > 0:
+            raise InvalidInputError(f"std must be a positive standard deviation, got {std!r}")
+        perturbations = std * torch.randn(batch, samples, *x.shape[1:], generator=generator, dtype=x.dtype)
+    if not isinstance(perturbations, Tensor) or perturbations.dim() != x.dim() + 1 or (
+        perturbations.shape[0] != batch or perturbations.shape[2:] != x.shape[1:]
+    ):
+        got = list(perturbations.shape) if isinstance(perturbations, Tensor) else type(perturbations).__name__
+        raise InvalidInputError(f"perturbations must be [B, K, *x.shape[1:]] = [{batch}, K, {list(x.shape[1:])}], got {got}")
+    perturbations = perturbations.to(x.device, x.dtype)
+    samples = perturbations.shape[1]
+
+    def build(owner: Tensor, index: Tensor) -> Tensor:
+        return x[owner] - perturbations[owner, index]
+
+    clean, scores = run_plan(
+        model, x, target, build, samples, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
+    )
+    assert clean is not None
+    a = features.values.view(batch, 1, *features.shape).double()
+    dot = (perturbations.double() * a).flatten(2).sum(dim=2)  # [B, K]
+    change = clean.double()[:, None] - scores.double()
+    if normalize:
+        beta = (dot * change).mean(dim=1) / (dot * dot).mean(dim=1)
+        beta = torch.where(torch.isfinite(beta), beta, torch.zeros_like(beta))
+        dot = beta[:, None] * dot
+    result = ((dot - change) ** 2).mean(dim=1)
+    return torch.where(features.nan(), torch.full_like(result, float("nan")), result).to(x.dtype)
+
+
+def sensitivity_n(
+    model: nn.Module,
+    x: Tensor,
+    maps: Tensor,
+    target: Target = None,
+    *,
+    sizes: Sequence[int] | None = None,
+    samples: int = 100,
+    subsets: Sequence[Tensor] | None = None,
+    baseline: Baseline = 0.0,
+    generator: torch.Generator | None = None,
+    softmax: bool = False,
+    chunk_size: int = 32,
+    output: OutputSelector = None,
+    keep_mode: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Sensitivity-n (Ancona et al. 2018): per sample and subset size ``n``, the correlation
+    between the attribution of random subsets of ``n`` features and the score they carry.
+
+    For each ``n`` in ``sizes``, ``samples`` random subsets ``S`` of ``n`` features are replaced
+    by the baseline; the value is Pearson's correlation, over those subsets, between
+    ``sum_{i in S} a_i`` and ``f(x) - f(x_S)``, computed for each sample on its own, as in the
+    paper. A map is sensitivity-n for all ``n`` only if the model is linear in its features.
+    Cost: ``B * len(sizes) * samples + B`` forward passes.
+
+    Args:
+        model, x, maps, target, baseline, softmax, chunk_size, output, keep_mode: as
+            :func:`pixel_flipping`.
+        sizes: subset sizes; default ten sizes spread evenly from 1 to 80 % of the features.
+        samples: subsets per size.
+        subsets: the subsets themselves, one LongTensor [B, samples, n] of feature indices
+            per size (then ``sizes``, ``samples`` and ``generator`` are not used).
+        generator: draws the subsets (CPU generator).
+
+    Returns:
+        ``(sizes [K], correlations [B, K])``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import sensitivity_n
+        >>> class Weighted(nn.Module):
+        ...     def forward(self, x):
+        ...         return (x[:, 0] * torch.arange(1.0, 7.0)).sum(dim=1, keepdim=True)
+        >>> x, g = torch.ones(1, 1, 6), torch.Generator().manual_seed(0)
+        >>> n, r = sensitivity_n(Weighted(), x, torch.arange(1.0, 7.0)[None], sizes=[1, 3], samples=8, generator=g)
+        >>> n.tolist(), r
+        ([1, 3], tensor([[1., 1.]]))
+    """
+    features = as_features(maps, x)
+    batch, total = x.shape[0], features.count
+    if subsets is None:
+        if sizes is None:
+            top = max(1, int(0.8 * total))
+            sizes = sorted({max(1, round(1 + k * (top - 1) / 9)) for k in range(10)})
+        sizes = [int(n) for n in sizes]
+        if not sizes or any(not 0 < n <= total for n in sizes):
+            raise InvalidInputError(f"sizes must be subset sizes in [1, {total}], got {sizes}")
+        check_count(samples, "samples", minimum=2)
+        subsets = [draw_subsets(batch, total, samples, n, generator) for n in sizes]
+    subsets = list(subsets)
+    if not subsets or any(not isinstance(s, Tensor) or s.dim() != 3 or s.shape[0] != batch for s in subsets):
+        raise InvalidInputError("subsets must be a list of LongTensors [B, samples, n], one per subset size")
+    sizes = [s.shape[2] for s in subsets]
+    runs = [s.shape[1] for s in subsets]
+    offsets = torch.tensor([0, *runs], device=x.device).cumsum(0)
+    width = max(sizes)
+    # one padded table [B, sum(runs), width] with -1 for padding
+    table = torch.full((batch, int(offsets[-1]), width), -1, dtype=torch.long, device=x.device)
+    for k, s in enumerate(subsets):
+        table[:, offsets[k] : offsets[k + 1], : s.shape[2]] = s.to(x.device, torch.long)
+    canvas = _resolve_baseline(baseline, x)
+
+    def build(owner: Tensor, index: Tensor) -> Tensor:
+        rows = table[owner, index]  # [M, width]
+        chosen = torch.zeros(owner.shape[0], total + 1, dtype=torch.bool, device=x.device)
+        chosen.scatter_(1, torch.where(rows < 0, total, rows), True)
+        return torch.where(features.mask(chosen[:, :total].contiguous()), canvas[owner], x[owner])
+
+    clean, scores = run_plan(
+        model, x, target, build, int(offsets[-1]), softmax=softmax, chunk_size=chunk_size, output=output,
+        keep_mode=keep_mode,
+    )  # fmt: skip
+    assert clean is not None
+    padded = torch.cat([features.values, features.values.new_zeros(batch, 1)], dim=1)
+    sums = padded.gather(1, torch.where(table < 0, total, table).flatten(1)).view(table.shape).sum(dim=2)
+    change = clean[:, None] - scores
+    curves = torch.stack(
+        [pearson(sums[:, offsets[k] : offsets[k + 1]], change[:, offsets[k] : offsets[k + 1]]) for k in range(len(sizes))],
+        dim=1,
+    )
+    curves = torch.where(features.nan()[:, None], torch.full_like(curves, float("nan")), curves)
+    return torch.tensor(sizes), curves.to(x.dtype)

@@ -1,0 +1,404 @@
+"""Randomisation measures: do the maps depend on the model's weights and on the class explained?
+
+* :func:`mprt`: the model parameter randomisation test (Adebayo et al. 2018), cascading
+  or independent, with the smoothed explanations of smooth MPRT (Hedström et al. 2023);
+* :func:`efficient_mprt`: the relative rise of the maps' entropy once every layer is
+  random (eMPRT, Hedström et al. 2023);
+* :func:`random_logit`: the similarity of a class's map with a random other class's
+  (Sixt et al. 2020).
+
+Weights are randomised on a copy of the model (never the model given), from a
+``torch.Generator``; explanations are computed through an explainer built on that copy,
+in batches of at most ``chunk_size`` inputs. Cost: one explanation pass of the batch per
+layer (times ``samples`` for the smoothed test), one deep copy of the model (two for the
+independent order).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import InvalidInputError, LayerNotFoundError
+from ..targets.classes import OutputSelector, Target
+from ._common import check_chunk_size, check_images, check_model
+from ._reexplain import explain_stack, model_outputs, top1
+from .sanity import _call_order, _randomize, spearman, ssim
+
+__all__ = ["MPRTResult", "efficient_mprt", "mprt", "random_logit"]
+
+ExplainerFactory = Callable[[nn.Module], Callable[..., Any]]
+Randomizer = Callable[[nn.Module, torch.Generator], None]
+Similarity = Callable[[Tensor, Tensor], Tensor]
+_ORDERS = ("top-down", "bottom-up", "independent")
+
+
+@dataclass(frozen=True)
+class MPRTResult:
+    """What :func:`mprt` returns.
+
+    Attributes:
+        layers: the modules randomised, one per step, in order.
+        similarity: similarity of each step's maps with the original maps, float [L, B].
+        original: similarity of an untouched copy's maps with the original maps [B]: 1 for
+            a deterministic explainer (a self-check, left out of :attr:`average`).
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import MPRTResult
+        >>> res = MPRTResult(("b", "a"), torch.tensor([[0.5, 0.2], [0.1, 0.0]]), torch.ones(2))
+        >>> res.average.tolist(), res.last.tolist()
+        ([0.30000001192092896, 0.10000000149011612], [0.10000000149011612, 0.0])
+    """
+
+    layers: tuple[str, ...]
+    similarity: Tensor
+    original: Tensor
+
+    @property
+    def average(self) -> Tensor:
+        """Mean similarity over the randomised steps [B] (the unrandomised copy left out)."""
+        return self.similarity.mean(dim=0)
+
+    @property
+    def last(self) -> Tensor:
+        """Similarity after the last step [B]: the whole cascade randomised."""
+        return self.similarity[-1]
+
+
+def _explain(
+    explainer: Callable[..., Any], x: Tensor, target: Target, chunk_size: int, noise: Tensor | None = None
+) -> Tensor:
+    """Maps [B, *S] of ``x``; with ``noise`` [N, B, C, *S], the mean map over ``x + noise[n]``."""
+    return explain_stack(explainer, x[None] if noise is None else x[None] + noise, target, chunk_size).mean(dim=0)
+
+
+def _noise(x: Tensor, samples: int, magnitude: float, generator: torch.Generator) -> Tensor | None:
+    """Smooth MPRT's noise [N, B, C, *S]: N - 1 draws of std ``magnitude * (max - min)`` per input, then zeros."""
+    if samples == 1:
+        return None
+    dims = tuple(range(1, x.dim()))
+    std = magnitude * (x.amax(dim=dims, keepdim=True) - x.amin(dim=dims, keepdim=True))
+    draws = torch.randn((samples - 1, *x.shape), generator=generator, dtype=x.dtype).to(x.device) * std
+    return torch.cat([draws, torch.zeros_like(x)[None]])
+
+
+def _layer_names(
+    base: nn.Module, x: Tensor, order: str, layers: Sequence[str] | None, output: OutputSelector
+) -> list[str]:
+    if layers is not None:
+        names = list(layers)
+    else:
+        with torch.no_grad():
+            names = _call_order(base, x, output)
+        if order == "top-down":
+            names = names[::-1]
+    modules = dict(base.named_modules())
+    for name in names:
+        if name not in modules:
+            raise LayerNotFoundError(f"no module named {name!r} in the model; see camkit.list_layers(model)")
+    if not names:
+        raise InvalidInputError("the model has no parameters to randomise")
+    return names
+
+
+def _check_common(model: nn.Module, x: Tensor, order: str, chunk_size: int) -> None:
+    check_model(model)
+    check_images(x)
+    check_chunk_size(chunk_size)
+    if order not in _ORDERS:
+        raise InvalidInputError(f"order must be one of {', '.join(map(repr, _ORDERS))}, got {order!r}")
+
+
+def _randomised_models(
+    base: nn.Module, names: list[str], order: str, randomize: Randomizer, generator: torch.Generator
+) -> Iterator[tuple[str, nn.Module]]:
+    """The copy after each step: cascading (one more module each step) or independent (one module)."""
+    work = copy.deepcopy(base)
+    for name in names:
+        if order == "independent":
+            work = copy.deepcopy(base)
+        randomize(dict(work.named_modules())[name], generator)
+        yield name, work
+
+
+def mprt(
+    explainer_factory: ExplainerFactory,
+    model: nn.Module,
+    x: Tensor,
+    target: Target = None,
+    *,
+    order: str = "top-down",
+    layers: Sequence[str] | None = None,
+    maps: Tensor | None = None,
+    similarity: Similarity = spearman,
+    samples: int = 1,
+    noise_magnitude: float = 0.1,
+    last_only: bool = False,
+    randomize: Randomizer | None = None,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> MPRTResult:
+    """Model parameter randomisation test: similarity of the maps before and after randomising layers.
+
+    For each step ``l`` the maps ``e_l`` of the model with layers randomised are compared with
+    the original maps ``e``: ``similarity(e, e_l)`` (Spearman's rank correlation by default).
+    A map that explains the model changes, so low similarity is good. Cascading orders
+    randomise one more layer at each step, from the output (``"top-down"``, Adebayo et al.
+    2018) or from the input (``"bottom-up"``, as Hedström et al. 2023 recommend);
+    ``"independent"`` randomises one layer alone at each step. With ``samples = N > 1`` each
+    explanation is the mean over N - 1 noisy copies ``x + eps``,
+    ``eps ~ N(0, (noise_magnitude * (max x - min x))^2)`` per input, and ``x`` itself
+    (smooth MPRT, Hedström et al. 2023).
+
+    Needs: a model and re-explanation (``explainer_factory`` is called on the copy). Cost:
+    ``(1 + L) * N`` explanations of the batch (``2 * N`` with ``last_only``), in chunks of
+    ``chunk_size`` inputs; one or two deep copies of the model.
+
+    Args:
+        explainer_factory: ``f(model_copy) -> explainer``; the explainer is called as
+            ``explainer(x, target)`` and returns maps [B, *S] or an object with ``.maps``
+            (camkit explainers do). Name layers by string: a module object would belong to
+            the original model.
+        model: the model; never modified (the copy is put in eval mode).
+        x: inputs [B, C, *S] ([B, C, T], [B, C, H, W] or [B, C, D, H, W]).
+        target: ``None`` (the original model's top-1 class), an int, B ints, or a callable.
+        order: ``"top-down"``, ``"bottom-up"`` or ``"independent"``.
+        layers: module names randomised, in the order given; ``None``: every module owning
+            parameters in order of first call in the forward pass (reversed for top-down).
+        maps: the original maps [B, *S]; ``None`` explains the original model.
+        similarity: ``f(a, b) -> [B]`` on maps [B, *S].
+        samples: explanations averaged per map (1: plain MPRT).
+        noise_magnitude: noise std as a share of each input's value range.
+        last_only: compute only the last step (the whole cascade).
+        randomize: ``f(module, generator)`` re-drawing a module's parameters in place;
+            default: weights ~ U(+-1/sqrt(fan_in)), norm scales ~ U(0.5, 1.5), biases ~ U(+-0.1).
+        generator: the source of every draw; ``None``: a generator seeded with 0.
+        chunk_size: inputs per explainer call.
+        output: what to score when the model does not return a tensor.
+
+    Returns:
+        An :class:`MPRTResult`: ``similarity`` [L, B] (L = 1 with ``last_only``), ``average``, ``last``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.metrics import mprt
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> x = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+        >>> res = mprt(lambda m: camkit.Saliency(m), net, x)
+        >>> res.layers, tuple(res.similarity.shape), res.original.tolist()
+        (('4', '0'), (2, 2), [1.0, 1.0])
+    """
+    return _run(
+        explainer_factory, model, x, target, order, layers, maps, similarity, samples, noise_magnitude,
+        last_only, randomize, generator, chunk_size, output, self_check=True,
+    )  # fmt: skip
+
+
+def _run(
+    explainer_factory: ExplainerFactory,
+    model: nn.Module,
+    x: Tensor,
+    target: Target,
+    order: str,
+    layers: Sequence[str] | None,
+    maps: Tensor | None,
+    similarity: Similarity,
+    samples: int,
+    noise_magnitude: float,
+    last_only: bool,
+    randomize: Randomizer | None,
+    generator: torch.Generator | None,
+    chunk_size: int,
+    output: OutputSelector,
+    *,
+    self_check: bool,
+) -> MPRTResult:
+    _check_common(model, x, order, chunk_size)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise InvalidInputError(f"samples must be a positive int, got {samples!r}")
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    randomize = randomize if randomize is not None else _randomize
+    base = copy.deepcopy(model).eval()
+    names = _layer_names(base, x, order, layers, output)
+    if target is None:
+        target = top1(base, x, chunk_size, output)
+    noise = _noise(x, samples, noise_magnitude, generator)
+    if maps is None:
+        maps = _explain(explainer_factory(base), x, target, chunk_size, noise)
+    elif not isinstance(maps, Tensor) or maps.shape != (x.shape[0], *x.shape[2:]):
+        got = list(maps.shape) if isinstance(maps, Tensor) else type(maps).__name__
+        raise InvalidInputError(
+            f"maps must be [B, *S] = {[x.shape[0], *x.shape[2:]]} for inputs {list(x.shape)}, got {got}"
+        )
+    maps = maps.detach().float().to(x.device)
+    original = torch.full((x.shape[0],), float("nan"), device=x.device)
+    if self_check:
+        untouched = _explain(explainer_factory(copy.deepcopy(base)), x, target, chunk_size, noise)
+        original = similarity(maps, untouched).float()
+    steps, scores = [], []
+    for step, (name, work) in enumerate(_randomised_models(base, names, order, randomize, generator)):
+        if last_only and step < len(names) - 1:
+            continue
+        steps.append(name)
+        scores.append(similarity(maps, _explain(explainer_factory(work), x, target, chunk_size, noise)))
+    return MPRTResult(tuple(steps), torch.stack(scores).float(), original)
+
+
+def discrete_entropy(maps: Tensor, bins: int) -> Tensor:
+    """Shannon entropy (nats) of the histogram of each map's values [B], ``bins`` equal bins from min to max."""
+    flat = maps.flatten(1).double()
+    low = flat.amin(dim=1, keepdim=True)
+    span = flat.amax(dim=1, keepdim=True) - low
+    index = (
+        ((flat - low) / torch.where(span == 0, torch.ones_like(span), span) * bins).floor().long().clamp(0, bins - 1)
+    )
+    counts = torch.zeros(flat.shape[0], bins, dtype=torch.float64, device=flat.device).scatter_add_(
+        1, index, torch.ones_like(flat)
+    )
+    p = counts / flat.shape[1]
+    return -(p * torch.log(torch.where(p > 0, p, torch.ones_like(p)))).sum(dim=1).float()
+
+
+def efficient_mprt(
+    explainer_factory: ExplainerFactory,
+    model: nn.Module,
+    x: Tensor,
+    target: Target = None,
+    *,
+    bins: int = 100,
+    layers: Sequence[str] | None = None,
+    maps: Tensor | None = None,
+    randomize: Randomizer | None = None,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> Tensor:
+    """Efficient MPRT (eMPRT, Hedström et al. 2023): how much more complex the maps get once the model is random.
+
+    ``(H(e_random) - H(e)) / H(e)`` per input, where ``H`` is the discrete entropy of the
+    histogram of a map's values in ``bins`` equal bins and ``e_random`` the map of the model
+    with every layer randomised (bottom-up, all at once at the end). Higher is better: a map
+    that explains the model turns to noise. Needs a model and re-explanation; costs two
+    explanations of the batch and one copy of the model.
+
+    Args:
+        explainer_factory, model, x, target, layers, maps, randomize, generator, chunk_size,
+            output: see :func:`mprt`.
+        bins: histogram bins.
+
+    Returns:
+        Float tensor [B]; NaN where the original map is constant (entropy 0).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.metrics import efficient_mprt
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> efficient_mprt(lambda m: camkit.Saliency(m), net, torch.rand(2, 3, 8, 8), bins=10).shape
+        torch.Size([2])
+    """
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise InvalidInputError(f"bins must be a positive int, got {bins!r}")
+    entropies: list[Tensor] = []
+
+    def measure(a: Tensor, b: Tensor) -> Tensor:
+        entropies.append(discrete_entropy(a, bins))
+        return discrete_entropy(b, bins)
+
+    res = _run(
+        explainer_factory, model, x, target, "bottom-up", layers, maps, measure, 1, 0.0, True, randomize,
+        generator, chunk_size, output, self_check=False,
+    )  # fmt: skip
+    before, after = entropies[0], res.last
+    rise = (after - before) / torch.where(before == 0, torch.ones_like(before), before)
+    return torch.where(before == 0, torch.full_like(rise, float("nan")), rise)
+
+
+def random_logit(
+    explainer: Callable[..., Any],
+    model: nn.Module,
+    x: Tensor,
+    target: Target = None,
+    *,
+    num_classes: int | None = None,
+    maps: Tensor | None = None,
+    similarity: Similarity = ssim,
+    off_classes: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> Tensor:
+    """Random logit test (Sixt et al. 2020): similarity of a class's map with another class's map.
+
+    For each input the explained class ``y`` and a class ``y' != y`` drawn uniformly from
+    the other ``K - 1`` classes; the score is ``similarity(e_y, e_y')`` (SSIM by default,
+    on the maps' own grid). Lower is better: a map that does not change with the class
+    explains nothing about the class. Needs a model (for the classes) and re-explanation;
+    costs one explanation of the batch (two without ``maps``).
+
+    Args:
+        explainer: called as ``explainer(x, classes)``, returns maps [B, *S] (or ``.maps``).
+        model: the model; run (without gradients, on chunks) only when ``target`` or
+            ``num_classes`` is ``None``.
+        x: inputs [B, C, *S].
+        target: the explained classes: ``None`` (top-1), an int or B ints.
+        num_classes: K; ``None``: the width of the model's output.
+        maps: the maps of ``target`` [B, *S]; ``None`` explains them.
+        similarity: ``f(a, b) -> [B]``; the default SSIM expects maps in [0, 1].
+        off_classes: the other classes [B] (a pre-drawn plan); ``None`` draws them.
+        generator: the source of the draw; ``None``: a generator seeded with 0.
+        chunk_size: inputs per explainer or model call.
+        output: what to score when the model does not return a tensor.
+
+    Returns:
+        Float tensor [B].
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.metrics import random_logit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 3))
+        >>> random_logit(camkit.GradCAM(net, "1"), net, torch.rand(2, 3, 8, 8), target=[0, 1]).shape
+        torch.Size([2])
+    """
+    check_model(model)
+    check_images(x)
+    check_chunk_size(chunk_size)
+    batch = x.shape[0]
+    if target is None or num_classes is None:
+        logits = model_outputs(model, x, chunk_size, output)
+        num_classes = num_classes if num_classes is not None else logits.shape[1]
+        if target is None:
+            target = logits.argmax(dim=1)
+    classes = None if callable(target) else torch.as_tensor(target, device=x.device).long().flatten()
+    if classes is not None and classes.numel() == 1:
+        classes = classes.expand(batch)
+    if classes is None or classes.shape != (batch,) or not ((classes >= 0) & (classes < num_classes)).all():
+        raise InvalidInputError(f"random_logit needs one class per input, from 0 to {num_classes - 1}, got {target!r}")
+    if num_classes < 2:
+        raise InvalidInputError(f"random_logit needs at least 2 classes, got num_classes={num_classes}")
+    if off_classes is None:
+        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        drawn = torch.randint(0, num_classes - 1, (batch,), generator=generator).to(x.device)
+        off_classes = drawn + (drawn >= classes).long()  # skip the explained class
+    off_classes = off_classes.to(x.device).long()
+    if off_classes.shape != (batch,) or (off_classes == classes).any():
+        raise InvalidInputError(f"off_classes must be [B] = [{batch}] classes, none equal to the target's")
+    if maps is None:
+        maps = _explain(explainer, x, classes, chunk_size)
+    other = _explain(explainer, x, off_classes, chunk_size)
+    return similarity(maps.detach().float().to(x.device), other).float()

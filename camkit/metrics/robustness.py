@@ -1,0 +1,583 @@
+"""Robustness measures: how much a map moves when the input moves a little.
+
+* :func:`avg_sensitivity`, :func:`max_sensitivity` (Yeh et al. 2019; captum's ``sensitivity_max``);
+* :func:`local_lipschitz_estimate` (Alvarez-Melis and Jaakkola 2018);
+* :func:`continuity` (Montavon et al. 2018), on translated inputs;
+* :func:`relative_input_stability`, :func:`relative_output_stability`,
+  :func:`relative_representation_stability` (Agarwal et al. 2022);
+* :func:`consistency` (Dasgupta et al. 2022), which needs no re-explanation.
+
+The measures that perturb re-explain ``N`` perturbed copies of the batch: the ``N x B``
+inputs go to the explainer ``chunk_size`` at a time. Perturbations are drawn from a
+``torch.Generator`` or given as a plan ``perturbed`` [N, B, C, *S] (the perturbed inputs
+themselves), so the same draws can be replayed or shared with another library. The model,
+where a measure needs it, runs in eval mode without gradients. Lower is more robust for
+every measure here except :func:`consistency`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import InvalidInputError
+from ..targets.classes import OutputSelector, Target
+from ._common import check_chunk_size, check_images, check_maps, check_model
+from ._reexplain import explain_stack, model_outputs, top1
+
+__all__ = [
+    "avg_sensitivity",
+    "consistency",
+    "continuity",
+    "local_lipschitz_estimate",
+    "max_sensitivity",
+    "relative_input_stability",
+    "relative_output_stability",
+    "relative_representation_stability",
+]
+
+Explain = Callable[..., Any]
+
+
+def _setup(
+    explainer: Explain, model: nn.Module | None, x: Tensor, target: Target, maps: Tensor | None, chunk_size: int,
+    output: OutputSelector,
+) -> tuple[Target, Tensor]:  # fmt: skip
+    """The resolved target and the maps [B, *S] of the unperturbed inputs."""
+    check_images(x)
+    check_chunk_size(chunk_size)
+    if model is not None:
+        check_model(model)
+    if target is None:
+        if model is None:
+            raise InvalidInputError("target=None explains each input's top-1 class, which needs the model: pass model=")
+        target = top1(model, x, chunk_size, output)
+    if maps is None:
+        maps = explain_stack(explainer, x[None], target, chunk_size)[0]
+    return target, check_maps(maps, x)
+
+
+def _plan(x: Tensor, perturbed: Tensor | None, samples: int, draw: Callable[[tuple[int, ...]], Tensor]) -> Tensor:
+    """Perturbed inputs [N, B, C, *S]: the plan given, or ``x + draw(shape)``."""
+    if perturbed is not None:
+        if not isinstance(perturbed, Tensor) or perturbed.dim() != x.dim() + 1 or perturbed.shape[1:] != x.shape:
+            got = list(perturbed.shape) if isinstance(perturbed, Tensor) else type(perturbed).__name__
+            raise InvalidInputError(
+                f"perturbed must be the perturbed inputs [N, *x.shape] = [N, {', '.join(map(str, x.shape))}], got {got}"
+            )
+        return perturbed.to(device=x.device, dtype=x.dtype)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise InvalidInputError(f"samples must be a positive int, got {samples!r}")
+    return x[None] + draw((samples, *x.shape)).to(device=x.device, dtype=x.dtype)
+
+
+def _uniform(low: float, high: float, generator: torch.Generator | None) -> Callable[[tuple[int, ...]], Tensor]:
+    if not high > low:
+        raise InvalidInputError(f"the noise needs low < high, got low={low}, high={high}")
+    return lambda shape: torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low
+
+
+def _changed(model: nn.Module | None, x: Tensor, perturbed: Tensor, chunk_size: int, output: OutputSelector) -> Tensor:
+    """Bool [N, B]: does the perturbed input's top-1 class differ from the input's?"""
+    if model is None:
+        raise InvalidInputError("skipping perturbations that change the prediction needs the model: pass model=")
+    before = top1(model, x, chunk_size, output)
+    after = model_outputs(model, perturbed.flatten(0, 1), chunk_size, output).argmax(dim=1)
+    return after.view(perturbed.shape[:2]) != before
+
+
+def _norm(t: Tensor) -> Tensor:
+    """Euclidean (Frobenius) norm of each row of [N, B, ...]: [N, B]."""
+    return t.flatten(2).double().norm(dim=2)
+
+
+def _reduce(values: Tensor, skip: Tensor | None, how: str) -> Tensor:
+    """Reduce [N, B] over N ('mean' or 'max'), leaving out skipped entries; NaN where all are left out."""
+    if skip is not None:
+        values = torch.where(skip, torch.full_like(values, float("nan")), values)
+    if how == "mean":
+        out = values.nanmean(dim=0)
+    else:
+        out = torch.where(torch.isnan(values), torch.full_like(values, -torch.inf), values).amax(dim=0)
+        out = torch.where(torch.isnan(values).all(dim=0), torch.full_like(out, float("nan")), out)
+    return out.float()
+
+
+def _sensitivity(
+    explainer: Explain, x: Tensor, target: Target, how: str, *, model: nn.Module | None, maps: Tensor | None,
+    samples: int, radius: float, perturbed: Tensor | None, skip_changed: bool, generator: torch.Generator | None,
+    chunk_size: int, output: OutputSelector,
+) -> Tensor:  # fmt: skip
+    target, maps = _setup(explainer, model, x, target, maps, chunk_size, output)
+    plan = _plan(x, perturbed, samples, _uniform(-radius, radius, generator))
+    moved = explain_stack(explainer, plan, target, chunk_size)
+    base = _norm(maps[None])
+    ratio = _norm(moved - maps[None]) / torch.where(base == 0, torch.ones_like(base), base)
+    ratio = torch.where(base == 0, torch.full_like(ratio, float("nan")), ratio)
+    skip = _changed(model, x, plan, chunk_size, output) if skip_changed else None
+    return _reduce(ratio, skip, how)
+
+
+def avg_sensitivity(
+    explainer: Explain,
+    x: Tensor,
+    target: Target = None,
+    *,
+    model: nn.Module | None = None,
+    maps: Tensor | None = None,
+    samples: int = 200,
+    radius: float = 0.2,
+    perturbed: Tensor | None = None,
+    skip_changed: bool = False,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> Tensor:
+    """Average sensitivity (Yeh et al. 2019): the mean relative change of the map under small noise.
+
+    ``mean_n ||e(x + d_n) - e(x)||_2 / ||e(x)||_2`` with ``d_n ~ U(-radius, radius)`` on every
+    value of the input (Quantus's ``AvgSensitivity`` with its default ``lower_bound=0.2``).
+    Needs re-explanation (and the model for ``target=None`` or ``skip_changed``); costs
+    ``samples`` explanations of the batch, ``chunk_size`` inputs per explainer call.
+
+    Args:
+        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
+        x: inputs [B, C, *S] ([B, C, T], [B, C, H, W] or [B, C, D, H, W]).
+        target: ``None`` (the model's top-1 class), an int, B ints or a callable; the same
+            target explains every perturbed copy of an input.
+        model: the model, for ``target=None`` and ``skip_changed``.
+        maps: the maps of ``x`` [B, *S]; ``None`` explains them.
+        samples: perturbations N.
+        radius: half-width of the uniform noise.
+        perturbed: a plan of perturbed inputs [N, B, C, *S] instead of drawing.
+        skip_changed: leave out the perturbations that change the top-1 class (NaN if all do).
+        generator: the source of the draws.
+        chunk_size: inputs per explainer (and model) call.
+        output: what to read when the model does not return a tensor.
+
+    Returns:
+        Float tensor [B]; NaN for a map that is all zero.
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import avg_sensitivity
+        >>> x = torch.ones(1, 1, 4)
+        >>> square = lambda inputs, target: inputs[:, 0] ** 2  # an 'explainer' whose map is x squared
+        >>> plan = torch.stack([x + 0.1, x - 0.1])  # two perturbations, given as a plan
+        >>> avg_sensitivity(square, x, 0, perturbed=plan)  # (||1.21 - 1|| + ||0.81 - 1||) / 2 / ||1||
+        tensor([0.2000])
+    """
+    return _sensitivity(
+        explainer, x, target, "mean", model=model, maps=maps, samples=samples, radius=radius, perturbed=perturbed,
+        skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output,
+    )  # fmt: skip
+
+
+def max_sensitivity(
+    explainer: Explain,
+    x: Tensor,
+    target: Target = None,
+    *,
+    model: nn.Module | None = None,
+    maps: Tensor | None = None,
+    samples: int = 200,
+    radius: float = 0.2,
+    perturbed: Tensor | None = None,
+    skip_changed: bool = False,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> Tensor:
+    """Max sensitivity (Yeh et al. 2019): the largest relative change of the map under small noise.
+
+    ``max_n ||e(x + d_n) - e(x)||_2 / ||e(x)||_2``, ``d_n ~ U(-radius, radius)``: Quantus's
+    ``MaxSensitivity`` and captum's ``sensitivity_max`` (which draws ``U(-0.02, 0.02)`` by default:
+    pass ``radius=0.02``; captum divides by 1 where ``||e(x)|| = 0``, camkit returns NaN).
+    Needs and costs as :func:`avg_sensitivity`, whose arguments it takes.
+
+    Args:
+        explainer, x, target, model, maps, samples, radius, perturbed, skip_changed, generator,
+            chunk_size, output: see :func:`avg_sensitivity`.
+
+    Returns:
+        Float tensor [B]; NaN for a map that is all zero.
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import max_sensitivity
+        >>> x = torch.ones(1, 1, 4)
+        >>> square = lambda inputs, target: inputs[:, 0] ** 2
+        >>> max_sensitivity(square, x, 0, perturbed=torch.stack([x + 0.1, x - 0.1]))  # ||1.21 - 1|| / ||1||
+        tensor([0.2100])
+    """
+    return _sensitivity(
+        explainer, x, target, "max", model=model, maps=maps, samples=samples, radius=radius, perturbed=perturbed,
+        skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output,
+    )  # fmt: skip
+
+
+def local_lipschitz_estimate(
+    explainer: Explain,
+    x: Tensor,
+    target: Target = None,
+    *,
+    model: nn.Module | None = None,
+    maps: Tensor | None = None,
+    samples: int = 200,
+    mean: float = 0.0,
+    std: float = 0.1,
+    perturbed: Tensor | None = None,
+    skip_changed: bool = False,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> Tensor:
+    """Local Lipschitz estimate (Alvarez-Melis and Jaakkola 2018): the steepest change of the map.
+
+    ``max_n ||e(x) - e(x_n)||_2 / ||x - x_n||_2`` with ``x_n = x + N(mean, std^2)`` on every
+    value. Needs and costs as :func:`avg_sensitivity` (``samples`` explanations of the batch).
+
+    Args:
+        explainer, x, target, model, maps, samples, perturbed, skip_changed, generator,
+            chunk_size, output: see :func:`avg_sensitivity`.
+        mean, std: the Gaussian noise.
+
+    Returns:
+        Float tensor [B].
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import local_lipschitz_estimate
+        >>> x = torch.ones(1, 1, 4)
+        >>> double = lambda inputs, target: 2 * inputs[:, 0]  # a linear 'explainer': Lipschitz constant 2
+        >>> local_lipschitz_estimate(double, x, 0, samples=5, generator=torch.Generator().manual_seed(0))
+        tensor([2.])
+    """
+    target, maps = _setup(explainer, model, x, target, maps, chunk_size, output)
+    if not std >= 0:
+        raise InvalidInputError(f"std must be >= 0, got {std!r}")
+    plan = _plan(
+        x, perturbed, samples, lambda shape: torch.randn(shape, generator=generator, dtype=torch.float64) * std + mean
+    )
+    moved = explain_stack(explainer, plan, target, chunk_size)
+    ratio = _norm(moved - maps[None]) / _norm(plan - x[None])
+    skip = _changed(model, x, plan, chunk_size, output) if skip_changed else None
+    return _reduce(ratio, skip, "max")
+
+
+def _translate(x: Tensor, shift: int, fill: Tensor) -> Tensor:
+    """x [B, C, *S] moved by ``shift`` positions along its last axis, the gap filled with ``fill`` [B]."""
+    width = x.shape[-1]
+    pad = fill.view(-1, *(1,) * (x.dim() - 1)).expand(*x.shape[:-1], min(abs(shift), width))
+    if shift >= 0:
+        return torch.cat([pad, x], dim=-1)[..., :width]
+    return torch.cat([x, pad], dim=-1)[..., -width:]
+
+
+def continuity(
+    explainer: Explain,
+    x: Tensor,
+    target: Target = None,
+    *,
+    model: nn.Module | None = None,
+    maps: Tensor | None = None,
+    steps: int = 28,
+    fill: float | None = None,
+    skip_changed: bool = False,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> Tensor:
+    """Continuity (Montavon et al. 2018): the steepest change of the map as the input slides sideways.
+
+    The input is translated along its last axis (an image's width, a signal's time, a
+    volume's W) by ``k * dx`` positions for ``k = 1..steps`` starting from ``-W``, with
+    ``dx = (2 W + 1) // steps`` (Quantus's schedule), the gap filled with ``fill`` (``None``:
+    each input's minimum, Quantus's ``"black"``); the score is
+    ``max_k ||e(x) - e(x_k)||_1 / ||x - x_k||_2``. Deterministic. Needs re-explanation; costs
+    ``steps`` explanations of the batch.
+
+    Args:
+        explainer, x, target, model, maps, skip_changed, chunk_size, output: see :func:`avg_sensitivity`.
+        steps: translations.
+        fill: the value shifted in.
+
+    Returns:
+        Float tensor [B]; translations that leave the input unchanged are left out.
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import continuity
+        >>> x = torch.tensor([[[0.0, 1.0, 0.0, 0.0]]])
+        >>> identity = lambda inputs, target: inputs[:, 0]
+        >>> continuity(identity, x, 0, steps=3)  # shifts -1, 2, 5 (dx = 3): ||d||_1 / ||d||_2 at most sqrt(2)
+        tensor([1.4142])
+    """
+    target, maps = _setup(explainer, model, x, target, maps, chunk_size, output)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InvalidInputError(f"steps must be a positive int, got {steps!r}")
+    width = x.shape[-1]
+    dx = (2 * width + 1) // steps
+    values = x.flatten(1).amin(dim=1) if fill is None else torch.full((x.shape[0],), float(fill), device=x.device)
+    plan = torch.stack([_translate(x, -width + dx * k, values) for k in range(1, steps + 1)])
+    moved = explain_stack(explainer, plan, target, chunk_size)
+    l1 = (moved - maps[None]).flatten(2).double().abs().sum(dim=2)
+    dist = _norm(plan - x[None])
+    ratio = l1 / torch.where(dist == 0, torch.ones_like(dist), dist)
+    skip = dist == 0
+    if skip_changed:
+        skip = skip | _changed(model, x, plan, chunk_size, output)
+    return _reduce(ratio, skip, "max")
+
+
+def _relative(
+    explainer: Explain, model: nn.Module, x: Tensor, target: Target, denominator: Callable[[Tensor, Tensor], Tensor],
+    *, maps: Tensor | None, samples: int, low: float, high: float, eps: float, perturbed: Tensor | None,
+    skip_changed: bool, generator: torch.Generator | None, chunk_size: int, output: OutputSelector,
+) -> Tensor:  # fmt: skip
+    check_model(model)
+    target, maps = _setup(explainer, model, x, target, maps, chunk_size, output)
+    plan = _plan(x, perturbed, samples, _uniform(low, high, generator))
+    moved = explain_stack(explainer, plan, target, chunk_size).double()
+    e = maps[None].double()
+    top = _norm((e - moved) / (e + (e == 0) * eps))
+    bottom = denominator(x, plan)
+    bottom = bottom + (bottom == 0) * eps
+    skip = _changed(model, x, plan, chunk_size, output) if skip_changed else None
+    return _reduce(top / bottom, skip, "max")
+
+
+def _relative_change(before: Tensor, after: Tensor, eps: float) -> Tensor:
+    """||(before - after) / before||_2 per row of [N, B, ...], a zero ``before`` replaced by ``eps``."""
+    before = before.double()
+    return _norm((before - after.double()) / (before + (before == 0) * eps))
+
+
+def relative_input_stability(
+    explainer: Explain,
+    model: nn.Module,
+    x: Tensor,
+    target: Target = None,
+    *,
+    maps: Tensor | None = None,
+    samples: int = 200,
+    low: float = -0.2,
+    high: float = 0.2,
+    eps: float = 1e-6,
+    perturbed: Tensor | None = None,
+    skip_changed: bool = True,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> Tensor:
+    """Relative input stability (Agarwal et al. 2022): relative change of the map over relative change of the input.
+
+    ``max_n ||(e - e_n) / e||_2 / ||(x - x_n) / x||_2`` over perturbations that keep
+    the predicted class, with ``x_n = x + U(low, high)``; elementwise divisions, zeros of the
+    divisor replaced by ``eps``, and so is a zero denominator. Needs the model and re-explanation; costs ``samples``
+    explanations and forward passes of the batch.
+
+    Args:
+        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
+        model: the model (for the outputs, ``target=None`` and ``skip_changed``).
+        x: inputs [B, C, *S].
+        target, maps, perturbed, generator, chunk_size, output: see :func:`avg_sensitivity`.
+        samples: perturbations N.
+        low, high: the uniform noise ``U(low, high)`` added to every value.
+        eps: replaces zeros in the denominators (Quantus's ``eps_min``).
+        skip_changed: leave out the perturbations that change the top-1 class, as the paper
+            asks (NaN where all do).
+
+    Returns:
+        Float tensor [B].
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import relative_input_stability
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+        >>> x = torch.ones(1, 1, 4)
+        >>> identity = lambda inputs, target: inputs[:, 0]  # e(x) = x: the ratio is 1 for every perturbation
+        >>> relative_input_stability(identity, net, x, 0, samples=3, skip_changed=False)
+        tensor([1.])
+    """
+    return _relative(
+        explainer, model, x, target, lambda a, b: _relative_change(a[None], b, eps), maps=maps, samples=samples,
+        low=low, high=high, eps=eps, perturbed=perturbed, skip_changed=skip_changed, generator=generator,
+        chunk_size=chunk_size, output=output,
+    )  # fmt: skip
+
+
+def relative_output_stability(
+    explainer: Explain,
+    model: nn.Module,
+    x: Tensor,
+    target: Target = None,
+    *,
+    maps: Tensor | None = None,
+    samples: int = 200,
+    low: float = -0.2,
+    high: float = 0.2,
+    eps: float = 1e-6,
+    perturbed: Tensor | None = None,
+    skip_changed: bool = True,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> Tensor:
+    """Relative output stability (Agarwal et al. 2022): relative change of the map over that of the model's output.
+
+    ``max_n ||(e - e_n) / e||_2 / ||h(x) - h(x_n)||_2`` with ``h`` the model's output
+    (the logits), over perturbations ``x_n = x + U(low, high)`` that keep the predicted class.
+    The output change is not divided by ``h(x)``: the paper's ROS, and Quantus's. Needs the
+    model and re-explanation; costs ``samples`` explanations and forward passes of the batch.
+
+    Args:
+        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
+        model: the model (for the outputs, ``target=None`` and ``skip_changed``).
+        x: inputs [B, C, *S].
+        target, maps, perturbed, generator, chunk_size, output: see :func:`avg_sensitivity`.
+        samples: perturbations N.
+        low, high: the uniform noise ``U(low, high)`` added to every value.
+        eps: replaces zeros in the denominators (Quantus's ``eps_min``).
+        skip_changed: leave out the perturbations that change the top-1 class, as the paper
+            asks (NaN where all do).
+
+    Returns:
+        Float tensor [B].
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import relative_output_stability
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+        >>> relative_output_stability(lambda i, t: i[:, 0], net, torch.rand(2, 1, 4), 0, samples=3).shape
+        torch.Size([2])
+    """
+
+    def outputs(a: Tensor, b: Tensor) -> Tensor:
+        h = model_outputs(model, a, chunk_size, output)
+        h_n = model_outputs(model, b.flatten(0, 1), chunk_size, output).view(b.shape[0], *h.shape)
+        return _norm(h[None] - h_n)
+
+    return _relative(
+        explainer, model, x, target, outputs, maps=maps, samples=samples, low=low, high=high, eps=eps,
+        perturbed=perturbed, skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output,
+    )  # fmt: skip
+
+
+def relative_representation_stability(
+    explainer: Explain,
+    model: nn.Module,
+    x: Tensor,
+    target: Target = None,
+    *,
+    representation: Callable[[Tensor], Tensor],
+    maps: Tensor | None = None,
+    samples: int = 200,
+    low: float = -0.2,
+    high: float = 0.2,
+    eps: float = 1e-6,
+    perturbed: Tensor | None = None,
+    skip_changed: bool = True,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 64,
+    output: OutputSelector = None,
+) -> Tensor:
+    """Relative representation stability (Agarwal et al. 2022): relative change of the map over
+    relative change of an internal representation.
+
+    ``max_n ||(e - e_n) / e||_2 / ||(L(x) - L(x_n)) / L(x)||_2`` with ``L`` the
+    ``representation`` function (inputs [M, C, *S] to features [M, ...], e.g. a truncated
+    model), over perturbations ``x_n = x + U(low, high)`` that keep the predicted class.
+    Needs the model, a representation and re-explanation; costs ``samples`` explanations,
+    forward passes and representation passes of the batch.
+
+    Args:
+        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
+        model: the model (for the outputs, ``target=None`` and ``skip_changed``).
+        x: inputs [B, C, *S].
+        target, maps, perturbed, generator, chunk_size, output: see :func:`avg_sensitivity`.
+        samples: perturbations N.
+        low, high: the uniform noise ``U(low, high)`` added to every value.
+        eps: replaces zeros in the denominators (Quantus's ``eps_min``).
+        skip_changed: leave out the perturbations that change the top-1 class, as the paper
+            asks (NaN where all do).
+        representation: ``L(inputs) -> features``, run without gradients in chunks.
+
+    Returns:
+        Float tensor [B].
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.metrics import relative_representation_stability
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+        >>> relative_representation_stability(lambda i, t: i[:, 0], net, torch.rand(2, 1, 4), 0,
+        ...                                   representation=net[:2], samples=3).shape
+        torch.Size([2])
+    """
+
+    def features(a: Tensor) -> Tensor:
+        with torch.no_grad():
+            return torch.cat(
+                [representation(a[i : i + chunk_size]).flatten(1) for i in range(0, a.shape[0], chunk_size)]
+            )
+
+    def change(a: Tensor, b: Tensor) -> Tensor:
+        r = features(a)
+        r_n = features(b.flatten(0, 1)).view(b.shape[0], *r.shape)
+        return _relative_change(r[None], r_n, eps)
+
+    return _relative(
+        explainer, model, x, target, change, maps=maps, samples=samples, low=low, high=high, eps=eps,
+        perturbed=perturbed, skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output,
+    )  # fmt: skip
+
+
+def consistency(maps: Tensor, predictions: Tensor, *, n: int = 5, labels: Tensor | None = None) -> Tensor:
+    """Consistency (Dasgupta et al. 2022): do inputs whose maps look alike get the same prediction?
+
+    Each map is reduced to a discrete label (``labels`` [B], or by default the signs of its
+    first ``n`` values in row-major order, Quantus's ``top_n_sign``); for input ``i``, among
+    the other inputs ``j`` with the same label, the share predicted as ``i`` is. Needs the
+    predictions, no model; one pass over the batch, pairwise [B, B].
+
+    Args:
+        maps: maps [B, *S] (any rank).
+        predictions: predicted classes [B].
+        n: values whose signs make the default label.
+        labels: discrete labels [B] (ints) instead of the default.
+
+    Returns:
+        Float tensor [B]; NaN for an input whose label no other input shares.
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import consistency
+        >>> maps = torch.tensor([[1.0, -1.0], [2.0, -3.0], [1.0, 1.0]])
+        >>> consistency(maps, torch.tensor([0, 1, 0]), n=2)  # maps 0 and 1 share the signs (+, -), not the class
+        tensor([0., 0., nan])
+    """
+    maps = check_maps(maps) if maps.dim() in (2, 3, 4) else maps
+    batch = maps.shape[0]
+    if labels is None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidInputError(f"n must be a positive int, got {n!r}")
+        signs = torch.sign(maps.flatten(1)[:, :n])
+        same_label = (signs[:, None] == signs[None]).all(dim=2)
+    else:
+        if labels.shape != (batch,):
+            raise InvalidInputError(f"labels must be [B] = [{batch}], got {list(labels.shape)}")
+        same_label = labels[:, None] == labels[None]
+    predictions = predictions.to(maps.device).reshape(-1)
+    if predictions.shape != (batch,):
+        raise InvalidInputError(f"predictions must be [B] = [{batch}] classes, got {list(predictions.shape)}")
+    others = ~torch.eye(batch, dtype=torch.bool, device=maps.device)
+    same_label = same_label.to(maps.device) & others
+    agree = (same_label & (predictions[:, None] == predictions[None])).sum(dim=1)
+    count = same_label.sum(dim=1)
+    share = agree / count.clamp(min=1)
+    return torch.where(count == 0, torch.full_like(share, float("nan")), share).float()
