@@ -11,7 +11,7 @@ broadcast to the input's channels, ``normalise=False``, baseline 0, the same bat
 Quantus batch) and camkit's value is checked against it (max abs difference). Quantus runs
 one model call per perturbation step for the whole batch; goal: camkit never slower.
 
-Models: torchvision's resnet18 (224x224, 2 images) and r3d_18 (a 3-D network: 8 frames of
+Models: torchvision's resnet18 (112x112, 2 images) and r3d_18 (a 3-D network: 8 frames of
 56x56, 1 clip; pixel flipping, region perturbation, infidelity and completeness against their
 floor only, as Quantus's image metrics do not take volumes). Every metric is set
 to score 12 to 32 perturbations per sample. ``--smoke``: resnet18 at 32x32, three metrics,
@@ -118,7 +118,7 @@ class Config:
 def configs(ctx: Context) -> list[Config]:
     if ctx.smoke:
         return [Config("resnet18", (3, 32, 32), 2, True)]
-    return [Config("resnet18", (3, 224, 224), 2, True), Config("r3d_18", (3, 8, 56, 56), 1, False)]
+    return [Config("resnet18", (3, 112, 112), 2, True), Config("r3d_18", (3, 8, 56, 56), 1, False)]
 
 
 def _quantus_call(name: str, kwargs: dict[str, Any], model: nn.Module, x: Tensor, a: Tensor, y: Tensor):
