@@ -18,20 +18,41 @@ from .faithfulness import (
     PixelFlipping,
     SensitivityN,
 )
+from .localisation import (
+    AUC,
+    AttributionLocalisation,
+    Focus,
+    PointingGame,
+    RelevanceMassAccuracy,
+    RelevanceRankAccuracy,
+    TopKIntersection,
+)
+from .randomisation import MPRT, EfficientMPRT, RandomLogit, SmoothMPRT
 
 __all__ = [
+    "AUC",
+    "MPRT",
+    "AttributionLocalisation",
     "Completeness",
     "Complexity",
     "EffectiveComplexity",
+    "EfficientMPRT",
     "FaithfulnessCorrelation",
     "FaithfulnessEstimate",
+    "Focus",
     "Infidelity",
     "Metric",
     "Monotonicity",
     "MonotonicityCorrelation",
     "NonSensitivity",
     "PixelFlipping",
+    "PointingGame",
+    "RandomLogit",
+    "RelevanceMassAccuracy",
+    "RelevanceRankAccuracy",
     "SensitivityN",
+    "SmoothMPRT",
     "Sparseness",
+    "TopKIntersection",
     "quantus_baseline",
 ]
