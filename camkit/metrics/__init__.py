@@ -47,6 +47,7 @@ from .localisation import (
 )
 from .pointing import energy_pointing_game, pointing_game, region_masks
 from .randomisation import MPRTResult, efficient_mprt, mprt, random_logit
+from .regions import irof, region_perturbation, selectivity
 from .road import noisy_linear_imputation, road_curve
 from .robustness import (
     avg_sensitivity,
@@ -59,6 +60,7 @@ from .robustness import (
     relative_representation_stability,
 )
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
+from .sufficiency import sufficiency
 
 __all__ = [
     "Baseline",
@@ -86,6 +88,7 @@ __all__ = [
     "infidelity",
     "input_invariance",
     "insertion_curve",
+    "irof",
     "local_lipschitz_estimate",
     "max_sensitivity",
     "monotonicity",
@@ -99,15 +102,18 @@ __all__ = [
     "randomization_check",
     "region_auc",
     "region_masks",
+    "region_perturbation",
     "relative_input_stability",
     "relative_output_stability",
     "relative_representation_stability",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "road_curve",
+    "selectivity",
     "sensitivity_n",
     "sparseness",
     "spearman",
     "ssim",
+    "sufficiency",
     "top_k_intersection",
 ]

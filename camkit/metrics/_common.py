@@ -198,6 +198,18 @@ class ChunkScorer:
             )
         self.classes = classes
 
+    def hits(self, images: Tensor, owners: Tensor) -> Tensor:
+        """1.0 where an image's top-1 class is its target class, else 0.0 [M] (class targets only)."""
+        out = self._outputs(images)
+        if self._deferred:
+            self._resolve_deferred(out)
+        if self.classes is None:
+            raise InvalidTargetError(
+                "scoring whether the top-1 class is the target needs class targets (None, an int or B ints), "
+                "not a callable"
+            )
+        return (out.argmax(dim=1) == self.classes[owners]).to(out.dtype)
+
     def score(self, images: Tensor, owners: Tensor) -> Tensor:
         out = self._outputs(images)
         if self._deferred:

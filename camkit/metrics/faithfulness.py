@@ -101,8 +101,8 @@ def pixel_flipping(
 
 def draw_subsets(batch: int, features: int, runs: int, size: int, generator: torch.Generator | None) -> Tensor:
     """``runs`` random subsets of ``size`` distinct features per sample, LongTensor [B, runs, size]."""
-    keys = torch.rand(batch, runs, features, generator=generator)
-    return keys.topk(size, dim=2).indices
+    # one sample at a time: keys for the whole batch would hold B * runs * F floats at once
+    return torch.stack([torch.rand(runs, features, generator=generator).topk(size, dim=1).indices for _ in range(batch)])
 
 
 def faithfulness_correlation(

@@ -168,6 +168,7 @@ def road_curve(
     generator: torch.Generator | None = None,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    hits: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The ROAD curve: the target's score as pixels are removed by noisy linear imputation.
 
@@ -190,6 +191,8 @@ def road_curve(
         noise: standard deviation of the imputation noise (Rong et al. use 0.01 on
             normalised images).
         generator: CPU ``torch.Generator`` for reproducible noise.
+        hits: record 1.0 where the imputed input's top-1 class is still the target class and
+            0.0 elsewhere, instead of the score (Rong et al.'s accuracy curve; class targets only).
 
     Returns:
         ``(fractions, scores)``: fractions actually removed [F] (counts divided by N) and
@@ -237,7 +240,7 @@ def road_curve(
             owner, step = pair // len(counts), pair % len(counts)
             removed = ranks[owner] < step_counts[step].view(-1, *(1,) * (maps.dim() - 1))
             images = noisy_linear_imputation(x[owner], removed, noise=noise, generator=generator)
-            scores = scorer.score(images, owner)
+            scores = scorer.hits(images, owner) if hits else scorer.score(images, owner)
             if curve is None:
                 curve = torch.empty(batch, len(counts), dtype=scores.dtype, device=x.device)
             curve[owner, step] = scores.to(curve.dtype)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from camkit.compat import quantus as cq
+from camkit.errors import InvalidInputError
 from camkit.metrics import infidelity
 
 quantus = pytest.importorskip("quantus")
@@ -149,3 +150,50 @@ def test_sensitivity_n_per_sample_against_quantus_across_samples():
         )
     assert len(theirs) == len(ours) == 4
     assert not np.allclose(theirs, 1.0, atol=1e-3)  # cumulative drops against one step's attribution
+
+
+def _gradient(model, inputs, targets, **kwargs):
+    t = torch.tensor(inputs, requires_grad=True)
+    out = model(t).gather(1, torch.as_tensor(targets)[:, None]).sum()
+    return torch.autograd.grad(out, t)[0].numpy()
+
+
+def _input_times_gradient(model, inputs, targets, **kwargs):
+    return _gradient(model, inputs, targets) * inputs
+
+
+def test_input_invariance_quantus_shift_breaks_padded_layers():
+    x, y, _ = data(8)
+    net = conv_net(8)
+    np.random.seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = quantus.InputInvariance(disable_warnings=True)(model=net, x_batch=x, y_batch=y, a_batch=None, explain_func=_gradient)
+    ours = cq.InputInvariance()(model=net, x_batch=x, y_batch=y, a_batch=None, explain_func=_gradient)
+    assert not any(theirs)  # Quantus's shifted copy is another function: even the gradient "fails"
+    assert ours == [True, True, True]
+    assert cq.InputInvariance()(model=net, x_batch=x, y_batch=y, explain_func=_input_times_gradient) == [False] * 3
+    with pytest.raises(InvalidInputError, match="explain_func"):
+        cq.InputInvariance()(model=net, x_batch=x, y_batch=y, a_batch=x)
+
+
+def test_evaluate_raises_where_quantus_prints(capsys):
+    x, y, a = data()
+    net = conv_net()
+    metrics = {"sparseness": cq.Sparseness(), "broken": cq.FaithfulnessCorrelation(subset_size=10_000)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = quantus.evaluate(
+            metrics={"sparseness": quantus.Sparseness(disable_warnings=True),
+                     "broken": quantus.FaithfulnessCorrelation(subset_size=10_000, disable_warnings=True)},
+            xai_methods={"random": a}, model=net, x_batch=x, y_batch=y, call_kwargs={"first": {}, "second": {}},
+        )  # fmt: skip
+    assert theirs["random"]["broken"] == {}  # the failure is printed and the entry left empty
+    assert "subset_size" in capsys.readouterr().out
+    with pytest.raises(cq.MetricFailedError, match="'broken' failed on method 'random'"):
+        cq.evaluate(metrics=metrics, xai_methods={"random": a}, model=net, x_batch=x, y_batch=y)
+    ok = cq.evaluate(metrics={"sparseness": cq.Sparseness()}, xai_methods={"random": a}, model=net, x_batch=x, y_batch=y)
+    np.testing.assert_allclose(ok["random"]["sparseness"], theirs["random"]["sparseness"]["first"], rtol=1e-5)
+    frame = cq.evaluate(metrics={"sparseness": cq.Sparseness()}, xai_methods={"random": a, "grad": _gradient},
+                        model=net, x_batch=x, y_batch=y, agg_func=np.mean, explain_func_kwargs={}, return_as_df=True)  # fmt: skip
+    assert list(frame.columns) == ["random", "grad"] and list(frame.index) == ["sparseness"]

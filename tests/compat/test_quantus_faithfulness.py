@@ -163,3 +163,14 @@ def test_compat_errors():
         cq.PixelFlipping()(model=small_net(), x_batch=np.zeros((1, 1, 6, 6), np.float32), y_batch=np.zeros(1))
     with pytest.raises(InvalidInputError, match="correlation_pearson"):
         cq.FaithfulnessEstimate(similarity_func=quantus.similarity_func.correlation_spearman)
+
+
+def test_compat_leaves_the_model_and_arrays_as_they_were(batch):
+    net, x, y, a = batch
+    net.train()
+    x0, a0 = x.copy(), a.copy()
+    cq.PixelFlipping(features_in_step=12)(model=net, x_batch=x, y_batch=y, a_batch=a)
+    assert all(m.training for m in net.modules())  # Quantus leaves it in eval mode
+    assert all(p.grad is None for p in net.parameters())
+    assert np.array_equal(x, x0) and np.array_equal(a, a0)
+    net.eval()

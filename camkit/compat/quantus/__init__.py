@@ -7,7 +7,8 @@ each class's docstring names where it is not (the metrics guide lists them all).
 """
 
 from ._base import Metric, quantus_baseline
-from .axiomatic import Completeness, NonSensitivity
+from ._evaluate import MetricFailedError, evaluate
+from .axiomatic import Completeness, InputInvariance, NonSensitivity
 from .complexity import Complexity, EffectiveComplexity, Sparseness
 from .faithfulness import (
     FaithfulnessCorrelation,
@@ -28,6 +29,7 @@ from .localisation import (
     TopKIntersection,
 )
 from .randomisation import MPRT, EfficientMPRT, RandomLogit, SmoothMPRT
+from .regions import IROF, ROAD, RegionPerturbation, Selectivity, Sufficiency
 from .robustness import (
     AvgSensitivity,
     Consistency,
@@ -41,7 +43,9 @@ from .robustness import (
 
 __all__ = [
     "AUC",
+    "IROF",
     "MPRT",
+    "ROAD",
     "AttributionLocalisation",
     "AvgSensitivity",
     "Completeness",
@@ -54,23 +58,29 @@ __all__ = [
     "FaithfulnessEstimate",
     "Focus",
     "Infidelity",
+    "InputInvariance",
     "LocalLipschitzEstimate",
     "MaxSensitivity",
     "Metric",
+    "MetricFailedError",
     "Monotonicity",
     "MonotonicityCorrelation",
     "NonSensitivity",
     "PixelFlipping",
     "PointingGame",
     "RandomLogit",
+    "RegionPerturbation",
     "RelativeInputStability",
     "RelativeOutputStability",
     "RelativeRepresentationStability",
     "RelevanceMassAccuracy",
     "RelevanceRankAccuracy",
+    "Selectivity",
     "SensitivityN",
     "SmoothMPRT",
     "Sparseness",
+    "Sufficiency",
     "TopKIntersection",
+    "evaluate",
     "quantus_baseline",
 ]

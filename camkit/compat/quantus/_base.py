@@ -119,6 +119,8 @@ class Metric:
         self.display_progressbar = display_progressbar
         self.evaluation_scores: Result = []
         self.all_evaluation_scores: Result = []
+        self.explain_func: Any = None
+        self.explain_func_kwargs: dict[str, Any] = {}
 
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
@@ -165,6 +167,8 @@ class Metric:
             raise InvalidInputError(f"y_batch has {y_all.shape[0]} labels for {x_all.shape[0]} inputs")
         if a_batch is None and explain_func is None:
             raise InvalidInputError("pass a_batch (the maps) or explain_func (a camkit explainer or Quantus's callable)")
+        self.explain_func = explain_func
+        self.explain_func_kwargs = dict(explain_func_kwargs or {})
         target_device = torch.device(device) if device is not None else _model_device(model)
         softmax = self.softmax_default if softmax is None else softmax
         scores: Result = []

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
-from camkit import metrics
+from camkit import Explainer, metrics
+from camkit.errors import InvalidInputError
 
-from ._base import Metric, Result
+from ._base import Metric, Result, _as_maps
 
-__all__ = ["Completeness", "NonSensitivity"]
+__all__ = ["Completeness", "InputInvariance", "NonSensitivity"]
 
 
 class Completeness(Metric):
@@ -72,3 +74,44 @@ class NonSensitivity(Metric):
             softmax=softmax, chunk_size=chunk_size,
         )  # fmt: skip
         return [int(v) for v in counts.tolist()]
+
+
+class InputInvariance(Metric):
+    """Quantus's ``InputInvariance`` on :func:`camkit.metrics.input_invariance`: one bool per sample.
+
+    Differs from Quantus: Quantus copies the model and moves the shift into its first layer's
+    bias using one value of that layer's response to the shift, which is wrong wherever the
+    layer pads (its border responses differ), so the copy is not the same function and even
+    the plain gradient fails. camkit's second model is ``model(x - shift)``, the same function
+    exactly. ``explain_func`` must be a function ``f(model=, inputs=, targets=, **kwargs)``
+    (a camkit explainer is bound to one model); ``a_batch``, when given, is the first map.
+    """
+
+    softmax_default = False
+
+    def __init__(
+        self, abs: bool = False, normalise: bool = False, input_shift: float = -1, atol: float = 1e-4, **kwargs: Any
+    ) -> None:
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0, **kwargs)
+        self.input_shift = input_shift
+        self.atol = atol
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        explain_func = self.explain_func
+        if explain_func is None or isinstance(explain_func, Explainer):
+            raise InvalidInputError(
+                "InputInvariance re-explains a shifted model: pass explain_func=f(model=, inputs=, targets=), "
+                "e.g. lambda model, inputs, targets: camkit.Saliency(model)(torch.as_tensor(inputs), "
+                "torch.as_tensor(targets)).numpy()"
+            )
+
+        def explain(net: nn.Module, inputs: Tensor, target: Any) -> Tensor:
+            if net is model:
+                return a
+            out = explain_func(model=net, inputs=inputs.cpu().numpy(), targets=y.cpu().numpy(), **self.explain_func_kwargs)
+            return self._preprocess(_as_maps(np.asarray(out), inputs, True))
+
+        values = metrics.input_invariance(explain, model, x, y, shift=float(self.input_shift), atol=self.atol)
+        return [bool(v) for v in values.tolist()]

@@ -225,10 +225,9 @@ class Infidelity(Metric):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
-        from camkit.metrics.deletion import _resolve_baseline
-
         batch, spatial = x.shape[0], x.shape[2:]
-        removed = x - _resolve_baseline(self.baseline, x)
+        canvas = self.baseline(x) if callable(self.baseline) else torch.full_like(x, float(self.baseline))
+        removed = x - canvas
         perturbations = []
         for _ in range(self.n_perturb_samples):
             for size in self.perturb_patch_sizes:
@@ -237,7 +236,8 @@ class Infidelity(Metric):
                 mask = torch.zeros(batch, 1, *spatial, dtype=torch.bool, device=x.device)
                 corners = [np.random.randint(0, n - size + 1, size=batch) for n in spatial]
                 for b in range(batch):
-                    mask[(b, 0, *(slice(int(c[b]), int(c[b]) + size) for c in corners))] = True
+                    window: tuple[int | slice, ...] = (b, 0, *(slice(int(c[b]), int(c[b]) + size) for c in corners))
+                    mask[window] = True
                 perturbations.append(removed * mask)
         plan = torch.stack(perturbations, dim=1)
         return _rows(metrics.infidelity(model, x, a, y, perturbations=plan, softmax=softmax, chunk_size=chunk_size))

@@ -1,0 +1,175 @@
+"""Quantus 0.6.0's region-based faithfulness metrics (and Sufficiency, ROAD) on :mod:`camkit.metrics`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from camkit import metrics
+from camkit.errors import InvalidInputError
+
+from ._base import Metric, Result
+
+__all__ = ["IROF", "ROAD", "RegionPerturbation", "Selectivity", "Sufficiency"]
+
+
+def _curves(values: Tensor) -> Result:
+    return [[float(v) for v in row] for row in values.double().cpu().tolist()]
+
+
+class RegionPerturbation(Metric):
+    """Quantus's ``RegionPerturbation`` on :func:`camkit.metrics.region_perturbation`: each sample's drops.
+
+    Equal to Quantus when ``patch_size`` divides the input's sides (Quantus pads the input to
+    a multiple of it and shifts its grid by half the padding; camkit's grid starts at the first
+    pixel and ends in shorter patches). ``perturb_baseline="uniform"`` draws one value per sample
+    and step from numpy in Quantus's order; ``order="random"`` draws its order from a torch
+    generator seeded from numpy (not Quantus's permutation).
+    """
+
+    softmax_default = True
+
+    def __init__(
+        self, patch_size: int = 8, order: str = "morf", regions_evaluation: int = 100, abs: bool = False,
+        normalise: bool = True, perturb_baseline: Any = "black", **kwargs: Any,
+    ) -> None:  # fmt: skip
+        uniform = perturb_baseline == "uniform"
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0 if uniform else perturb_baseline, **kwargs)
+        self.perturb_baseline = perturb_baseline
+        self.uniform = uniform
+        self.patch_size = patch_size
+        self.order = order.lower()
+        self.regions_evaluation = regions_evaluation
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        generator = None
+        if self.order == "random":
+            generator = torch.Generator().manual_seed(int(np.random.randint(0, 2**31 - 1)))
+        regions = min(self.regions_evaluation, int(np.prod([-(-n // self.patch_size) for n in x.shape[2:]])))
+        fill = None
+        if self.uniform:
+            fill = torch.as_tensor(np.random.uniform(size=(regions, x.shape[0])), device=x.device).T
+        drops = metrics.region_perturbation(
+            model, x, a.expand_as(x), y, patch_size=self.patch_size, order=self.order, regions=regions,
+            baseline=self.baseline, fill=fill, generator=generator, softmax=softmax, chunk_size=chunk_size,
+        )  # fmt: skip
+        return _curves(drops)
+
+
+class Selectivity(Metric):
+    """Quantus's ``Selectivity`` on :func:`camkit.metrics.selectivity`: each sample's scores.
+
+    Equal to Quantus when ``patch_size`` divides the input's sides (see :class:`RegionPerturbation`).
+    """
+
+    softmax_default = True
+
+    def __init__(
+        self, patch_size: int = 8, abs: bool = False, normalise: bool = True, perturb_baseline: Any = "black",
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
+        self.patch_size = patch_size
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        scores = metrics.selectivity(
+            model, x, a.expand_as(x), y, patch_size=self.patch_size, baseline=self.baseline, softmax=softmax,
+            chunk_size=chunk_size,
+        )  # fmt: skip
+        return _curves(scores)
+
+
+class IROF(Metric):
+    """Quantus's ``IROF`` on :func:`camkit.metrics.irof` (SLIC superpixels of each image, as Quantus).
+
+    Differs from Quantus: Quantus returns ``K - area`` of the relative-score curve over unit
+    steps without its starting point, a number that grows with the image's segment count
+    ``K``; camkit returns the paper's area over the curve on removed shares ``0..1``, from the
+    unperturbed point. Quantus's ``"mean"`` baseline is the mean of the whole batch, recomputed
+    after every removal; here it is each sample's mean over all its values.
+    """
+
+    softmax_default = True
+
+    def __init__(
+        self, segmentation_method: str = "slic", abs: bool = False, normalise: bool = True,
+        perturb_baseline: Any = "mean", **kwargs: Any,
+    ) -> None:  # fmt: skip
+        if segmentation_method != "slic":
+            raise InvalidInputError(f"camkit.compat.quantus's IROF segments with 'slic' only, got {segmentation_method!r}")
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        values = metrics.irof(model, x, a, y, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size)
+        return [float(v) for v in values.tolist()]
+
+
+class Sufficiency(Metric):
+    """Quantus's ``Sufficiency`` on :func:`camkit.metrics.sufficiency`, within each batch of ``batch_size``
+    as Quantus, with distances divided by the batch's largest (``relative=True``, as Quantus
+    always does); equal to Quantus."""
+
+    softmax_default = True
+
+    def __init__(
+        self, threshold: float = 0.6, distance_func: str = "seuclidean", abs: bool = True, normalise: bool = True,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0, **kwargs)
+        self.threshold = threshold
+        self.distance_func = distance_func
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        values = metrics.sufficiency(
+            model, x, a, threshold=self.threshold, distance=self.distance_func, relative=True,
+            chunk_size=chunk_size,
+        )
+        return [float(v) for v in values.tolist()]
+
+
+class ROAD(Metric):
+    """Quantus's ``ROAD`` on :func:`camkit.metrics.road_curve` (``hits=True``, MoRF): ``{percentage: accuracy}``.
+
+    Differs from Quantus: Quantus's imputation reads the flattened channels as positions, so it
+    fails on inputs with more than one channel, and it averages the first batch only; camkit
+    imputes every channel and averages every sample. camkit removes ``ceil(p * N / 100)`` of
+    the ``N`` positions (Quantus: ``int(p * C * N / 100)`` elements, the same on one channel
+    where ``p * N / 100`` is whole). The imputation noise is drawn from a torch generator seeded
+    from numpy (equal to Quantus for ``noise=0``).
+    """
+
+    softmax_default = True
+
+    def __init__(
+        self, percentages: list[float] | None = None, noise: float = 0.01, abs: bool = False, normalise: bool = True,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0, **kwargs)
+        self.percentages = list(percentages) if percentages is not None else list(range(1, 100, 2))
+        self.noise = noise
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Result:
+        generator = torch.Generator().manual_seed(int(np.random.randint(0, 2**31 - 1)))
+        maps = a.flatten(1).view(a.shape[0], a.shape[1], -1).sum(dim=1).view(a.shape[0], *a.shape[2:])
+        _, hits = metrics.road_curve(
+            model, x, maps, y, fractions=[p / 100 for p in self.percentages], noise=self.noise, softmax=softmax,
+            chunk_size=chunk_size, generator=generator, hits=True,
+        )  # fmt: skip
+        return _curves(hits)
+
+    def combine(self, scores: Result) -> Result:
+        means = np.mean(np.array(scores, dtype=float), axis=0)
+        return dict(zip(self.percentages, (float(m) for m in means)))  # type: ignore[return-value]
