@@ -105,7 +105,14 @@ def setup():
     return net, x, np.array([0, 2, 1])
 
 
-@pytest.mark.parametrize("order", ["top_down", "bottom_up", "independent"])
+@pytest.mark.parametrize(
+    "order",
+    [
+        "top_down",
+        pytest.param("bottom_up", marks=pytest.mark.slow),
+        pytest.param("independent", marks=pytest.mark.slow),
+    ],
+)
 def test_mprt_per_layer_equals_quantus(order: str) -> None:
     net, x, y = setup()
     call = {"model": net, "x_batch": x, "y_batch": y, "explain_func": q_explain, "device": "cpu"}

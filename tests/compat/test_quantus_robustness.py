@@ -43,12 +43,12 @@ def setup():
     ("name", "init"),
     [
         ("AvgSensitivity", {"nr_samples": 4}),
-        ("MaxSensitivity", {"nr_samples": 4, "lower_bound": 0.1}),
+        pytest.param("MaxSensitivity", {"nr_samples": 4, "lower_bound": 0.1}, marks=pytest.mark.slow),
         ("LocalLipschitzEstimate", {"nr_samples": 4, "abs": False}),
         ("RelativeInputStability", {"nr_samples": 3, "return_nan_when_prediction_changes": False}),
         ("RelativeOutputStability", {"nr_samples": 3}),
         ("RelativeRepresentationStability", {"nr_samples": 3, "layer_names": ["conv2"]}),
-        ("RelativeRepresentationStability", {"nr_samples": 2}),
+        pytest.param("RelativeRepresentationStability", {"nr_samples": 2}, marks=pytest.mark.slow),
         ("Continuity", {"nr_steps": 5, "abs": False}),
     ],
 )
