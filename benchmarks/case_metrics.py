@@ -8,10 +8,11 @@ the forwards any implementation must run; goal at most 1.2x.
 
 Where Quantus computes the same thing, its class is timed on the same inputs (numpy, maps
 broadcast to the input's channels, ``normalise=False``, baseline 0, the same batch as one
-Quantus batch) and camkit's value is checked against it (max abs difference). Quantus runs
+Quantus batch, raw scores, maps without ties) and camkit's value is checked against it (max
+abs difference). Quantus runs
 one model call per perturbation step for the whole batch; goal: camkit never slower.
 
-Models: torchvision's resnet18 (224x224, 2 images) and r3d_18 (a 3-D network: 8 frames of
+Models: torchvision's resnet18 (112x112, 2 images) and r3d_18 (a 3-D network: 8 frames of
 56x56, 1 clip; pixel flipping, region perturbation, infidelity and completeness against their
 floor only, as Quantus's image metrics do not take volumes). Every metric is set
 to score 12 to 32 perturbations per sample. ``--smoke``: resnet18 at 32x32, three metrics,
@@ -118,7 +119,7 @@ class Config:
 def configs(ctx: Context) -> list[Config]:
     if ctx.smoke:
         return [Config("resnet18", (3, 32, 32), 2, True)]
-    return [Config("resnet18", (3, 224, 224), 2, True), Config("r3d_18", (3, 8, 56, 56), 1, False)]
+    return [Config("resnet18", (3, 112, 112), 2, True), Config("r3d_18", (3, 8, 56, 56), 1, False)]
 
 
 def _quantus_call(name: str, kwargs: dict[str, Any], model: nn.Module, x: Tensor, a: Tensor, y: Tensor):
@@ -129,7 +130,10 @@ def _quantus_call(name: str, kwargs: dict[str, Any], model: nn.Module, x: Tensor
 
     def call() -> Any:
         np.random.seed(0)
-        return metric(model=model, x_batch=x_np, y_batch=y_np, a_batch=a_np, device=str(x.device), batch_size=x.shape[0])
+        return metric(
+            model=model, x_batch=x_np, y_batch=y_np, a_batch=a_np, device=str(x.device), batch_size=x.shape[0],
+            softmax=False,  # camkit's functions score raw outputs by default; Quantus's default varies by metric
+        )
 
     return call
 
@@ -143,7 +147,9 @@ def run(ctx: Context) -> list[Row | Goal]:
         x = torch.randn(config.batch, *config.shape, generator=g).to(ctx.device)
         coarse = torch.rand(config.batch, 1, *(4 for _ in config.shape[1:]), generator=g).to(ctx.device)
         mode = "bilinear" if len(config.shape) == 3 else "trilinear"
-        maps = F.interpolate(coarse, size=config.shape[1:], mode=mode, align_corners=False).expand_as(x).contiguous()
+        maps = F.interpolate(coarse, size=config.shape[1:], mode=mode, align_corners=False).expand_as(x)
+        # no ties: numpy's argsort orders equal values its own way, so ties would make the values differ
+        maps = maps + 1e-4 * torch.rand(maps.shape, generator=g).to(ctx.device)
         with torch.no_grad():
             y = model(x).argmax(dim=1)
         quantus_ok = config.quantus and ctx.available("quantus")
