@@ -255,16 +255,24 @@ def _run(
 
 
 def discrete_entropy(maps: Tensor, bins: int) -> Tensor:
-    """Shannon entropy (nats) of the histogram of each map's values [B], ``bins`` equal bins from min to max."""
-    flat = maps.flatten(1).double()
+    """Shannon entropy (nats) of the histogram of each map's values [B]: ``bins`` equal bins from min to max.
+
+    Bins are assigned as ``numpy.histogram`` assigns them, in the maps' own precision (the
+    last bin closed, a value on an edge in the bin above it, a constant map in one bin).
+    """
+    flat = maps.flatten(1)
     low = flat.amin(dim=1, keepdim=True)
-    span = flat.amax(dim=1, keepdim=True) - low
-    index = (
-        ((flat - low) / torch.where(span == 0, torch.ones_like(span), span) * bins).floor().long().clamp(0, bins - 1)
-    )
-    counts = torch.zeros(flat.shape[0], bins, dtype=torch.float64, device=flat.device).scatter_add_(
-        1, index, torch.ones_like(flat)
-    )
+    high = flat.amax(dim=1, keepdim=True)
+    same = low == high
+    low, high = torch.where(same, low - 0.5, low), torch.where(same, high + 0.5, high)
+    span = high - low
+    index = ((flat - low) / span * bins).floor().long().clamp(0, bins - 1)
+    edges = torch.arange(bins + 1, dtype=flat.dtype, device=flat.device) * (span / bins) + low  # [B, bins + 1]
+    edges[:, -1:] = high
+    index = index - (flat < edges.gather(1, index)).long()
+    index = index + ((flat >= edges.gather(1, index + 1)) & (index != bins - 1)).long()
+    counts = torch.zeros(flat.shape[0], bins, dtype=torch.float64, device=flat.device)
+    counts.scatter_add_(1, index, torch.ones_like(flat, dtype=torch.float64))
     p = counts / flat.shape[1]
     return -(p * torch.log(torch.where(p > 0, p, torch.ones_like(p)))).sum(dim=1).float()
 

@@ -100,7 +100,7 @@ def test_smooth_mprt_averages_noisy_copies_by_hand() -> None:
     torch.testing.assert_close(seen[0], expected)
 
 
-@pytest.mark.parametrize("dims", [1, 2, 3])
+@pytest.mark.parametrize("dims", [1, pytest.param(2, marks=pytest.mark.slow), 3])
 def test_mprt_batch_equals_one_by_one_every_rank(dims: int) -> None:
     net = RankNet(dims)
     x = rank_input(dims, batch=3)

@@ -121,7 +121,7 @@ def test_consistency_by_hand() -> None:
 # ---- every rank, batch equals one by one, hygiene ------------------------------------------
 
 
-@pytest.mark.parametrize("dims", [1, 2, 3])
+@pytest.mark.parametrize("dims", [1, pytest.param(2, marks=pytest.mark.slow), 3])
 def test_batch_equals_one_by_one_every_rank(dims: int) -> None:
     net, x = _nets(dims)
     explain = grad_x_input(net)

@@ -1,0 +1,305 @@
+"""Quantus 0.6.0's robustness metrics on :mod:`camkit.metrics`.
+
+The perturbations are drawn from numpy's global generator in Quantus's order (one draw of the
+batch's shape per step, batch by batch), so after ``np.random.seed(s)`` the perturbed inputs are
+Quantus's; camkit then re-explains all of them in bounded batches. Only Quantus's default
+perturbation, norm and similarity functions are supported (their keyword arguments are).
+Shared difference: with ``return_nan_when_prediction_changes=True`` Quantus returns NaN for a
+sample as soon as one perturbation changes its class; camkit leaves those perturbations out and
+returns NaN only when all change it (the relative stabilities of Agarwal et al. 2022 maximise
+over the perturbations that keep the class).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from camkit import metrics
+from camkit.errors import InvalidInputError
+from camkit.hooks import HookScope
+
+from .localisation import rows, single_channel
+from .randomisation import _Randomisation
+
+__all__ = [
+    "AvgSensitivity",
+    "Consistency",
+    "Continuity",
+    "LocalLipschitzEstimate",
+    "MaxSensitivity",
+    "RelativeInputStability",
+    "RelativeOutputStability",
+    "RelativeRepresentationStability",
+]
+
+
+def _only_defaults(name: str, **given: Any) -> None:
+    custom = sorted(key for key, value in given.items() if value is not None)
+    if custom:
+        raise InvalidInputError(
+            f"camkit.compat.quantus.{name} supports Quantus's default {', '.join(custom)} only; "
+            "call the camkit.metrics function for other choices"
+        )
+
+
+def _numpy_plan(x: Tensor, samples: int, draw: Callable[[tuple[int, ...]], np.ndarray]) -> Tensor:
+    """Perturbed inputs [N, B, C, *S]: x plus one numpy draw of shape [B, features] per step, in Quantus's order."""
+    flat = x.flatten(1)
+    noise = [torch.as_tensor(draw(tuple(flat.shape)), device=x.device) for _ in range(samples)]
+    return torch.stack([(flat.double() + n).to(x.dtype).view_as(x) for n in noise])
+
+
+class _Robustness(_Randomisation):
+    """A robustness metric: re-explains perturbed inputs with ``explain_func``."""
+
+    def explainer(self, model: nn.Module) -> Callable[[Tensor, Any], Tensor]:
+        raw = self.raw_maps(model, model)
+        return lambda inputs, target: self.prepared(raw(inputs, target))
+
+
+class _Sensitivity(_Robustness):
+    reduce = "mean"
+    softmax_default = False
+
+    def __init__(
+        self, similarity_func: Any = None, norm_numerator: Any = None, norm_denominator: Any = None,
+        nr_samples: int = 200, perturb_func: Any = None, lower_bound: float = 0.2, upper_bound: float | None = None,
+        perturb_func_kwargs: dict[str, Any] | None = None, return_nan_when_prediction_changes: bool = False,
+        abs: bool = False, normalise: bool = False, **kwargs: Any,
+    ) -> None:  # fmt: skip
+        _only_defaults(type(self).__name__, similarity_func=similarity_func, norm_numerator=norm_numerator,
+                       norm_denominator=norm_denominator, perturb_func=perturb_func)  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, **kwargs)
+        options = {"lower_bound": lower_bound, "upper_bound": upper_bound, **(perturb_func_kwargs or {})}
+        low, high = options["lower_bound"], options["upper_bound"]
+        self.low, self.high = (-low, low) if high is None else (low, high)
+        self.nr_samples = nr_samples
+        self.skip_changed = return_nan_when_prediction_changes
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Any:
+        plan = _numpy_plan(x, self.nr_samples, lambda shape: np.random.uniform(self.low, self.high, shape))
+        measure = metrics.avg_sensitivity if self.reduce == "mean" else metrics.max_sensitivity
+        scores = measure(
+            self.explainer(model), x, y, model=model, maps=single_channel(a, type(self).__name__), perturbed=plan,
+            skip_changed=self.skip_changed, chunk_size=chunk_size,
+        )  # fmt: skip
+        return rows(scores)
+
+
+class AvgSensitivity(_Sensitivity):
+    """Quantus's ``AvgSensitivity`` on :func:`camkit.metrics.avg_sensitivity`.
+
+    ``mean_n ||e(x) - e(x_n)|| / ||e(x)||`` over ``nr_samples`` uniform perturbations
+    (``U(-lower_bound, lower_bound)``, or ``U(lower_bound, upper_bound)``). Equal to Quantus on
+    the same draws with ``normalise=False`` (Quantus normalises by the batch's maximum, camkit
+    per map), and where no perturbation changes the class (see the module docstring).
+    """
+
+    reduce = "mean"
+
+
+class MaxSensitivity(_Sensitivity):
+    """Quantus's ``MaxSensitivity`` on :func:`camkit.metrics.max_sensitivity`; as :class:`AvgSensitivity`, with the maximum."""
+
+    reduce = "max"
+
+
+class LocalLipschitzEstimate(_Robustness):
+    """Quantus's ``LocalLipschitzEstimate`` on :func:`camkit.metrics.local_lipschitz_estimate`.
+
+    ``max_n ||e(x) - e(x_n)||_2 / ||x - x_n||_2`` over Gaussian perturbations
+    ``N(perturb_mean, perturb_std^2)``. Equal to Quantus on the same draws (``normalise=False``,
+    or maps already normalised per sample); Quantus adds 1e-10 to the denominator.
+    """
+
+    def __init__(
+        self, similarity_func: Any = None, norm_numerator: Any = None, norm_denominator: Any = None,
+        nr_samples: int = 200, perturb_func: Any = None, perturb_mean: float = 0.0, perturb_std: float = 0.1,
+        perturb_func_kwargs: dict[str, Any] | None = None, return_nan_when_prediction_changes: bool = False,
+        abs: bool = False, normalise: bool = True, **kwargs: Any,
+    ) -> None:  # fmt: skip
+        _only_defaults("LocalLipschitzEstimate", similarity_func=similarity_func, norm_numerator=norm_numerator,
+                       norm_denominator=norm_denominator, perturb_func=perturb_func)  # fmt: skip
+        super().__init__(abs=abs, normalise=normalise, **kwargs)
+        options = {"perturb_mean": perturb_mean, "perturb_std": perturb_std, **(perturb_func_kwargs or {})}
+        self.mean, self.std = options["perturb_mean"], options["perturb_std"]
+        self.nr_samples = nr_samples
+        self.skip_changed = return_nan_when_prediction_changes
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Any:
+        plan = _numpy_plan(x, self.nr_samples, lambda shape: np.random.normal(self.mean, self.std, shape))
+        scores = metrics.local_lipschitz_estimate(
+            self.explainer(model), x, y, model=model, maps=single_channel(a, "LocalLipschitzEstimate"),
+            perturbed=plan, skip_changed=self.skip_changed, chunk_size=chunk_size,
+        )  # fmt: skip
+        return rows(scores)
+
+
+class Continuity(_Robustness):
+    """Quantus's ``Continuity`` on :func:`camkit.metrics.continuity`.
+
+    ``max_k ||e(x) - e(x_k)||_1 / ||x - x_k||_2`` over ``nr_steps`` translations along the last
+    axis, filled with each input's minimum (``perturb_baseline="black"``, the only one
+    supported). As Quantus, the inputs are re-explained (``a_batch`` is not used). Equal to
+    Quantus on images with ``normalise=False``; camkit also takes signals and volumes.
+    Translations that change nothing are left out (Quantus divides 0 by 1e-9).
+    """
+
+    def __init__(
+        self, nr_steps: int = 28, perturb_func: Any = None, perturb_baseline: str = "black",
+        perturb_func_kwargs: dict[str, Any] | None = None, return_nan_when_prediction_changes: bool = False,
+        abs: bool = True, normalise: bool = True, **kwargs: Any,
+    ) -> None:  # fmt: skip
+        _only_defaults("Continuity", perturb_func=perturb_func, perturb_func_kwargs=perturb_func_kwargs or None)
+        if perturb_baseline != "black":
+            raise InvalidInputError(f"Continuity supports perturb_baseline='black' only, got {perturb_baseline!r}")
+        super().__init__(abs=abs, normalise=normalise, **kwargs)
+        self.nr_steps = nr_steps
+        self.skip_changed = return_nan_when_prediction_changes
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Any:
+        scores = metrics.continuity(
+            self.explainer(model), x, y, model=model, steps=self.nr_steps, skip_changed=self.skip_changed,
+            chunk_size=chunk_size,
+        )  # fmt: skip
+        return rows(scores)
+
+
+class Consistency(_Robustness):
+    """Quantus's ``Consistency`` on :func:`camkit.metrics.consistency`.
+
+    Labels each map by the signs of its first 5 values (Quantus's ``top_n_sign``, the only
+    ``discretise_func`` supported) and, per sample, scores the share of the other samples with
+    its label that the model puts in its class. Equal to Quantus, except for a sample whose
+    label no other sample shares: NaN (Quantus: 0, from dividing 0 by 1e-9). No re-explanation.
+    """
+
+    def __init__(self, discretise_func: Any = None, abs: bool = True, normalise: bool = True, **kwargs: Any) -> None:
+        _only_defaults("Consistency", discretise_func=discretise_func)
+        super().__init__(abs=abs, normalise=normalise, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return super(_Randomisation, self).__call__(*args, **kwargs)
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Any:
+        with torch.no_grad():
+            predictions = torch.cat(
+                [model(x[i : i + chunk_size]).argmax(dim=1) for i in range(0, x.shape[0], chunk_size)]
+            )
+        return rows(metrics.consistency(a.flatten(1), predictions, n=5))
+
+
+def _representation(model: nn.Module, names: list[str] | None, indices: list[int] | None) -> Callable[[Tensor], Tensor]:
+    """Quantus's hidden representation: the outputs of the chosen modules (default: all but the model
+    itself and its ``nn.Sequential`` containers), flattened and joined."""
+    every = list(model.named_modules())
+    wanted_index = {i if i >= 0 else len(every) + i for i in (indices or [])}
+    chosen = [
+        module
+        for i, (name, module) in enumerate(every)
+        if not isinstance(module, (type(model), nn.Sequential))
+        and ((not names and not indices) or i in wanted_index or name in (names or []))
+    ]
+    if not chosen:
+        raise InvalidInputError(f"no module matches layer_names={names!r} / layer_indices={indices!r}")
+
+    def features(x: Tensor) -> Tensor:
+        outputs: list[Tensor] = []
+        with HookScope() as hooks:
+            for module in chosen:
+                hooks.forward(module, lambda m, i, o: outputs.append(o.flatten(1)))
+            model(x)
+        return torch.cat(outputs, dim=1)
+
+    return features
+
+
+class _Relative(_Robustness):
+    kind = "input"
+
+    def __init__(
+        self, nr_samples: int = 200, perturb_func: Any = None, perturb_func_kwargs: dict[str, Any] | None = None,
+        eps_min: float = 1e-6, return_nan_when_prediction_changes: bool = True, abs: bool = False,
+        normalise: bool = False, normalise_func: Any = None, layer_names: list[str] | None = None,
+        layer_indices: list[int] | None = None, **kwargs: Any,
+    ) -> None:  # fmt: skip
+        _only_defaults(type(self).__name__, perturb_func=perturb_func)
+        if layer_names is not None and layer_indices is not None:
+            raise InvalidInputError("pass layer_names or layer_indices, not both")
+        super().__init__(abs=abs, normalise=normalise, normalise_func=normalise_func, **kwargs)
+        options = {"lower_bound": 0.02, "upper_bound": 0.2, **(perturb_func_kwargs or {})}
+        low, high = options["lower_bound"], options["upper_bound"]
+        self.low, self.high = (-low, low) if high is None else (low, high)
+        self.nr_samples, self.eps = nr_samples, eps_min
+        self.skip_changed = return_nan_when_prediction_changes
+        self.layer_names, self.layer_indices = layer_names, layer_indices
+
+    def prepared(self, maps: Tensor) -> Tensor:
+        if self.normalise and self.normalise_func is None:
+            from .randomisation import second_moment
+
+            maps = second_moment(maps)
+            return maps.abs() if self.abs else maps
+        return super().prepared(maps)
+
+    def evaluate(
+        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
+    ) -> Any:
+        plan = _numpy_plan(x, self.nr_samples, lambda shape: np.random.uniform(self.low, self.high, shape))
+        common: dict[str, Any] = {
+            "maps": self.prepared(single_channel(a, type(self).__name__)), "perturbed": plan, "eps": self.eps,
+            "skip_changed": self.skip_changed, "chunk_size": chunk_size,
+        }  # fmt: skip
+        explain = self.explainer(model)
+        if self.kind == "input":
+            scores = metrics.relative_input_stability(explain, model, x, y, **common)
+        elif self.kind == "output":
+            select = (lambda out: out.softmax(dim=1)) if softmax else None
+            scores = metrics.relative_output_stability(explain, model, x, y, output=select, **common)
+        else:
+            represent = _representation(model, self.layer_names, self.layer_indices)
+            scores = metrics.relative_representation_stability(explain, model, x, y, representation=represent, **common)
+        return rows(scores)
+
+
+class RelativeInputStability(_Relative):
+    """Quantus's ``RelativeInputStability`` on :func:`camkit.metrics.relative_input_stability`.
+
+    Perturbations ``U(0.02, 0.2)`` as Quantus draws them (its ``batch_uniform_noise`` with
+    ``upper_bound=0.2`` and the default ``lower_bound``: one-sided, every value raised; the
+    native function defaults to ``U(-0.2, 0.2)``). Maps normalised by their root mean square per
+    sample (Quantus: over the batch). Equal to Quantus where no perturbation changes the class.
+    """
+
+    kind = "input"
+
+
+class RelativeOutputStability(_Relative):
+    """Quantus's ``RelativeOutputStability`` on :func:`camkit.metrics.relative_output_stability`; as
+    :class:`RelativeInputStability`, the denominator the change of the logits (probabilities with ``softmax=True``)."""
+
+    kind = "output"
+
+
+class RelativeRepresentationStability(_Relative):
+    """Quantus's ``RelativeRepresentationStability`` on :func:`camkit.metrics.relative_representation_stability`.
+
+    The representation is Quantus's: the outputs of the modules named in ``layer_names`` (or at
+    ``layer_indices`` of ``named_modules``; default every module but the model itself and its
+    ``nn.Sequential`` containers), flattened and joined. Otherwise as :class:`RelativeInputStability`.
+    """
+
+    kind = "representation"
