@@ -1,4 +1,4 @@
-"""attention rollout, Chefer's rollout and LeGrad on ViTs, against a no-grad forward and torchcam's LeGrad.
+"""Attention rollout, Chefer's rollout and LeGrad on ViTs, against a no-grad forward and torchcam's LeGrad.
 
 Times, side by side (interleaved) on one model and batch: a ``torch.no_grad()`` forward,
 ``camkit.AttentionRollout``, ``camkit.CheferRollout``, ``camkit.LeGrad`` and, on torchvision's
