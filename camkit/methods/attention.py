@@ -220,6 +220,14 @@ class CheferRollout(AttentionExplainer):
     of the target's score with respect to the layer's attention probabilities; the map is the
     class token's row of ``R`` over the patch tokens (see :func:`camkit.functional.gradient_rollout`).
 
+    The gradients come one block at a time: a forward without graph keeps each block's input,
+    then from the last block to the first the block is called again on its input and
+    differentiated, the gradient with respect to its input going on to the previous block. The
+    peak memory is one block's graph plus the block inputs, not the graph of every block. A model
+    with a module in training mode (``keep_mode=True``), a target read inside the model
+    (:class:`~camkit.NeuronTarget`) or blocks that do not feed each other directly take one
+    backward through the whole graph instead; the maps are the same either way.
+
     Example:
         >>> import torch
         >>> from torchvision.models import VisionTransformer
@@ -230,7 +238,10 @@ class CheferRollout(AttentionExplainer):
         torch.Size([2, 16, 16])
     """
 
-    cost: ClassVar[str] = "1 forward with the attention unfused + 1 backward from the first attention layer"
+    cost: ClassVar[str] = (
+        "1 forward with the attention unfused and no graph, then each block recomputed and differentiated, last to "
+        "first: about 1 more forward + 1 backward; peak memory one block's graph + the block inputs"
+    )
     use_when: ClassVar[str] = (
         "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."
     )
@@ -314,8 +325,10 @@ class LeGrad(AttentionExplainer):
     on the mean of the block's output tokens (as the authors' code and torchcam 0.5.0 do).
     ``E_l`` is the mean over heads and queries of ``ReLU(ds_l / dA_l)``, keys without the prefix
     tokens; the map is the mean of ``E_l`` over the layers (:func:`camkit.functional.legrad_relevance`).
-    All layers' gradients come from one backward: the graph is cut at each block's input, so
-    each block's score reaches its own attention only.
+    Each block's score reaches its own attention only, so after a forward without graph that
+    keeps each block's input, each block is called again on it and differentiated alone: the peak
+    memory is one block's graph plus the block inputs. (A module in training mode,
+    ``keep_mode=True``, takes one forward with every block's graph, cut at each block's input.)
 
     Args:
         model: a vision transformer whose head camkit knows (timm's and torchvision's
@@ -337,7 +350,10 @@ class LeGrad(AttentionExplainer):
         torch.Size([2, 16, 16])
     """
 
-    cost: ClassVar[str] = "1 forward with the attention unfused + 1 backward for all layers' scores at once"
+    cost: ClassVar[str] = (
+        "1 forward with the attention unfused and no graph, then each block recomputed and differentiated for its own "
+        "score: about 1 more forward + 1 backward; peak memory one block's graph + the block inputs"
+    )
     use_when: ClassVar[str] = (
         "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
     )
