@@ -118,19 +118,45 @@ def gradient_rollout(attentions: Sequence[Tensor], gradients: Sequence[Tensor]) 
             f"gradient rollout needs one gradient per attention layer, got {len(attentions)} layers and "
             f"{len(gradients)} gradients"
         )
-    relevance: Tensor | None = None
+    cams = []
     for index, (attention, gradient) in enumerate(zip(attentions, gradients)):
         _check(attention, f"layer {index}'s attention")
         if gradient.shape != attention.shape:
             raise InvalidInputError(
                 f"layer {index}'s gradient has shape {list(gradient.shape)}, its attention {list(attention.shape)}"
             )
-        if relevance is None:
-            n = attention.shape[-1]
-            relevance = torch.eye(n, device=attention.device).expand(attention.shape[0], n, n)
-        cam = (gradient.float() * attention.float()).clamp_min(0).mean(dim=1)
+        cams.append(weighted_attention(attention, gradient))
+    return rollout_weighted(cams)
+
+
+def weighted_attention(attention: Tensor, gradient: Tensor) -> Tensor:
+    """One layer's term of :func:`gradient_rollout`: ``mean_heads((dA ⊙ A)^+)`` [B, N, N], in float32.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional.attention import weighted_attention
+        >>> a = torch.tensor([[[[0.0, 1.0], [0.0, 1.0]], [[1.0, 0.0], [1.0, 0.0]]]])
+        >>> weighted_attention(a, torch.ones_like(a) - 2 * a[:, :1]).tolist()  # head 0 negative: clamped
+        [[[0.5, 0.0], [0.5, 0.0]]]
+    """
+    return (gradient.float() * attention.float()).clamp_min(0).mean(dim=1)
+
+
+def rollout_weighted(cams: Sequence[Tensor]) -> Tensor:
+    """:func:`gradient_rollout` from each layer's :func:`weighted_attention` [B, N, N], first layer first.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional.attention import rollout_weighted
+        >>> rollout_weighted([torch.tensor([[[0.0, 2.0], [0.0, 2.0]]])]).tolist()  # I + 2A
+        [[[1.0, 2.0], [0.0, 3.0]]]
+    """
+    if not cams:
+        raise InvalidInputError("gradient rollout needs the weighted attention of at least one layer")
+    batch, n, _ = cams[0].shape
+    relevance = torch.eye(n, device=cams[0].device).expand(batch, n, n)
+    for cam in cams:
         relevance = relevance + cam @ relevance
-    assert relevance is not None
     return relevance
 
 

@@ -131,17 +131,31 @@ class AttentionCapture:
             graph at each block's input: a score read from block ``l``'s output then depends on
             block ``l``'s attention only, and one backward of the sum of all blocks' scores gives
             each block's gradient of its own score (LeGrad).
+        local: with gradients, each attention's probabilities become a fresh leaf and its queries, keys
+            and values run without autograd (what ``blocks`` does inside a block), without the block hooks.
+        reduce: with no gradients, what is kept of each layer's probabilities (e.g. its heads fused).
+
+    Setting :attr:`live` to ``False`` makes the hooks record nothing and build no graph while every
+    module computes exactly what it computes when recording (the forward that only keeps the block
+    inputs of a block-by-block explanation); back to ``True``, they record again.
     """
 
     def __init__(
-        self, model: nn.Module, *, gradients: bool, blocks: bool = False, reduce: Callable[[Tensor], Tensor] | None = None
+        self,
+        model: nn.Module,
+        *,
+        gradients: bool,
+        blocks: bool = False,
+        local: bool = False,
+        reduce: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
         self.model = model
         self.gradients = gradients
         self.reduce = reduce
+        self.live = True
         # LeGrad differentiates each block's score with respect to that block's probabilities only, so
         # the queries, keys and values need no graph: they run without autograd, A is a fresh leaf.
-        self._local = gradients and blocks
+        self._local = gradients and (blocks or local)
         self.blocks = blocks
         self.modules = attention_modules(model)
         self.probabilities: list[list[Tensor]] = [[] for _ in self.modules]
@@ -192,11 +206,12 @@ class AttentionCapture:
         self._undo.append(lambda: setattr(module, "fused_attn", fused))
         module.fused_attn = False
 
-        def before_dropout(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-            return (self._record(index, args[0]), *args[1:])
+        def before_dropout(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+            return (self._record(index, args[0]), *args[1:]) if self.live else None
 
         def no_graph(*_: Any) -> None:
-            torch.set_grad_enabled(False)
+            if self.live:
+                torch.set_grad_enabled(False)
 
         if self._local:
             self._scope.forward_pre(module, no_graph)
@@ -210,7 +225,7 @@ class AttentionCapture:
             config._attn_implementation = "eager"
 
         def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            if not self.gradients:
+            if not self.gradients or not self.live:
                 return None
             if args and isinstance(args[0], Tensor):
                 return (_leaf(args[0]), *args[1:]), kwargs
@@ -219,6 +234,8 @@ class AttentionCapture:
             return None
 
         def after(_: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            if not self.live:
+                return
             weights = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
             if not isinstance(weights, Tensor) or weights.dim() != 4:
                 raise InvalidInputError(
@@ -252,7 +269,9 @@ class AttentionCapture:
             rest = {k: v for k, v in kwargs.items() if k not in ("query", "key", "value", "need_weights", "average_attn_weights")}
             if len(args) > 3:
                 raise InvalidInputError("camkit reads nn.MultiheadAttention called with keyword options after (x, x, x)")
-            if self._local:
+            if not self.live:
+                pass
+            elif self._local:
                 torch.set_grad_enabled(False)
             elif self.gradients:
                 query = _leaf(query)
@@ -261,7 +280,9 @@ class AttentionCapture:
         def after(_: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
             need, average = asked.pop()
             attention = output[1]
-            if self.gradients:
+            if not self.live:  # the output a recording call hands on, computed the same way
+                out = _replay(module, args[2], attention) if self.gradients else output[0]
+            elif self.gradients:
                 attention = self._record(index, attention)
                 out = _replay(module, args[2], attention, values_grad=not self._local)
             else:
@@ -291,6 +312,16 @@ class AttentionCapture:
     def attentions(self) -> list[Tensor]:
         """Each attention module's probabilities [B, heads, N, N], in the order the modules are registered."""
         return self._once(self.probabilities, "attention module")
+
+    def take(self, index: int) -> Tensor:
+        """The probabilities attention module ``index`` recorded since the last ``take`` (exactly one call)."""
+        got, self.probabilities[index] = self.probabilities[index], []
+        if len(got) != 1:
+            raise LayerNotReachedError(
+                f"the attention module '{self.modules[index][0]}' ran {len(got)} times in one call of its block; "
+                "attention methods read each layer once per forward"
+            )
+        return got[0]
 
     def block_outputs(self) -> list[Tensor]:
         """Each block's output tokens [B, N, D] (``blocks=True`` only)."""

@@ -23,7 +23,15 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
-from ..functional.attention import attention_rollout, fuse_heads, gradient_rollout, legrad_relevance, token_relevance
+from ..functional.attention import (
+    attention_rollout,
+    fuse_heads,
+    gradient_rollout,
+    legrad_relevance,
+    rollout_weighted,
+    token_relevance,
+    weighted_attention,
+)
 from ..functional.tokens import infer_token_grid
 from ..layers.layout import prefix_token_hint
 from ..registry import register_method
@@ -31,6 +39,7 @@ from ..targets.classes import OutputSelector, Target, select_output
 from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
 from ._binding import InputIndex
+from ._blockwise import BlockRecorder, attention_blocks
 from ._output import make_explanation
 from .base import Explainer
 
@@ -69,6 +78,9 @@ class AttentionExplainer(Explainer):
     """
 
     family: ClassVar[str | None] = "attention"
+    # the gradient methods differentiate one block at a time (camkit.methods._blockwise); False: one
+    # backward through the graph of every block (also what a model or target it cannot replay gets)
+    _blockwise: bool = True
 
     def __init__(
         self,
@@ -103,9 +115,27 @@ class AttentionExplainer(Explainer):
         raw = torch.stack(maps, dim=1) if scores.dim() == 2 else maps[0]
         return make_explanation(self.key, [raw], x, classes, scores.detach(), tuple(self.layer_names()))
 
+    def _replays(self, target: Target) -> list[nn.Module] | None:
+        """The blocks to call again one at a time, or ``None`` for the whole-graph path.
+
+        Not when a module is in training mode (dropout would draw new masks), nor for a target that
+        reads a hidden layer (its score is on no graph in a forward without one).
+        """
+        if not self._blockwise or callable(getattr(target, "bind_model", None)):
+            return None
+        if any(m.training for m in self.model.modules()):
+            return None
+        return attention_blocks(self.model, self.layer_names())
+
     @staticmethod
     def _columns(scores: Tensor) -> tuple[Tensor, ...]:
         return scores.unbind(dim=1) if scores.dim() == 2 else (scores,)
+
+    @staticmethod
+    def _grads_of(grad: Tensor | None, attention: Tensor, name: str) -> Tensor:
+        if grad is None:
+            raise LayerNotReachedError(f"the score does not depend on the attention of '{name}'")
+        return grad if grad.shape == attention.shape else grad.expand_as(attention)
 
     @staticmethod
     def _grads(score: Tensor, attentions: list[Tensor], names: list[str], retain: bool) -> list[Tensor]:
@@ -190,6 +220,14 @@ class CheferRollout(AttentionExplainer):
     of the target's score with respect to the layer's attention probabilities; the map is the
     class token's row of ``R`` over the patch tokens (see :func:`camkit.functional.gradient_rollout`).
 
+    The gradients come one block at a time: a forward without graph keeps each block's input,
+    then from the last block to the first the block is called again on its input and
+    differentiated, the gradient with respect to its input going on to the previous block. The
+    peak memory is one block's graph plus the block inputs, not the graph of every block. A model
+    with a module in training mode (``keep_mode=True``), a target read inside the model
+    (:class:`~camkit.NeuronTarget`) or blocks that do not feed each other directly take one
+    backward through the whole graph instead; the maps are the same either way.
+
     Example:
         >>> import torch
         >>> from torchvision.models import VisionTransformer
@@ -200,12 +238,70 @@ class CheferRollout(AttentionExplainer):
         torch.Size([2, 16, 16])
     """
 
-    cost: ClassVar[str] = "1 forward with the attention unfused + 1 backward from the first attention layer"
+    cost: ClassVar[str] = (
+        "1 forward with the attention unfused and no graph, then each block recomputed and differentiated, last to "
+        "first: about 1 more forward + 1 backward; peak memory one block's graph + the block inputs"
+    )
     use_when: ClassVar[str] = (
         "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."
     )
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
+        blocks = self._replays(target)
+        explanation = None if blocks is None else self._by_block(x, target, blocks)
+        return explanation if explanation is not None else self._whole_graph(x, target)
+
+    def _by_block(self, x: Tensor, target: Target, blocks: list[nn.Module]) -> Explanation | None:
+        names = self.layer_names()
+        with AttentionCapture(self.model, gradients=True) as capture, BlockRecorder(blocks, leaves=True) as recorder:
+            capture.live = False
+            classes, scores = self._target_scores(x, target)
+            if not recorder.replayable(chain=True):
+                return None
+            recorder.recording, capture.live = False, True
+            columns = self._columns(scores)
+            if not all(column.requires_grad for column in columns):
+                raise LayerNotReachedError("the score does not depend on the model's attention: no graph links them")
+            torch.set_grad_enabled(True)  # AttentionCapture puts the caller's mode back
+            outputs = [out.pop() for out in recorder.outputs]
+            last = len(columns) - 1
+            # what the score reads of each block's output directly (the last block's: all of it)
+            upstream: list[list[Tensor | None]] = [
+                list(torch.autograd.grad(c.sum(), outputs, retain_graph=k < last, allow_unused=True))
+                for k, c in enumerate(columns)
+            ]
+            del outputs
+            # each column's per-layer terms, last layer first ([B, N, N] each: small beside a block's graph)
+            cams: list[list[Tensor]] = [[] for _ in columns]
+            for index in reversed(range(len(blocks))):
+                call = recorder.calls[index].pop()  # the block input is freed with its step
+                tokens = call.tokens.detach().requires_grad_(index > 0)
+                torch.set_grad_enabled(True)
+                out = call.run(blocks[index], tokens)
+                attention = capture.take(index)
+                wrt = [attention, tokens] if index > 0 else [attention]
+                for k, grads in enumerate(upstream):
+                    if grads[index] is None or not out.requires_grad:
+                        raise LayerNotReachedError(f"the score does not depend on the attention of '{names[index]}'")
+                    got = torch.autograd.grad(out, wrt, grad_outputs=grads[index], retain_graph=k < last, allow_unused=True)
+                    grad = self._grads_of(got[0], attention, names[index])
+                    with torch.no_grad():
+                        cams[k].append(weighted_attention(attention.detach(), grad))
+                    grads[index] = None
+                    if index > 0 and got[1] is not None:
+                        previous = grads[index - 1]
+                        grads[index - 1] = got[1] if previous is None else previous + got[1]
+                    del got, grad
+                del out, attention, wrt, tokens, call
+            with torch.no_grad():
+                rows = []
+                for per_layer in cams:
+                    relevance = rollout_weighted(per_layer[::-1])
+                    prefix, grid, query = self._layout(relevance.shape[-1], x)
+                    rows.append(token_relevance(relevance, prefix, query=query))
+        return self._finish(rows, x, grid, classes, scores)
+
+    def _whole_graph(self, x: Tensor, target: Target) -> Explanation:
         names = self.layer_names()
         with AttentionCapture(self.model, gradients=True) as capture:
             classes, scores = self._target_scores(x, target)
@@ -229,8 +325,10 @@ class LeGrad(AttentionExplainer):
     on the mean of the block's output tokens (as the authors' code and torchcam 0.5.0 do).
     ``E_l`` is the mean over heads and queries of ``ReLU(ds_l / dA_l)``, keys without the prefix
     tokens; the map is the mean of ``E_l`` over the layers (:func:`camkit.functional.legrad_relevance`).
-    All layers' gradients come from one backward: the graph is cut at each block's input, so
-    each block's score reaches its own attention only.
+    Each block's score reaches its own attention only, so after a forward without graph that
+    keeps each block's input, each block is called again on it and differentiated alone: the peak
+    memory is one block's graph plus the block inputs. (A module in training mode,
+    ``keep_mode=True``, takes one forward with every block's graph, cut at each block's input.)
 
     Args:
         model: a vision transformer whose head camkit knows (timm's and torchvision's
@@ -252,7 +350,10 @@ class LeGrad(AttentionExplainer):
         torch.Size([2, 16, 16])
     """
 
-    cost: ClassVar[str] = "1 forward with the attention unfused + 1 backward for all layers' scores at once"
+    cost: ClassVar[str] = (
+        "1 forward with the attention unfused and no graph, then each block recomputed and differentiated for its own "
+        "score: about 1 more forward + 1 backward; peak memory one block's graph + the block inputs"
+    )
     use_when: ClassVar[str] = (
         "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
     )
@@ -290,6 +391,40 @@ class LeGrad(AttentionExplainer):
                 "LeGrad scores each layer through the model's head, so a NeuronTarget (a hidden unit) has no score at "
                 "each layer; explain a hidden unit with camkit.CheferRollout(model) instead"
             )
+        blocks = self._replays(target)
+        explanation = None if blocks is None else self._by_block(x, target, blocks)
+        return explanation if explanation is not None else self._whole_graph(x, target)
+
+    def _by_block(self, x: Tensor, target: Target, blocks: list[nn.Module]) -> Explanation | None:
+        names = self.layer_names()
+        head = self.head
+        assert head is not None
+        with AttentionCapture(self.model, gradients=True, local=True) as capture, BlockRecorder(blocks, leaves=False) as recorder:
+            capture.live = False
+            classes, scores = self._target_scores(x, target)
+            if not recorder.replayable(chain=False):
+                return None
+            recorder.recording, capture.live = False, True
+            columns = self._columns(scores)
+            multi = scores.dim() == 2
+            per_layer: list[list[Tensor]] = [[] for _ in columns]
+            for index in self.layers:
+                call = recorder.calls[index][0]
+                torch.set_grad_enabled(True)
+                read = head(call.run(blocks[index], call.tokens.detach()))
+                attention = capture.take(index)
+                for k in range(len(columns)):
+                    total = torch.stack([self._layer_score(read, classes, target, k, multi).sum()])  # as the whole-graph path
+                    (grad,) = self._grads(total, [attention], [names[index]], k < len(columns) - 1)
+                    with torch.no_grad():
+                        prefix, grid, _ = self._layout(grad.shape[-1], x)
+                        per_layer[k].append(legrad_relevance([grad], prefix))
+                del read, attention
+            with torch.no_grad():
+                rows = [torch.stack(layers).mean(dim=0) for layers in per_layer]
+        return self._finish(rows, x, grid, classes, scores)
+
+    def _whole_graph(self, x: Tensor, target: Target) -> Explanation:
         names = self.layer_names()
         head = self.head
         assert head is not None

@@ -1,0 +1,205 @@
+"""CheferRollout and LeGrad one block at a time: the same maps as one backward through every block's graph.
+
+The explainers recompute and differentiate one transformer block at a time
+(``camkit.methods._blockwise``); their private ``_blockwise = False`` keeps the whole-graph path
+(one forward that keeps every block's graph, one backward), which the formula tests in
+``test_vit_attention.py`` check by hand. Here both paths run on every family and must agree, the
+block-by-block path must really have run (its block calls are counted), and the cases it must
+not replay take the whole-graph path.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_invariants import _assert_same_state, _hook_count, _state
+from torch import Tensor, nn
+from vit_helpers import SIZE, hf_vit, timm_vit, torchvision_vit
+
+import camkit
+from camkit.methods import _blockwise
+
+pytest.importorskip("timm")
+pytest.importorskip("transformers")
+
+BUILDERS = {
+    "timm": lambda: timm_vit(),
+    "timm-registers": lambda: timm_vit(reg_tokens=4),
+    "timm-avg-no-class-token": lambda: timm_vit(global_pool="avg", class_token=False),
+    "torchvision": torchvision_vit,
+    "hf-vit": lambda: hf_vit("vit"),
+    "hf-deit": lambda: hf_vit("deit"),
+    "hf-dinov2-registers": lambda: hf_vit("dinov2"),
+}
+METHODS = {"cheferrollout": camkit.CheferRollout, "legrad": camkit.LeGrad}
+
+
+def _x(batch: int) -> Tensor:
+    return torch.rand(batch, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(7 + batch))
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    """How many times a block was called again on its recorded input."""
+    calls = []
+    run = _blockwise.BlockCall.run
+
+    def counted(self, block, tokens):
+        calls.append(block)
+        return run(self, block, tokens)
+
+    monkeypatch.setattr(_blockwise.BlockCall, "run", counted)
+    return calls
+
+
+def _both(cls, model, x, target, **kwargs):
+    new = cls(model, **kwargs).explain(x, target)
+    whole = cls(model, **kwargs)
+    whole._blockwise = False
+    return new, whole.explain(x, target)
+
+
+def _assert_equal(new, old) -> None:
+    torch.testing.assert_close(new.raw, old.raw, atol=1e-6, rtol=0)
+    torch.testing.assert_close(new.maps, old.maps, atol=1e-6, rtol=0)
+    torch.testing.assert_close(new.scores, old.scores, atol=0, rtol=0)
+    assert torch.equal(new.flat, old.flat)
+
+
+@pytest.mark.parametrize("key", list(METHODS))
+@pytest.mark.parametrize("family", list(BUILDERS))
+def test_block_by_block_equals_the_whole_graph(family, key, replays):
+    model = BUILDERS[family]()
+    x = _x(3)
+    target = torch.tensor([[0, 3], [2, 1], [1, 1]])  # two classes per image: two backward passes per block
+    new, old = _both(METHODS[key], model, x, target)
+    assert len(replays) == 3  # each of the 3 blocks called again once
+    assert not new.flat.any()
+    _assert_equal(new, old)
+
+
+@pytest.mark.parametrize("key", list(METHODS))
+def test_clip_similarity_block_by_block(key, replays):
+    model = hf_vit("clip")
+    text = torch.randn(3, 8, generator=torch.Generator().manual_seed(2))
+    new, old = _both(METHODS[key], model, _x(3), camkit.SimilarityTarget(text), output="image_embeds")
+    assert len(replays) == 3
+    _assert_equal(new, old)
+
+
+def test_legrad_some_layers_replays_those_blocks_only(replays):
+    model = timm_vit()
+    new, old = _both(camkit.LeGrad, model, _x(2), None, layers=[0, -1])
+    assert replays == [model.blocks[0], model.blocks[2]]
+    _assert_equal(new, old)
+
+
+class _ReadsMiddle(nn.Module):
+    """A timm ViT whose output also reads the second block's class token: a path around the last block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vit = timm_vit()
+        self.side = nn.Linear(16, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        tokens = self.vit._pos_embed(self.vit.patch_embed(x))
+        middle = None
+        for index, block in enumerate(self.vit.blocks):
+            tokens = block(tokens)
+            if index == 1:
+                middle = tokens
+        assert middle is not None
+        return self.vit.forward_head(self.vit.norm(tokens)) + self.side(middle[:, 0])
+
+
+def test_a_score_reading_a_middle_block_directly(replays):
+    model = _ReadsMiddle().eval()
+    new, old = _both(camkit.CheferRollout, model, _x(2), torch.tensor([1, 2]))
+    assert len(replays) == 3
+    _assert_equal(new, old)
+
+
+class _Between(nn.Module):
+    """A timm ViT that changes the tokens between blocks: no block's input is the previous one's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vit = timm_vit()
+
+    def forward(self, x: Tensor) -> Tensor:
+        tokens = self.vit._pos_embed(self.vit.patch_embed(x))
+        for block in self.vit.blocks:
+            tokens = block(tokens) * 1.5
+        return self.vit.forward_head(self.vit.norm(tokens))
+
+
+def test_blocks_that_do_not_chain_take_the_whole_graph(replays):
+    model = _Between().eval()
+    new, old = _both(camkit.CheferRollout, model, _x(2), torch.tensor([0, 3]))
+    assert replays == []
+    _assert_equal(new, old)
+    legrad_new, legrad_old = _both(camkit.LeGrad, model.vit, _x(2), None)  # LeGrad needs no chain
+    assert len(replays) == 3
+    _assert_equal(legrad_new, legrad_old)
+
+
+def test_training_mode_and_hidden_targets_take_the_whole_graph(replays):
+    torch.manual_seed(0)
+    model = timm_vit()
+    model.blocks[1].attn.attn_drop.p = 0.5  # dropout in training mode: a replay would draw new masks
+    model.train()
+    x = _x(2)
+    torch.manual_seed(3)
+    new = camkit.CheferRollout(model, keep_mode=True).explain(x, 1)
+    torch.manual_seed(3)
+    whole = camkit.CheferRollout(model, keep_mode=True)
+    whole._blockwise = False
+    _assert_equal(new, whole.explain(x, 1))
+    assert replays == []
+    model.eval()
+    neuron = camkit.NeuronTarget("blocks.2.mlp.fc1", 3, position=(0,))  # read inside the last block
+    new, old = _both(camkit.CheferRollout, model, x, neuron)
+    assert replays == [] and not new.flat.any()
+    _assert_equal(new, old)
+
+
+def test_hygiene_when_a_replayed_block_fails(monkeypatch):
+    model = torchvision_vit()
+    params = list(model.parameters())
+    params[3].requires_grad_(False)
+    params[-1].grad = torch.ones_like(params[-1])
+    before = _state(model)
+    run = _blockwise.BlockCall.run
+    seen = []
+
+    def failing(self, block, tokens):
+        seen.append(block)
+        if len(seen) == 2:
+            block.forward = lambda *a, **k: (_ for _ in ()).throw(ValueError("boom in a replay"))
+            try:
+                return run(self, block, tokens)
+            finally:
+                del block.forward
+        return run(self, block, tokens)
+
+    monkeypatch.setattr(_blockwise.BlockCall, "run", failing)
+    for cls in METHODS.values():
+        seen.clear()
+        with pytest.raises(ValueError, match="boom in a replay"):
+            cls(model).explain(_x(2), 0)
+        assert _hook_count(model) == 0 and torch.is_grad_enabled()
+        _assert_same_state(before, _state(model))
+
+
+@pytest.mark.parametrize("key", list(METHODS))
+def test_batch_equals_one_by_one_block_by_block(key, replays):
+    model = hf_vit("dinov2")
+    x = _x(3)
+    target = torch.tensor([2, 0, 1])
+    batched = METHODS[key](model).explain(x, target)
+    assert len(replays) == 3
+    for i in range(3):
+        single = METHODS[key](model).explain(x[i : i + 1], target[i : i + 1])
+        torch.testing.assert_close(batched.raw[i], single.raw[0], atol=1e-7, rtol=1e-5)
+        torch.testing.assert_close(batched.maps[i], single.maps[0], atol=1e-5, rtol=0)
