@@ -87,8 +87,7 @@ def non_sensitivity(
     ``B * ceil(F / features_in_step) + B`` forward passes.
 
     Args:
-        model, x, maps, target, features_in_step, baseline, softmax, chunk_size, output,
-            keep_mode: as :func:`pixel_flipping`.
+        model, x, maps, target, features_in_step, baseline, softmax, chunk_size, output, keep_mode: as :func:`pixel_flipping`.
         eps: the threshold for both "unused" and "unattributed".
 
     Returns:

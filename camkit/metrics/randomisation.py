@@ -300,8 +300,7 @@ def efficient_mprt(
     explanations of the batch and one copy of the model.
 
     Args:
-        explainer_factory, model, x, target, layers, maps, randomize, generator, chunk_size,
-            output: see :func:`mprt`.
+        explainer_factory, model, x, target, layers, maps, randomize, generator, chunk_size, output: see :func:`mprt`.
         bins: histogram bins.
 
     Returns:

@@ -199,8 +199,7 @@ def max_sensitivity(
     Needs and costs as :func:`avg_sensitivity`, whose arguments it takes.
 
     Args:
-        explainer, x, target, model, maps, samples, radius, perturbed, skip_changed, generator,
-            chunk_size, output: see :func:`avg_sensitivity`.
+        explainer, x, target, model, maps, samples, radius, perturbed, skip_changed, generator, chunk_size, output: see :func:`avg_sensitivity`.
 
     Returns:
         Float tensor [B]; NaN for a map that is all zero.
@@ -241,8 +240,7 @@ def local_lipschitz_estimate(
     value. Needs and costs as :func:`avg_sensitivity` (``samples`` explanations of the batch).
 
     Args:
-        explainer, x, target, model, maps, samples, perturbed, skip_changed, generator,
-            chunk_size, output: see :func:`avg_sensitivity`.
+        explainer, x, target, model, maps, samples, perturbed, skip_changed, generator, chunk_size, output: see :func:`avg_sensitivity`.
         mean, std: the Gaussian noise.
 
     Returns:
