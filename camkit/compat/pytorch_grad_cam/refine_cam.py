@@ -1,0 +1,7 @@
+"""``RefineCAM`` (pytorch-grad-cam 1.5.7)."""
+
+from ._missing import missing
+
+__all__ = ["RefineCAM"]
+
+RefineCAM = missing("RefineCAM")

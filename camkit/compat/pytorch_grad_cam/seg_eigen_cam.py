@@ -1,0 +1,7 @@
+"""``SegEigenCAM`` (pytorch-grad-cam 1.5.7)."""
+
+from ._missing import missing
+
+__all__ = ["SegEigenCAM"]
+
+SegEigenCAM = missing("SegEigenCAM")
