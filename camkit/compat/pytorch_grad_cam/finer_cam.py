@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from ... import methods as _m
 from ...errors import InvalidInputError
+from ...targets.classes import select_output
 from ._cams import GradCAM
 from ._support import augmented, dress_maps, pop_legacy
 
@@ -27,6 +28,20 @@ def _comparison_count(categories: Any) -> int:
             "[1, 2, ..., n]; pass such a list (or targets= with FinerWeightedTarget for other rivals)."
         )
     return len(ranks)
+
+
+class _Rivals(_m.FinerCAM):
+    """camkit's Finer-CAM with at most (classes - 1) rivals: the original drops the rank positions past the last class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.wanted = self.comparisons
+
+    def _call_model(self, x: Tensor) -> Any:
+        output = super()._call_model(x)
+        classes = select_output(output, self.output).shape[-1]
+        self.comparisons = max(1, min(self.wanted, classes - 1))
+        return output
 
 
 class FinerCAM:
@@ -89,7 +104,7 @@ class FinerCAM:
                 f"FinerCAM's base_method must be one of camkit.compat.pytorch_grad_cam's gradient CAMs, "
                 f"got {type(self.base_cam).__name__}"
             )
-        explainer = _m.FinerCAM(
+        explainer = _Rivals(
             self.base_cam.model,
             self.base_cam.target_layers,
             base=base,
