@@ -54,7 +54,7 @@ class _Simple(BaseCAM):
         super().__init__(model, target_layers, reshape_transform, **legacy)
 
     def explainer(self, eigen_smooth: bool) -> Explainer:
-        return self.camkit_class(self.model, self.target_layers, eigen_smooth=eigen_smooth)  # type: ignore[call-arg]
+        return self.camkit_class(self.model, self.target_layers, eigen_smooth=eigen_smooth)  # type: ignore[call-arg,arg-type]
 
 
 class GradCAM(_Simple):

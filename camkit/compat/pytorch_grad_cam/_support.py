@@ -168,12 +168,12 @@ def augmented(forward: Callable[[Tensor], np.ndarray], x: Tensor, transforms: An
     cams: list[np.ndarray] = []
     if transforms is not None:
         for transform in transforms:
-            cam = torch.from_numpy(forward(transform.augment_image(x)))
-            cams.append(transform.deaugment_mask(cam[:, None])[:, 0].numpy())
-        return np.mean(np.float32(cams), axis=0)
+            mask = torch.from_numpy(forward(transform.augment_image(x)))
+            cams.append(transform.deaugment_mask(mask[:, None])[:, 0].numpy())
+        return np.mean(np.array(cams, dtype=np.float32), axis=0)
     for flip in (False, True):
         for factor in (0.9, 1.0, 1.1):
             image = x.flip(-1) if flip else x
             cam = forward(image * factor)
             cams.append(np.ascontiguousarray(cam[..., ::-1]) if flip else cam)
-    return np.mean(np.float32(cams), axis=0)
+    return np.mean(np.array(cams, dtype=np.float32), axis=0)

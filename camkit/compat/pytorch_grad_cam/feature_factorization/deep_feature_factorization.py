@@ -91,7 +91,8 @@ def run_dff_on_image(
     dff = DeepFeatureFactorization(model, target_layer, reshape_transform, classifier)
     _, maps, outputs = dff(img_tensor[None], n_components)
     probabilities = torch.softmax(torch.from_numpy(outputs), dim=-1).numpy()
-    labels = create_labels_legend(probabilities, labels=model.config.id2label, top_k=top_k)
+    names: dict[int, str] = model.config.id2label  # type: ignore[union-attr,assignment]
+    labels = create_labels_legend(probabilities, labels=names, top_k=top_k)
     rgb = np.array(img_pil)
     picture = show_factorization_on_image(rgb / 255, maps[0], image_weight=0.3, concept_labels=labels)
     return np.hstack((rgb, picture))

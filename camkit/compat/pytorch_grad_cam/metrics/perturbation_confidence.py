@@ -26,7 +26,7 @@ def target_scores(model: nn.Module, x: Tensor, targets: Sequence[Callable[[Any],
         raise InvalidTargetError(f"got {len(targets)} targets for a batch of {x.shape[0]} images; pass one per image")
     with torch.no_grad(), eval_mode(model):
         outputs = model(x)
-        return np.float32([target(row).detach().cpu().numpy() for target, row in zip(targets, outputs)])
+        return np.array([target(row).detach().cpu().numpy() for target, row in zip(targets, outputs)], dtype=np.float32)
 
 
 class PerturbationConfidenceMetric:
@@ -72,7 +72,7 @@ def _keep_mask(mask: Tensor, percentile: float | str) -> Tensor:
 
         levels = np.uint8(mask.cpu().numpy() * 255)
         return torch.from_numpy(np.float32(levels > threshold_otsu(levels))).to(mask.device)
-    threshold = np.percentile(mask.cpu().numpy(), percentile)
+    threshold = np.percentile(mask.cpu().numpy(), float(percentile))
     return (mask < float(threshold)).float()
 
 
@@ -105,4 +105,4 @@ class AveragerAcrossThresholds:
 
     def __call__(self, input_tensor: Tensor, cams: np.ndarray, targets: Sequence[Any], model: nn.Module) -> np.ndarray:
         scores = [self.imputer(p)(input_tensor, cams, targets, model) for p in self.percentiles]
-        return np.mean(np.float32(scores), axis=0)
+        return np.mean(np.array(scores, dtype=np.float32), axis=0)

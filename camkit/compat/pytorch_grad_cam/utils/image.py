@@ -52,7 +52,7 @@ def preprocess_image(
 def deprocess_image(img: np.ndarray) -> np.ndarray:
     """A gradient image for display: standardised, scaled by 0.1 around 0.5, clipped, as uint8."""
     out = (img - np.mean(img)) / (np.std(img) + 1e-5)
-    return np.uint8(np.clip(out * 0.1 + 0.5, 0, 1) * 255)
+    return (np.clip(out * 0.1 + 0.5, 0, 1) * 255).astype(np.uint8)
 
 
 def _colormap_name(colormap: int | str) -> str:
@@ -94,7 +94,7 @@ def show_cam_on_image(
     heat = lut[np.uint8(255 * np.asarray(mask))]  # RGB; the original truncates 255 * mask to uint8
     heat = np.float32(heat if use_rgb else heat[..., ::-1]) / 255
     cam = (1 - image_weight) * heat + image_weight * img
-    return np.uint8(255 * (cam / np.max(cam)))
+    return (255 * (cam / np.max(cam))).astype(np.uint8)
 
 
 def create_labels_legend(concept_scores: np.ndarray, labels: dict[int, str], top_k: int = 2) -> list[str]:
@@ -130,7 +130,7 @@ def _legend(result: np.ndarray, colors: Sequence[Any], labels: Sequence[str]) ->
         lines = [Line2D([0], [0], color=c, lw=5 * height / 256) for c in colors]
         fig.legend(lines, list(labels), mode="expand", fancybox=True, shadow=True, fontsize=size, loc="center")
         fig.canvas.draw()
-        panel = np.asarray(fig.canvas.buffer_rgba())[..., :3]
+        panel = np.asarray(fig.canvas.buffer_rgba())[..., :3]  # type: ignore[attr-defined]
     finally:
         plt.close(fig)
     panel_t = torch.from_numpy(panel.copy()).permute(2, 0, 1).float()[None]
@@ -153,7 +153,7 @@ def show_factorization_on_image(
     palette = _default_colors(len(explanations)) if colors is None else list(colors)
     image = torch.from_numpy(np.float32(img)).permute(2, 0, 1)
     result = factorization_image(
-        image, np.asarray(explanations), colors=[c[:3] for c in palette], image_weight=image_weight
+        image, np.asarray(explanations), colors=[list(c[:3]) for c in palette], image_weight=image_weight
     )
     return result if concept_labels is None else _legend(result, palette, concept_labels)
 
