@@ -234,3 +234,16 @@ def test_install_aliases_torchcam_and_the_readme_example_runs_unchanged():
         "True", "camkit.compat.torchcam.methods.gradient", "camkit.compat.torchcam.methods.core",
         "camkit.compat.torchcam.utils", "camkit.compat.torchcam.metrics", "0.5.0",
     ]
+
+
+def test_refinecam_equals_torchcam_and_finercam_says_it_is_not_translated():
+    model, x = _model(), _x()
+    results = []
+    for lib in (tc, ours):
+        with lib.RefineCAM(model, ["0.1", "0.3"], base_method=lib.LayerCAM) as extractor:
+            results.append(extractor(2, model(x))[0])
+        assert _hooks(model) == 0
+    torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=0)
+    assert results[0].amax() > 0.99
+    with pytest.raises(NotImplementedError, match="camkit.FinerCAM"):
+        ours.FinerCAM(model, "0.3")

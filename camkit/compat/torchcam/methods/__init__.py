@@ -2,16 +2,18 @@
 
 from .activation import CAM, ISCAM, SSCAM, ScoreCAM
 from .core import OutputTarget
-from .gradient import GradCAM, GradCAMpp, LayerCAM, SmoothGradCAMpp, XGradCAM
+from .gradient import FinerCAM, GradCAM, GradCAMpp, LayerCAM, RefineCAM, SmoothGradCAMpp, XGradCAM
 
 __all__ = [
     "CAM",
     "ISCAM",
     "SSCAM",
+    "FinerCAM",
     "GradCAM",
     "GradCAMpp",
     "LayerCAM",
     "OutputTarget",
+    "RefineCAM",
     "ScoreCAM",
     "SmoothGradCAMpp",
     "XGradCAM",

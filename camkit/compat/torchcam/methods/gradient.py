@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from .... import methods as _methods
+from ....errors import CamkitError
+from ....functional.maps import upsample_maps
 from ....methods.base import CAMExplainer
 from .core import _CAM
 
-__all__ = ["GradCAM", "GradCAMpp", "LayerCAM", "SmoothGradCAMpp", "XGradCAM"]
+__all__ = ["CompatNotTranslatedError", "FinerCAM", "GradCAM", "GradCAMpp", "LayerCAM", "RefineCAM", "SmoothGradCAMpp", "XGradCAM"]
+
+
+class CompatNotTranslatedError(CamkitError, NotImplementedError):
+    """A torchcam name that camkit.compat.torchcam does not translate yet."""
 
 
 class _GradCAM(_CAM):
@@ -93,3 +100,132 @@ class SmoothGradCAMpp(_GradCAM):
 
     def _extra_repr(self) -> str:
         return f"target_layer={self.target_names}, num_samples={self.num_samples}, std={self.std}"
+
+
+class RefineCAM:
+    """RefineCAM as torchcam 0.5.0 defines it: a base extractor's normalised maps at several layers,
+    resized to the largest layer's grid and multiplied (:func:`camkit.functional.multiply_maps`'s rule).
+
+    camkit's own :class:`camkit.RefineCAM` fuses at the input's resolution; this one keeps
+    torchcam's (the largest layer's).
+
+    Args:
+        model: input model
+        target_layer: at least two target layers, as modules or names
+        input_shape: shape of the expected input tensor excluding the batch dimension
+        base_method: the extractor class producing the per-layer maps (default :class:`GradCAMpp`)
+        base_kwargs: keyword arguments for ``base_method``
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        target_layer: list[nn.Module | str],
+        input_shape: tuple[int, ...] = (3, 224, 224),
+        *,
+        base_method: type[_CAM] = GradCAMpp,
+        **base_kwargs: Any,
+    ) -> None:
+        if not isinstance(target_layer, list) or len(target_layer) < 2:
+            raise ValueError("RefineCAM requires at least two target layers")
+        if not isinstance(base_method, type) or not issubclass(base_method, _CAM):
+            raise TypeError("base_method must be a CAM extractor class")
+        self.base_cam = base_method(model, target_layer, input_shape=input_shape, **base_kwargs)
+
+    @property
+    def model(self) -> nn.Module:
+        """The base extractor's model."""
+        return self.base_cam.model
+
+    @property
+    def target_names(self) -> list[str]:
+        """The base extractor's layer names."""
+        return self.base_cam.target_names
+
+    def enable_hooks(self) -> None:
+        """Enable the base extractor's hooks."""
+        self.base_cam.enable_hooks()
+
+    def disable_hooks(self) -> None:
+        """Disable the base extractor's hooks."""
+        self.base_cam.disable_hooks()
+
+    def reset_hooks(self) -> None:
+        """Clear the base extractor's stored activations."""
+        self.base_cam.reset_hooks()
+
+    def remove_hooks(self) -> None:
+        """Remove the base extractor's hooks."""
+        self.base_cam.remove_hooks()
+
+    def _hooks_off(self) -> AbstractContextManager[None]:
+        return self.base_cam._hooks_off()
+
+    def __enter__(self) -> RefineCAM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.base_cam.__exit__(None, None, None)
+
+    def __call__(
+        self,
+        class_idx: int | list[int] | None = None,
+        scores: Any = None,
+        normalized: bool = True,
+        target_shape: tuple[int, ...] | None = None,
+        *,
+        targets: Any = None,
+        **kwargs: Any,
+    ) -> list[Tensor]:
+        cams = self.base_cam(class_idx, scores, normalized=True, targets=targets, **kwargs)
+        return [self.fuse_cams(cams, target_shape, normalized)]
+
+    def compute_cams(
+        self,
+        class_idx: int | list[int] | None = None,
+        scores: Any = None,
+        normalized: bool = True,
+        target_shape: tuple[int, ...] | None = None,
+        *,
+        targets: Any = None,
+        **kwargs: Any,
+    ) -> list[Tensor]:
+        """The refined map, without the base extractor's checks."""
+        cams = self.base_cam.compute_cams(class_idx, scores, normalized=True, targets=targets, **kwargs)
+        return [self.fuse_cams(cams, target_shape, normalized)]
+
+    @staticmethod
+    @torch.no_grad()
+    def fuse_cams(cams: list[Tensor], target_shape: tuple[int, ...] | None = None, normalized: bool = True) -> Tensor:
+        """Normalise each map, resize to ``target_shape`` (default: the largest), multiply, normalise.
+
+        Raises:
+            TypeError: if ``cams`` is not a list of tensors
+            ValueError: if ``cams`` is empty
+        """
+        if not isinstance(cams, list) or any(not isinstance(cam, Tensor) for cam in cams):
+            raise TypeError("invalid argument type for `cams`")
+        if not cams:
+            raise ValueError("argument `cams` cannot be an empty list")
+        shape = target_shape or tuple(map(max, zip(*[tuple(cam.shape[1:]) for cam in cams], strict=True)))
+        product = upsample_maps(_CAM._normalize(cams[0].clone()), shape)
+        for cam in cams[1:]:
+            product = product * upsample_maps(_CAM._normalize(cam.clone()), shape)
+        return _CAM._normalize(product) if normalized else product
+
+    def __repr__(self) -> str:
+        return f"RefineCAM(base_method={self.base_cam.__class__.__name__}, target_layer={self.target_names})"
+
+
+class FinerCAM:
+    """Not translated: torchcam 0.5.0's Finer-CAM wrapper has no counterpart here yet.
+
+    Use camkit's :class:`camkit.FinerCAM` natively. Constructing this class raises, so that a
+    script learns it at once; it exists so that modules importing the name still load.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise CompatNotTranslatedError(
+            "torchcam's FinerCAM is not translated by camkit.compat.torchcam; use camkit.FinerCAM(model, layer) "
+            "natively (see docs/migration/torchcam.md)"
+        )
