@@ -14,6 +14,7 @@ explainers. Where they differ from torchcam's, docs/migration/torchcam.md says h
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import sys
 from types import ModuleType
 
@@ -22,6 +23,7 @@ from ...errors import CamkitError
 __all__ = ["AlreadyImportedError", "install", "installed", "methods", "metrics", "utils"]
 
 __version__ = "0.5.0"
+version = importlib.metadata.version
 
 ALIAS = "torchcam"
 #: torchcam's module paths that resolve to this package after :func:`install`
@@ -37,7 +39,8 @@ def __getattr__(name: str) -> ModuleType:
         module = importlib.import_module(f"{__name__}.{name}")
         globals()[name] = module
         return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    shown = ALIAS if sys.modules.get(ALIAS) is sys.modules[__name__] else __name__
+    raise AttributeError(f"module {shown!r} has no attribute {name!r}")
 
 
 def installed() -> bool:

@@ -38,7 +38,8 @@ def overlay_mask(img: Image, mask: Image, colormap: Colormap | str = "jet", alph
     cmap = colormaps.get_cmap(colormap)
     resized = mask.resize(img.size, resample=Resampling.BICUBIC)
     colour = cmap(np.asarray(resized) ** 2, bytes=True)[:, :, :3]
-    if img.mode in {"L", "RGB"}:
+    if img.mode in {"L", "RGB"} and colour.ndim == 3 and np.isfinite(alpha):
         return blend(fromarray(colour), img.convert("RGB"), alpha)
+    # A colour mask gives colours of shape [H, W, 3, 3]: the blend below refuses it (ValueError).
     background = np.asarray(img) if len(img.getbands()) == 3 else np.asarray(img)[..., None].repeat(3, axis=-1)
     return fromarray((alpha * background + (1 - alpha) * colour).astype(np.uint8))

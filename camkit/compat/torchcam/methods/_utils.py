@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ...._internal.state import eval_mode
 from ....hooks import HookScope
 
 __all__ = ["locate_candidate_layer"]
@@ -19,15 +18,21 @@ def locate_candidate_layer(mod: nn.Module, input_shape: tuple[int, ...] = (3, 22
     """
     shapes: list[tuple[str, tuple[int, ...]]] = []
     device = next(mod.parameters()).device
-    with eval_mode(mod), HookScope() as hooks, torch.no_grad():
-        for name, module in mod.named_modules():
+    modes = [(module, module.training) for module in mod.modules()]
+    try:
+        mod.eval()
+        with HookScope() as hooks, torch.no_grad():
+            for name, module in mod.named_modules():
 
-            def record(_: nn.Module, _input: object, output: object, name: str = name) -> None:
-                if isinstance(output, Tensor):
-                    shapes.append((name, tuple(output.shape)))
+                def record(_: nn.Module, _input: object, output: object, name: str = name) -> None:
+                    if isinstance(output, Tensor):
+                        shapes.append((name, tuple(output.shape)))
 
-            hooks.forward(module, record)
-        mod(torch.zeros((1, *input_shape), device=device))
+                hooks.forward(module, record)
+            mod(torch.zeros((1, *input_shape), device=device))
+    finally:  # every module's own flag back, also when eval() or the forward fails
+        for module, training in modes:
+            module.training = training
     for name, shape in reversed(shapes):
         if len(shape) == len(input_shape) + 1 and any(v != 1 for v in shape[2:]):
             return name

@@ -72,6 +72,7 @@ class ScoreCAM(_CAM):
 
     _method: ClassVar[type[CAMExplainer] | None] = _methods.ISCAM
     _keep_mode: ClassVar[bool] = False  # torchcam scores the masked inputs in eval mode
+    _lists_input_hook: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class ScoreCAM(_CAM):
     ) -> None:
         super().__init__(model, target_layer, input_shape, **kwargs)
         self.bs = batch_size
+        self._targets_supported = True
 
     def _options(self) -> dict[str, Any]:
         return {"samples": 1, "batch_size": self.bs}

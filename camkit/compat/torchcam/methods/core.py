@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from difflib import get_close_matches
 from types import TracebackType
 from typing import Any, ClassVar, cast
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...._internal.state import eval_mode
 from ....hooks import HookScope
 from ....methods.base import CAMExplainer
 from ._utils import locate_candidate_layer
@@ -41,19 +42,33 @@ def _resolve_targets(targets: OutputTarget | list[OutputTarget], batch_size: int
     return targets
 
 
+def _target_scores(output: Any, targets: OutputTarget | list[OutputTarget]) -> Tensor:
+    """One scalar per sample of ``output`` (a tensor with a batch axis, or a per-sample list)."""
+    if isinstance(output, Tensor):
+        if output.ndim == 0:
+            raise ValueError("model output must have a batch dimension")
+        samples: list[Any] = list(output.unbind(0))
+    elif isinstance(output, list):
+        samples = output
+    else:
+        raise TypeError("model output must be a tensor or a per-sample list")
+    values = [fn(sample) for fn, sample in zip(_resolve_targets(targets, len(samples)), samples, strict=True)]
+    if any(not isinstance(v, Tensor) for v in values):
+        raise TypeError("each target must return a tensor")
+    if any(v.numel() != 1 for v in values):
+        raise ValueError("each target must return a scalar tensor")
+    return torch.stack([v.reshape(()) for v in values])
+
+
 def _batch_target(targets: list[OutputTarget]) -> Callable[[Any], Tensor]:
-    """camkit's callable target: one scalar per row of the output, from torchcam's per-sample targets."""
+    """camkit's callable target from torchcam's per-sample targets; it reads the model's raw output."""
 
     def score(output: Any) -> Tensor:
-        samples = output.unbind(0) if isinstance(output, Tensor) else list(output)
-        fns = targets if len(targets) == len(samples) else [targets[0]] * len(samples)
-        values = [fn(sample) for fn, sample in zip(fns, samples)]
-        if any(not isinstance(v, Tensor) for v in values):
-            raise TypeError("each target must return a tensor")
-        if any(v.numel() != 1 for v in values):
-            raise ValueError("each target must return a scalar tensor")
-        return torch.stack([v.reshape(()) for v in values])
+        batch = output.shape[0] if isinstance(output, Tensor) else len(output)
+        fns = targets if len(targets) == batch else [targets[0]] * batch
+        return _target_scores(output, fns)
 
+    score.takes_model_output = True  # type: ignore[attr-defined]  # lists of per-sample outputs reach it
     return score
 
 
@@ -73,6 +88,8 @@ class _CAM:
     _method: ClassVar[type[CAMExplainer] | None] = None
     #: keyword arguments for it, set by subclasses
     _keep_mode: ClassVar[bool] = True
+    #: torchcam lists a model input hook in ``hook_handles`` only for the methods that use the input
+    _lists_input_hook: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -115,11 +132,13 @@ class _CAM:
         self.hook_handles: list[torch.utils.hooks.RemovableHandle] = []
         for idx, name in enumerate(names):
             self.hook_handles.append(self._scope.forward(self.submodule_dict[name], self._activation_hook(idx)))
-        self.hook_handles.append(self._scope.forward_pre(model, self._store_input))
+        input_hook = self._scope.forward_pre(model, self._store_input)
+        if self._lists_input_hook:
+            self.hook_handles.append(input_hook)
         self._hooks_enabled = enable_hooks
         self._relu = True
         self._score_used = False
-        self._targets_supported = True
+        self._targets_supported = False
         self._input: Tensor | None = None
 
     # --- hooks --------------------------------------------------------------------------------
@@ -153,6 +172,9 @@ class _CAM:
             yield
         finally:
             self._hooks_enabled = previous
+
+    def _eval_mode(self) -> AbstractContextManager[Any]:
+        return eval_mode(self.model)
 
     def __enter__(self) -> _CAM:
         return self
@@ -275,8 +297,9 @@ class _CAM:
             target = torch.tensor(class_idx, dtype=torch.long, device=x.device)
         with self._hooks_off():
             cams = self._raw_maps(x, target)
+        dtype = x.dtype if x.is_floating_point() else None
         with torch.no_grad():
-            cams = [cam.detach().clone() for cam in cams]
+            cams = [cam.detach().to(dtype).clone() if dtype is not None else cam.detach().clone() for cam in cams]
             if normalized:
                 cams = [self._normalize(cam) for cam in cams]
         return cams

@@ -31,6 +31,7 @@ class _GradCAM(_CAM):
     ) -> None:
         super().__init__(model, target_layer, input_shape, **kwargs)
         self._score_used = True
+        self._targets_supported = True
 
 
 class GradCAM(_GradCAM):
@@ -77,6 +78,7 @@ class SmoothGradCAMpp(_GradCAM):
     """
 
     _method: ClassVar[type[CAMExplainer] | None] = _methods.GradCAMPlusPlus
+    _lists_input_hook: ClassVar[bool] = True
 
     def __init__(
         self,
