@@ -133,8 +133,8 @@ def eigen_projection(acts: Tensor, *, exact: bool = True, sign: str = "correlati
     total = points.sum(dim=2)
     agreement = (projection * (total - total.mean(dim=1, keepdim=True))).sum(dim=1)
     agreement = torch.where(agreement == 0, sums, agreement)
-    sign = torch.where(agreement < 0, -torch.ones_like(agreement), torch.ones_like(agreement))
-    return (projection * sign[:, None]).reshape(b, *grid)
+    factor = torch.where(agreement < 0, -torch.ones_like(agreement), torch.ones_like(agreement))
+    return (projection * factor[:, None]).reshape(b, *grid)
 
 
 _SQUARINGS = 14  # the second component shrinks like (l2 / l1) ** (2 ** 14) against the first

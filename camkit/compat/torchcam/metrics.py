@@ -13,8 +13,9 @@ from torch import Tensor
 from ..._internal.state import eval_mode
 from ...metrics import average_drop, increase_in_confidence
 from .methods.core import _CAM, OutputTarget, _batch_target, _resolve_targets
+from .methods.gradient import CompatNotTranslatedError
 
-__all__ = ["ClassificationMetric"]
+__all__ = ["ClassificationMetric", "DeletionInsertionMetric"]
 
 
 def _resolve_class_idx(scores: Tensor, class_idx: int | list[int] | None) -> tuple[int | list[int], Tensor]:
@@ -123,3 +124,19 @@ class ClassificationMetric:
         self.increase = 0.0
         self.total = 0
         self.nan_count = 0
+
+
+class DeletionInsertionMetric:
+    """Not translated: torchcam 0.5.0's deletion/insertion metric has no counterpart here yet.
+
+    Its perturbation grid (``ceil(N / steps)`` positions per step, then the rest) differs from
+    :func:`camkit.metrics.deletion_curve`'s (``ceil(k N / steps)``), so its AUCs would differ;
+    use camkit's :func:`~camkit.metrics.deletion_curve`, :func:`~camkit.metrics.insertion_curve`
+    and :func:`~camkit.metrics.auc` natively. Constructing this class raises.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise CompatNotTranslatedError(
+            "torchcam's DeletionInsertionMetric is not translated by camkit.compat.torchcam; use "
+            "camkit.metrics.deletion_curve / insertion_curve / auc natively (see docs/migration/torchcam.md)"
+        )

@@ -2,7 +2,7 @@
 
 from .activation import CAM, ISCAM, SSCAM, ScoreCAM
 from .core import OutputTarget
-from .gradient import FinerCAM, GradCAM, GradCAMpp, LayerCAM, RefineCAM, SmoothGradCAMpp, XGradCAM
+from .gradient import FinerCAM, GradCAM, GradCAMpp, LayerCAM, LeGrad, RefineCAM, SmoothGradCAMpp, XGradCAM
 
 __all__ = [
     "CAM",
@@ -12,6 +12,7 @@ __all__ = [
     "GradCAM",
     "GradCAMpp",
     "LayerCAM",
+    "LeGrad",
     "OutputTarget",
     "RefineCAM",
     "ScoreCAM",

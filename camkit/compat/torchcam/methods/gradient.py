@@ -14,7 +14,7 @@ from ....functional.maps import upsample_maps
 from ....methods.base import CAMExplainer
 from .core import _CAM
 
-__all__ = ["CompatNotTranslatedError", "FinerCAM", "GradCAM", "GradCAMpp", "LayerCAM", "RefineCAM", "SmoothGradCAMpp", "XGradCAM"]
+__all__ = ["CompatNotTranslatedError", "FinerCAM", "GradCAM", "GradCAMpp", "LayerCAM", "LeGrad", "RefineCAM", "SmoothGradCAMpp", "XGradCAM"]
 
 
 class CompatNotTranslatedError(CamkitError, NotImplementedError):
@@ -230,4 +230,18 @@ class FinerCAM:
         raise CompatNotTranslatedError(
             "torchcam's FinerCAM is not translated by camkit.compat.torchcam; use camkit.FinerCAM(model, layer) "
             "natively (see docs/migration/torchcam.md)"
+        )
+
+
+class LeGrad:
+    """Not translated: torchcam 0.5.0's LeGrad has no counterpart here yet.
+
+    Use :class:`camkit.LeGrad` natively. Constructing this class raises; it exists so that
+    modules importing the name still load.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise CompatNotTranslatedError(
+            "torchcam's LeGrad is not translated by camkit.compat.torchcam; use camkit.LeGrad(model) natively "
+            "(see docs/migration/torchcam.md)"
         )
