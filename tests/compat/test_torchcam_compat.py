@@ -245,5 +245,18 @@ def test_refinecam_equals_torchcam_and_finercam_says_it_is_not_translated():
         assert _hooks(model) == 0
     torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=0)
     assert results[0].amax() > 0.99
-    with pytest.raises(NotImplementedError, match="camkit.FinerCAM"):
+    with pytest.raises(NotImplementedError, match=r"camkit\.FinerCAM"):
         ours.FinerCAM(model, "0.3")
+
+
+@pytest.mark.parametrize("name", ["GradCAM", "ISCAM"])
+def test_video_maps_equal_torchcam(name):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv3d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1), nn.Flatten(1), nn.Linear(4, 3)).eval()
+    x = torch.rand(2, 3, 4, 6, 6, generator=torch.Generator().manual_seed(1))
+    kwargs = {"num_samples": 2} if name == "ISCAM" else {}
+    theirs, _ = _run(getattr(tc, name), model, x, [0, 2], target_layer="1", **kwargs)
+    mine, _ = _run(getattr(ours, name), model, x, [0, 2], target_layer="1", **kwargs)
+    assert mine[0].shape == theirs[0].shape == (2, 4, 6, 6)
+    torch.testing.assert_close(mine[0], theirs[0], atol=1e-5, rtol=0)
+    assert theirs[0].amax() > 0.99

@@ -95,3 +95,18 @@ def test_arcc_equals_pytorch_grad_cam(monkeypatch):
     np.testing.assert_allclose(ours.road.numpy(), np.clip(their_road * 2, 0, 1), atol=1e-5)
     np.testing.assert_allclose(ours.arcc.numpy(), theirs, atol=1e-5)
     assert (ours.road > 0).any()  # a real ROAD part, not the clipped floor everywhere
+
+
+def test_arcc_on_signals_and_volumes():
+    for conv, shape in ((nn.Conv1d, (2, 2, 16)), (nn.Conv3d, (2, 2, 4, 4, 4))):
+        torch.manual_seed(0)
+        model = nn.Sequential(conv(2, 4, 3, padding=1), nn.ReLU(), nn.Flatten(1), nn.LazyLinear(3)).eval()
+        x = torch.rand(*shape, generator=torch.Generator().manual_seed(1))
+        model(x)  # materialise the lazy layer
+        explainer = camkit.GradCAM(model, "1")
+        maps = explainer(x, 0)
+        s = arcc(model, x, maps, explainer, 0, noise=0.0)
+        assert s.arcc.shape == s.road.shape == (2,)
+        torch.testing.assert_close(s.complexity, maps.flatten(1).abs().mean(dim=1))
+        expected = 3 / (1 / (s.coherency + 1e-8) + 1 / (1 - s.complexity + 1e-8) + 1 / (s.road + 1e-8))
+        torch.testing.assert_close(s.arcc, expected)
