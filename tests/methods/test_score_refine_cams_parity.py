@@ -94,6 +94,7 @@ def test_refinecam_with_gradcampp_equals_the_anchor_where_its_epsilon_is_negligi
     anchor_small = AnchorRefineCAM(small, [small.bn1, small.bn2])(x, anchor_targets())
     ours_small = camkit.RefineCAM(small, ["bn1", "bn2"])(x, TARGETS).numpy()
     assert np.abs(ours_small - anchor_small).max() > 0.1
-    # the difference is the epsilon's: at unit scale the anchor's Grad-CAM++ alone already departs
+    # the departure is already in the anchor's single-layer Grad-CAM++ at unit scale (not in RefineCAM's fusion,
+    # which test_refinecam_equals_pytorch_grad_cam_with_gradcam checks with Grad-CAM as the base)
     one_layer = pgc.GradCAMPlusPlus(small, [small.bn2])(x, anchor_targets())
     assert np.abs(camkit.GradCAMPlusPlus(small, "bn2")(x, TARGETS).numpy() - one_layer).max() > 0.1
