@@ -21,7 +21,7 @@ from .cam import (
     weighted_sum,
     xgradcam_weights,
 )
-from .maps import flat_maps, interpolation_mode, normalize_maps, upsample_maps
+from .maps import flat_maps, interpolation_mode, multiply_maps, normalize_maps, upsample_maps
 from .overlay import colorize, colormap_lut, overlay_batch
 from .propagation import epsilon_scale, gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
 from .regions import (
@@ -39,6 +39,7 @@ from .regions import (
     superpixel_regions,
     weighted_linear_fit,
 )
+from .score import integration_coefficients, score_masks
 from .tokens import channels_last_to_grid, grid_fits, guess_channels_last, infer_token_grid, tokens_to_grid
 from .views import (
     alpha_scaling,
@@ -77,12 +78,14 @@ __all__ = [
     "heat_map",
     "hirescam",
     "infer_token_grid",
+    "integration_coefficients",
     "integration_points",
     "interpolation_mode",
     "kernel_shap_coalitions",
     "layercam",
     "lime_kernel",
     "masked_image",
+    "multiply_maps",
     "normalize_maps",
     "outlier_threshold",
     "overlay_batch",
@@ -92,6 +95,7 @@ __all__ = [
     "relevance_gradient",
     "rescale_multiplier",
     "scale_attribution",
+    "score_masks",
     "shapley_from_permutations",
     "shapley_permutations",
     "solve_kernel_shap",
