@@ -49,6 +49,20 @@ def test_gradient_and_activation_cams_match_the_original(name, layers):
     assert ours.max() > 0.99  # real maps, not flat ones
 
 
+def test_segeigencam_matches_the_original():
+    theirs, ours = both("SegEigenCAM", SmallCNN(scale=1e3).eval(), ["bn2"])
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_refinecam_matches_the_original():
+    model, x = SmallCNN(scale=1e3).eval(), inputs()
+    theirs = pgc.RefineCAM(model, [model.bn1, model.bn2], base_method=pgc.GradCAM)(
+        x, [ot.ClassifierOutputTarget(t) for t in TARGETS])
+    ours = compat.RefineCAM(model, [model.bn1, model.bn2], base_method=compat.GradCAM)(
+        x, [ct.ClassifierOutputTarget(t) for t in TARGETS])
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
 def test_shapleycam_matches_the_original_on_one_layer_and_runs_on_two():
     theirs, ours = both("ShapleyCAM", SmallCNN(scale=1e3).eval(), ["bn2"])
     np.testing.assert_allclose(ours, theirs, atol=1e-5)

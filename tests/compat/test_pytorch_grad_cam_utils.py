@@ -215,8 +215,17 @@ def test_the_model_is_left_as_found_and_errors_are_not_swallowed():
             raise IndexError("kept")
 
 
-def test_methods_camkit_lacks_refuse_with_a_clear_error():
-    model = SmallCNN().eval()
-    for cls in (compat.RefineCAM, compat.SegEigenCAM):
-        with pytest.raises(camkit.CamkitError, match="no camkit implementation yet"):
-            cls(model, [model.bn2])
+def test_arcc_matches_the_original():
+    from pytorch_grad_cam.metrics.arcc import ARCC as TheirARCC
+
+    from camkit.compat.pytorch_grad_cam.metrics.arcc import ARCC
+
+    model, x = SmallCNN(scale=1e3).eval(), inputs()
+    ours_cam, theirs_cam = compat.GradCAM(model, [model.bn2]), pgc.GradCAM(model, [model.bn2])
+    ours_t, theirs_t = [ct.ClassifierOutputTarget(t) for t in TARGETS], [ot.ClassifierOutputTarget(t) for t in TARGETS]
+    torch.manual_seed(0)  # the ROAD imputation noise
+    ours = ARCC(ours_cam)(x, ours_cam(x, ours_t), ours_t, model)
+    torch.manual_seed(0)
+    theirs = TheirARCC(theirs_cam)(x, theirs_cam(x, theirs_t), theirs_t, model)
+    assert ours.shape == (3,) and ((ours > 0) & (ours < 1)).all()
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)

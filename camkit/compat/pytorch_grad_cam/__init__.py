@@ -26,6 +26,7 @@ from ._cams import (
     LayerCAM,
     RandomCAM,
     ScoreCAM,
+    SegEigenCAM,
     ShapleyCAM,
     XGradCAM,
 )
@@ -36,9 +37,8 @@ from .base_cam import BaseCAM
 from .feature_factorization.deep_feature_factorization import DeepFeatureFactorization, run_dff_on_image
 from .finer_cam import FinerCAM
 from .guided_backprop import GuidedBackpropReLUModel
-from .metrics import cam_mult_image, road
+from .metrics import arcc, cam_mult_image, road
 from .refine_cam import RefineCAM
-from .seg_eigen_cam import SegEigenCAM
 from .sess import SESS
 from .utils import model_targets, reshape_transforms
 
@@ -70,6 +70,7 @@ __all__ = [
     "SegEigenCAM",
     "ShapleyCAM",
     "XGradCAM",
+    "arcc",
     "cam_mult_image",
     "install",
     "installed",

@@ -35,6 +35,7 @@ __all__ = [
     "LayerCAM",
     "RandomCAM",
     "ScoreCAM",
+    "SegEigenCAM",
     "ShapleyCAM",
     "XGradCAM",
 ]
@@ -113,6 +114,15 @@ class EigenGradCAM(_Simple):
 
     def explainer(self, eigen_smooth: bool) -> Explainer:
         return _m.EigenGradCAM(self.model, self.target_layers)
+
+
+class SegEigenCAM(_Simple):
+    """Seg-Eigen-CAM on :class:`camkit.SegEigenCAM`: the first component of ``|dS/dA| * A``, sign by its larger extreme."""
+
+    ignores_eigen_smooth = True
+
+    def explainer(self, eigen_smooth: bool) -> Explainer:
+        return _m.SegEigenCAM(self.model, self.target_layers)
 
 
 class ShapleyCAM(_Simple):

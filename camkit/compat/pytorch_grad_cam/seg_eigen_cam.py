@@ -1,7 +1,5 @@
-"""``SegEigenCAM`` (pytorch-grad-cam 1.5.7)."""
+"""``SegEigenCAM``: the module path pytorch-grad-cam keeps it under."""
 
-from ._missing import missing
+from ._cams import SegEigenCAM
 
 __all__ = ["SegEigenCAM"]
-
-SegEigenCAM = missing("SegEigenCAM")
