@@ -118,7 +118,7 @@ def test_reshape_transforms_match_the_original():
     swin = torch.randn(2, 6, 5)
     torch.testing.assert_close(reshape_transforms.swinT_reshape_transform(swin, 2, 3),
                                oreshape.swinT_reshape_transform(swin, 2, 3))
-    levels = {"0": torch.randn(1, 2, 8, 8), "1": torch.randn(1, 2, 4, 4)}
+    levels = {"0": torch.randn(1, 2, 8, 8), "1": torch.randn(1, 2, 4, 4), "pool": torch.randn(1, 2, 2, 2)}
     torch.testing.assert_close(reshape_transforms.fasterrcnn_reshape_transform(levels),
                                oreshape.fasterrcnn_reshape_transform(levels))
 

@@ -18,9 +18,9 @@ __all__ = ["fasterrcnn_reshape_transform", "swinT_reshape_transform", "vit_resha
 
 
 def fasterrcnn_reshape_transform(x: Any) -> Tensor:
-    """A Faster R-CNN backbone's feature dict: every level resized to the first level's size, concatenated."""
+    """A Faster R-CNN backbone's feature dict: every level's magnitude resized to the ``"pool"`` level's size, concatenated."""
     levels = list(x.values())
-    size = levels[0].shape[-2:]
+    size = (x["pool"] if "pool" in x else levels[-1]).shape[-2:]
     return torch.cat([F.interpolate(torch.abs(level), size, mode="bilinear") for level in levels], dim=1)
 
 
