@@ -22,7 +22,7 @@ from .cam import (
     xgradcam_weights,
 )
 from .concepts import channel_mask, channel_relevance, merge_top, relevance_boxes
-from .maps import flat_maps, interpolation_mode, normalize_maps, upsample_maps
+from .maps import flat_maps, interpolation_mode, multiply_maps, normalize_maps, upsample_maps
 from .overlay import colorize, colormap_lut, overlay_batch
 from .propagation import epsilon_scale, gamma_params, relevance_gradient, rescale_multiplier, split_by_sign, stabilize
 from .regions import (
@@ -40,6 +40,7 @@ from .regions import (
     superpixel_regions,
     weighted_linear_fit,
 )
+from .score import integration_coefficients, score_masks
 from .tokens import channels_last_to_grid, grid_fits, guess_channels_last, infer_token_grid, tokens_to_grid
 from .views import (
     alpha_scaling,
@@ -80,6 +81,7 @@ __all__ = [
     "heat_map",
     "hirescam",
     "infer_token_grid",
+    "integration_coefficients",
     "integration_points",
     "interpolation_mode",
     "kernel_shap_coalitions",
@@ -87,6 +89,7 @@ __all__ = [
     "lime_kernel",
     "masked_image",
     "merge_top",
+    "multiply_maps",
     "normalize_maps",
     "outlier_threshold",
     "overlay_batch",
@@ -97,6 +100,7 @@ __all__ = [
     "relevance_gradient",
     "rescale_multiplier",
     "scale_attribution",
+    "score_masks",
     "shapley_from_permutations",
     "shapley_permutations",
     "solve_kernel_shap",

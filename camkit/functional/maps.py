@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..errors import InvalidInputError
 
-__all__ = ["FLAT_RTOL", "flat_maps", "interpolation_mode", "normalize_maps", "upsample_maps"]
+__all__ = ["FLAT_RTOL", "flat_maps", "interpolation_mode", "multiply_maps", "normalize_maps", "upsample_maps"]
 
 #: Relative spread under which a map counts as constant: 64 float32 epsilons of its magnitude.
 FLAT_RTOL = 64 * torch.finfo(torch.float32).eps
@@ -123,3 +123,39 @@ def flat_maps(maps: Tensor, rtol: float = FLAT_RTOL, *, spatial_dims: int = 2) -
     low = maps.amin(dim=axes)
     scale = torch.maximum(high.abs(), low.abs())
     return (high - low) <= rtol * scale
+
+
+def multiply_maps(maps: Sequence[Tensor], *, spatial_dims: int = 2) -> tuple[Tensor, Tensor]:
+    """Fuse maps of the same size by their product, then min-max normalise (RefineCAM's fusion).
+
+    Where :func:`camkit.methods.base.finish_maps` averages the layers' maps, a product keeps
+    only what every layer shows: a position that one layer rates 0 stays 0. Give each map in
+    [0, 1] (already normalised).
+
+    Args:
+        maps: maps [..., *s] of one shape, one per layer.
+        spatial_dims: trailing axes that make one map (1: a signal, 2: an image, 3: a volume).
+
+    Returns:
+        ``(fused, flat)`` as :func:`normalize_maps`: ``flat`` marks products that are constant
+        up to float rounding (:func:`flat_maps`: layers that agree nowhere give an all-zero
+        product), returned as zeros.
+
+    Example:
+        >>> import torch
+        >>> from camkit.functional import multiply_maps
+        >>> fused, flat = multiply_maps([torch.tensor([[[1.0, 0.5, 0.0]]]), torch.tensor([[[0.5, 1.0, 1.0]]])])
+        >>> fused.tolist(), flat.tolist()
+        ([[[1.0, 1.0, 0.0]]], [False])
+    """
+    if not maps:
+        raise InvalidInputError("multiply_maps needs at least one map")
+    shapes = {tuple(m.shape) for m in maps}
+    if len(shapes) != 1:
+        raise InvalidInputError(f"maps to multiply must share one shape, got {sorted(shapes)}; upsample them first")
+    product = maps[0]
+    for other in maps[1:]:
+        product = product * other
+    flat = flat_maps(product, spatial_dims=spatial_dims)
+    fused, _ = normalize_maps(product, spatial_dims=spatial_dims)
+    return fused.masked_fill_(flat.view(*flat.shape, *(1,) * spatial_dims), 0.0), flat

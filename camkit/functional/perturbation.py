@@ -75,7 +75,7 @@ def unique_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
     return first, position[inverse]
 
 
-def eigen_projection(acts: Tensor, *, exact: bool = True) -> Tensor:
+def eigen_projection(acts: Tensor, *, exact: bool = True, sign: str = "correlation") -> Tensor:
     """Eigen-CAM (Muhammad & Yeasin 2020): the projection on the first principal component.
 
     Each sample's activations [C, *s] are read as prod(s) points in C dimensions, centred
@@ -86,6 +86,10 @@ def eigen_projection(acts: Tensor, *, exact: bool = True) -> Tensor:
 
     Args:
         acts: [B, C, *s] with one to three spatial axes (float32 recommended).
+        sign: how the arbitrary sign of the component is fixed. ``"correlation"`` (Eigen-CAM):
+            the projection correlates positively with the channel-summed activations.
+            ``"extremes"`` (Seg-Eigen-CAM, eq. 13): the projection is flipped when its
+            minimum is larger in magnitude than its maximum, so the larger extreme is positive.
         exact: ``True``: a batched SVD. ``False``: the top eigenvector of the positions' Gram
             matrix by repeated squaring, matrix products only; the SVD reads its status
             back to the host on a GPU (a sync per call), this does not. Both give the same
@@ -103,7 +107,12 @@ def eigen_projection(acts: Tensor, *, exact: bool = True) -> Tensor:
         tensor([[[-2.2361,  0.0000,  2.2361]]])
         >>> torch.round(eigen_projection(a, exact=False) * 1e4) / 1e4 + 0.0  # + 0.0: no "-0.0000"
         tensor([[[-2.2361,  0.0000,  2.2361]]])
+        >>> b = torch.tensor([[[[0.0, 0.0, 3.0]], [[0.0, 0.0, 3.0]]]])  # one bright position
+        >>> torch.round(eigen_projection(b, sign="extremes") * 1e4) / 1e4 + 0.0
+        tensor([[[-1.4142, -1.4142,  2.8284]]])
     """
+    if sign not in ("correlation", "extremes"):
+        raise InvalidInputError(f"sign must be 'correlation' or 'extremes', got {sign!r}")
     if not 3 <= acts.dim() <= 5:
         raise InvalidInputError(
             f"activations must be [B, C, t], [B, C, h, w] or [B, C, d, h, w], got shape {list(acts.shape)}"
@@ -118,11 +127,14 @@ def eigen_projection(acts: Tensor, *, exact: bool = True) -> Tensor:
     else:
         projection = _top_projection(centred)
         sums = torch.ones_like(projection[:, 0])
+    if sign == "extremes":
+        flip = projection.amin(dim=1).abs() > projection.amax(dim=1).abs()
+        return torch.where(flip[:, None], -projection, projection).reshape(b, *grid)
     total = points.sum(dim=2)
     agreement = (projection * (total - total.mean(dim=1, keepdim=True))).sum(dim=1)
     agreement = torch.where(agreement == 0, sums, agreement)
-    sign = torch.where(agreement < 0, -torch.ones_like(agreement), torch.ones_like(agreement))
-    return (projection * sign[:, None]).reshape(b, *grid)
+    factor = torch.where(agreement < 0, -torch.ones_like(agreement), torch.ones_like(agreement))
+    return (projection * factor[:, None]).reshape(b, *grid)
 
 
 _SQUARINGS = 14  # the second component shrinks like (l2 / l1) ** (2 ** 14) against the first

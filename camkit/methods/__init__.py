@@ -7,7 +7,7 @@ from .cam_extra import FEM, KPCACAM, FinerCAM, FullGrad, GradCAMElementWise, Ran
 from .concepts import ConceptReferences, ConceptRelevance
 from .deeplift import DeepLift, DeepLiftShap
 from .dff import DeepFeatureFactorization, factorization_image
-from .eigen import EigenCAM, EigenGradCAM
+from .eigen import EigenCAM, EigenGradCAM, SegEigenCAM
 from .gradcam import GradCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
 from .gradientshap import GradientShap
 from .integrated import IntegratedGradients
@@ -21,15 +21,19 @@ from .layer import (
 from .lrp import LRP
 from .perturbation import RISE, Occlusion
 from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGradCAM, InputXGradient, Saliency
+from .refine import RefineCAM
 from .regions import FeatureAblation, KernelShap, Lime, RegionAttribution, ShapleyValueSampling
+from .score_averaged import ISCAM, SSCAM
 from .scorecam import AblationCAM, ScoreCAM
 from .sess import SESS
 from .smooth import AugSmooth, SmoothGrad
 
 __all__ = [
     "CAM",
+    "ISCAM",
     "LRP",
     "RISE",
+    "SSCAM",
     "AblationCAM",
     "AugSmooth",
     "CAMExplainer",
@@ -61,9 +65,11 @@ __all__ = [
     "LayerIntegratedGradients",
     "Lime",
     "Occlusion",
+    "RefineCAM",
     "RegionAttribution",
     "Saliency",
     "ScoreCAM",
+    "SegEigenCAM",
     "ShapleyValueSampling",
     "SmoothGrad",
     "XGradCAM",

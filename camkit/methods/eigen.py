@@ -1,4 +1,4 @@
-"""Eigen-CAM and Eigen-Grad-CAM: the first principal component of a layer's activations."""
+"""Eigen-CAM, Eigen-Grad-CAM and Seg-Eigen-CAM: the first principal component of a layer's activations."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..targets.classes import Target
 from ._forward import Captured, ForwardCAM
 from .base import GradientCAM
 
-__all__ = ["EigenCAM", "EigenGradCAM"]
+__all__ = ["EigenCAM", "EigenGradCAM", "SegEigenCAM"]
 
 
 @register_method("eigencam")
@@ -82,3 +82,36 @@ class EigenGradCAM(GradientCAM):
 
     def contributions(self, acts: Tensor, grads: Tensor) -> Tensor:
         return acts * grads
+
+
+@register_method("segeigencam")
+class SegEigenCAM(GradientCAM):
+    """Seg-Eigen-CAM (Chung & Ying 2025): the first principal component of ``|dS/dA| * A``.
+
+    Made for segmentation models (give a :mod:`camkit.targets.tasks` segmentation target),
+    it works on any target: each position's activations are weighted by the magnitude of
+    their gradient (eq. 10: negative gradients count too, unlike Grad-CAM), projected on
+    their first principal component, and the sign of the component is fixed so that the
+    larger extreme is positive (eq. 13: flipped when ``|min| > |max|``; see
+    :func:`~camkit.functional.perturbation.eigen_projection` with ``sign="extremes"``); then
+    the ReLU, as in pytorch-grad-cam 1.5.7. Any rank. ``eigen_smooth`` has no meaning here
+    (the map is a principal component already) and is refused.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        ...                     nn.Flatten(), nn.Linear(4, 2))
+        >>> tuple(camkit.SegEigenCAM(net, "1")(torch.rand(2, 3, 8, 8), target=1).shape)
+        (2, 8, 8)
+    """
+
+    cost: ClassVar[str] = "1 forward + 1 backward after the target layer + a batched SVD"
+    use_when: ClassVar[str] = (
+        "You explain a segmentation model and want each position's gradient magnitude kept (Seg-Eigen-CAM)."
+    )
+
+    def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        weighted = grads.abs() * acts
+        return eigen_projection(weighted, exact=_syncs.reads_are_free(acts), sign="extremes").clamp_min(0)

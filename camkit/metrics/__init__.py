@@ -6,6 +6,7 @@
 * localisation against a region: :func:`attribution_localisation`, :func:`top_k_intersection`,
   :func:`relevance_rank_accuracy`, :func:`relevance_mass_accuracy`, :func:`region_auc`, :func:`focus`;
 * :func:`road_curve` with :func:`noisy_linear_imputation` (ROAD, Rong et al. 2022);
+* :func:`arcc` with :func:`arcc_complexity` and :func:`coherency` (pytorch-grad-cam 1.5.7's ARCC);
 * :func:`randomization_check` (Adebayo et al. 2018), with :func:`spearman` and :func:`ssim`;
 * robustness: :func:`avg_sensitivity`, :func:`max_sensitivity`, :func:`local_lipschitz_estimate`,
   :func:`continuity`, :func:`consistency`, :func:`relative_input_stability`,
@@ -18,6 +19,7 @@ restored after), on chunks of at most ``chunk_size`` images; the model is never 
 """
 
 from .accumulate import CurveAccumulator, MetricAccumulator
+from .arcc import ARCCScores, arcc, arcc_complexity, coherency
 from .axiomatic import completeness, input_invariance, non_sensitivity
 from .complexity import complexity, effective_complexity, sparseness
 from .deletion import (
@@ -63,16 +65,20 @@ from .sanity import RandomizationResult, randomization_check, spearman, ssim
 from .sufficiency import sufficiency
 
 __all__ = [
+    "ARCCScores",
     "Baseline",
     "CurveAccumulator",
     "MPRTResult",
     "MetricAccumulator",
     "RandomizationResult",
+    "arcc",
+    "arcc_complexity",
     "attribution_localisation",
     "auc",
     "average_drop",
     "avg_sensitivity",
     "blur_baseline",
+    "coherency",
     "completeness",
     "complexity",
     "consistency",

@@ -1,0 +1,1 @@
+"""pytorch-grad-cam's ``feature_factorization`` package."""

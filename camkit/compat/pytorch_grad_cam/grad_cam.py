@@ -1,0 +1,5 @@
+"""``GradCAM``: the module path pytorch-grad-cam keeps it under."""
+
+from ._cams import GradCAM
+
+__all__ = ["GradCAM"]

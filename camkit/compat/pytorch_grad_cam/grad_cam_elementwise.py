@@ -1,0 +1,5 @@
+"""``GradCAMElementWise``: the module path pytorch-grad-cam keeps it under."""
+
+from ._cams import GradCAMElementWise
+
+__all__ = ["GradCAMElementWise"]

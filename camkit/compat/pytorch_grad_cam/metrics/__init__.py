@@ -1,0 +1,1 @@
+"""pytorch-grad-cam's ``metrics`` package."""

@@ -1,0 +1,55 @@
+"""tools/peer_suites.py on one small file of each peer suite (skipped where ../shared/peer-suites is absent)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import peer_suites  # noqa: E402
+
+pytestmark = pytest.mark.slow  # two pytest subprocesses per suite
+
+
+@pytest.fixture(scope="module")
+def peers():
+    root = peer_suites.peer_root(None)
+    if root is None:
+        pytest.skip("../shared/peer-suites is absent")
+    return root
+
+
+def _run(tmp_path, suite, files):
+    report = tmp_path / f"{suite}.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "peer_suites.py"), "--suite", suite, "--files", *files, "--json", str(report),
+         "--timeout", "900"],
+        capture_output=True, text=True, timeout=1900,
+    )
+    return done, json.loads(report.read_text())[suite] if report.exists() else None
+
+
+def test_grad_cam_file_passes_on_both_sides(peers, tmp_path):
+    pytest.importorskip("pytorch_grad_cam")
+    done, result = _run(tmp_path, "grad-cam", ["test_svd_no_side_effect.py", "test_finer_cam_correctness.py"])
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "grad-cam original: 7 passed" in done.stdout and "grad-cam camkit:   6 passed, 1 failed" in done.stdout
+    assert result["source_readers"] == ["tests/test_finer_cam_correctness.py::test_finercam_htcore_is_single_underscore"]
+    assert result["regressions"] == []
+
+
+def test_torchcam_file_runs_or_says_the_compat_module_is_missing(peers, tmp_path):
+    pytest.importorskip("torchcam")
+    done, result = _run(tmp_path, "torchcam", ["test_methods_utils.py"])
+    if importlib.util.find_spec("camkit.compat.torchcam") is None:
+        assert "compat module missing" in done.stdout and done.returncode == 0
+        assert result["camkit"] is None and set(result["original"].values()) == {"passed"}
+    else:
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert result["regressions"] == []

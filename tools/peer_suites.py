@@ -1,0 +1,206 @@
+"""Run pytorch-grad-cam's and torchcam's own test suites against the originals and against camkit's compat layers.
+
+The suites' test files sit, unmodified, beside the project in ``../shared/peer-suites/`` (see
+the README there). Each suite runs twice in subprocesses: once against the installed original
+package, once with camkit's compat module installed in its place (``tools/peer_plugin.py``
+calls its ``install()`` before collection). Both runs get random instead of pretrained
+torchvision weights and the same seeds; both run in a temporary working directory that holds
+``examples/both.png`` (scikit-image's astronaut), which pytorch-grad-cam's tests read.
+
+The script prints both outcomes test by test and both tallies, and exits with 1 when a test
+that passes against the original does not pass against camkit (tests that read the original's
+source text are listed apart, with the reason, and not counted), 0 otherwise.
+
+    python tools/peer_suites.py                       # both suites, every file
+    python tools/peer_suites.py --suite grad-cam --files test_sess.py -k "not options"
+    python tools/peer_suites.py --json tallies.json   # also write the outcomes
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's camkit, also when another one is installed
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    folder: str  # under peer-suites/
+    original: str  # the import name of the original package
+    compat: str  # camkit's module that installs itself under that name
+    #: tests that read the original's source text: no translation can pass them
+    source_readers: dict[str, str] = field(default_factory=dict)
+
+
+SUITES = {
+    "grad-cam": Suite(
+        "grad-cam",
+        "grad-cam-1.5.7",
+        "pytorch_grad_cam",
+        "camkit.compat.pytorch_grad_cam",
+        {
+            "tests/test_finer_cam_correctness.py::test_finercam_htcore_is_single_underscore": (
+                "reads FinerCAM's source with inspect.getsource and looks for 'self.base_cam._htcore', "
+                "a Habana (HPU) device hook of the original's implementation"
+            ),
+        },
+    ),
+    "torchcam": Suite("torchcam", "torchcam-0.5.0", "torchcam", "camkit.compat.torchcam"),
+}
+
+
+def peer_root(explicit: str | None) -> Path | None:
+    """Where the peer suites are: ``--peer-dir``, ``$CAMKIT_PEER_SUITES``, or ``shared/peer-suites`` beside the checkout.
+
+    For a git worktree, "beside the checkout" is beside the main checkout (the one holding the
+    common ``.git``), so every worktree finds the same copy.
+    """
+    candidates = [explicit, os.environ.get("CAMKIT_PEER_SUITES"), str(ROOT.parent / "shared" / "peer-suites")]
+    try:
+        common = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip()
+        candidates.append(str(Path(common).parent.parent / "shared" / "peer-suites"))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for candidate in candidates:
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    return None
+
+
+def _workdir() -> Path:
+    """A temporary working directory with ``examples/both.png`` (an RGB photograph, written as OpenCV reads it)."""
+    import cv2
+    from skimage import data
+
+    work = Path(tempfile.mkdtemp(prefix="camkit-peer-"))
+    (work / "examples").mkdir()
+    cv2.imwrite(str(work / "examples" / "both.png"), cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR))
+    return work
+
+
+def run_once(suite: Suite, base: Path, files: list[str], keyword: str | None, compat: bool, timeout: float) -> tuple[dict[str, str], float, str]:
+    """One pytest run of ``suite``; ``({nodeid: outcome}, seconds, output tail)``."""
+    work = _workdir()
+    report = work / "outcomes.json"
+    tests = [str(base / "tests" / f) for f in files] if files else [str(base / "tests")]
+    command = [sys.executable, "-m", "pytest", "-p", "peer_plugin", "-p", "no:cacheprovider", "-q",
+               "--rootdir", str(base), "-W", "ignore", *tests]
+    if keyword:
+        command += ["-k", keyword]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tools"), str(ROOT), str(base), env.get("PYTHONPATH", "")])
+    env["CAMKIT_PEER_REPORT"] = str(report)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["TQDM_DISABLE"] = "1"
+    env.pop("CAMKIT_PEER_COMPAT", None)
+    if compat:
+        env["CAMKIT_PEER_COMPAT"] = suite.compat
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+        tail = (done.stdout + done.stderr)[-3000:]
+    except subprocess.TimeoutExpired as expired:
+        tail = f"timed out after {timeout:.0f} s\n" + str(expired.stdout or "")[-2000:]
+    seconds = time.perf_counter() - start
+    outcomes = json.loads(report.read_text()) if report.exists() else {}
+    return outcomes, seconds, tail
+
+
+def compare(suite: Suite, original: dict[str, str], ours: dict[str, str] | None) -> tuple[list[str], list[str]]:
+    """Print both outcomes per test; return the regressions and the listed source readers."""
+    regressions: list[str] = []
+    readers: list[str] = []
+    width = max((len(n) for n in original), default=20)
+    print(f"\n{'test':<{width}}  {'original':<8}  camkit")
+    for nodeid in sorted(set(original) | set(ours or {})):
+        theirs = original.get(nodeid, "-")
+        mine = "missing" if ours is None else ours.get(nodeid, "-")
+        note = ""
+        if nodeid in suite.source_readers:
+            readers.append(nodeid)
+            note = "  (reads the original's source: not counted)"
+        elif theirs == "passed" and mine != "passed" and ours is not None:
+            regressions.append(nodeid)
+            note = "  <-- REGRESSION"
+        print(f"{nodeid:<{width}}  {theirs:<8}  {mine}{note}")
+    return regressions, readers
+
+
+def tally(outcomes: dict[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for outcome in outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped") if k in counts) or "no tests"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
+    parser.add_argument("--files", nargs="*", default=[], help="test files to run (names under the suite's tests/)")
+    parser.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
+    parser.add_argument("--peer-dir", default=None, help="the peer-suites folder (default: ../shared/peer-suites)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run")
+    parser.add_argument("--json", default=None, help="write the outcomes and timings to this file")
+    args = parser.parse_args(argv)
+
+    root = peer_root(args.peer_dir)
+    if root is None:
+        print("peer suites not found (../shared/peer-suites, $CAMKIT_PEER_SUITES or --peer-dir): skipped")
+        return 0
+    names = list(SUITES) if args.suite == "all" else [args.suite]
+    failed = False
+    summary: dict[str, object] = {}
+    for name in names:
+        suite = SUITES[name]
+        base = root / suite.folder
+        print(f"\n=== {suite.name}: {base}")
+        if not (base / "tests").is_dir():
+            print(f"{suite.name}: no tests/ folder at {base}: skipped")
+            continue
+        if importlib.util.find_spec(suite.original) is None:
+            print(f"{suite.name}: the original package '{suite.original}' is not installed: skipped")
+            continue
+        files = [f for f in args.files if (base / "tests" / f).is_file()] if args.files else []
+        if args.files and not files:
+            print(f"{suite.name}: none of {args.files} is in this suite: skipped")
+            continue
+        original, t_orig, tail_orig = run_once(suite, base, files, args.keyword, False, args.timeout)
+        if importlib.util.find_spec(suite.compat) is None:
+            print(f"{suite.name}: compat module missing ({suite.compat}); the camkit run is skipped")
+            ours, t_ours, tail_ours = None, 0.0, ""
+        else:
+            ours, t_ours, tail_ours = run_once(suite, base, files, args.keyword, True, args.timeout)
+        regressions, readers = compare(suite, original, ours)
+        print(f"\n{suite.name} original: {tally(original)} in {t_orig:.0f} s")
+        if ours is not None:
+            print(f"{suite.name} camkit:   {tally(ours)} in {t_ours:.0f} s")
+        for nodeid in readers:
+            print(f"not counted: {nodeid}: {suite.source_readers[nodeid]}")
+        if not original:
+            print(f"{suite.name}: the original run reported no tests; its output:\n{tail_orig}")
+        if regressions:
+            failed = True
+            print(f"{suite.name}: {len(regressions)} test(s) pass on the original and not on camkit; camkit run output:\n{tail_ours}")
+        summary[name] = {"original": original, "camkit": ours, "seconds": [round(t_orig), round(t_ours)],
+                         "regressions": regressions, "source_readers": readers}
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1, sort_keys=True))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
