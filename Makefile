@@ -14,12 +14,13 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
+# The suite runs on every core (pytest-xdist); `$(PY) -m pytest tests/x.py` runs one file in one process.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 # The heavier cases that `make test` leaves out (marker `slow`); CI runs them after `make test`.
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -n auto -m slow
 
 demo: $(STAMP)
 	$(PY) -m camkit demo
