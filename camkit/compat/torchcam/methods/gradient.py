@@ -15,6 +15,7 @@ from ....errors import CamkitError
 from ....functional.maps import upsample_maps
 from ....methods.base import CAMExplainer
 from .core import _CAM, OutputTarget, _target_scores
+from .legrad import LeGrad
 
 __all__ = ["CompatNotTranslatedError", "FinerCAM", "GradCAM", "GradCAMpp", "LayerCAM", "LeGrad", "RefineCAM", "SmoothGradCAMpp", "XGradCAM"]
 
@@ -506,18 +507,4 @@ class FinerCAM:
         return (
             f"FinerCAM(base_method={type(self.base_cam).__name__}, target_layer={self.target_names}, "
             f"gamma={self.gamma}, num_references={self.num_references})"
-        )
-
-
-class LeGrad:
-    """Not translated: torchcam 0.5.0's LeGrad has no counterpart here yet.
-
-    Use :class:`camkit.LeGrad` natively. Constructing this class raises; it exists so that
-    modules importing the name still load.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise CompatNotTranslatedError(
-            "torchcam's LeGrad is not translated by camkit.compat.torchcam; use camkit.LeGrad(model) natively "
-            "(see docs/migration/torchcam.md)"
         )
