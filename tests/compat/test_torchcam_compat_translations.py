@@ -164,3 +164,36 @@ def test_explain_equals_torchcam():
         torch.testing.assert_close(mine.cams[idx][0], maps[0], atol=1e-5, rtol=0)
     assert mine.target_layers == ("2",) and mine.method == "GradCAM"
     assert _hooks(model) == 0
+
+
+@pytest.mark.parametrize("name", ["ScoreCAM", "ISCAM"])
+def test_score_cams_with_distinct_per_sample_targets_equal_torchcam(name):
+    """Each sample's own target scores its masked copies, even when a chunk mixes samples (batch_size=3)."""
+    from operator import itemgetter
+
+    model, x = _model(), _x(batch=2)
+    kwargs = {"batch_size": 3, **({"num_samples": 2} if name == "ISCAM" else {})}
+    maps = []
+    for lib in (tc, ours):
+        with getattr(lib, name)(model, "2", **kwargs) as extractor:
+            maps.append(extractor(scores=model(x), targets=[itemgetter(0), itemgetter(3)], normalized=False)[0])
+    torch.testing.assert_close(maps[1], maps[0], atol=1e-5, rtol=0)
+    with getattr(ours, name)(model, "2", **kwargs) as extractor:  # the batch equals its samples one by one
+        alone = [extractor(scores=model(x[i : i + 1]), targets=fn, normalized=False)[0] for i, fn in
+                 enumerate([itemgetter(0), itemgetter(3)])]  # fmt: skip
+    torch.testing.assert_close(torch.cat(alone), maps[1], atol=1e-6, rtol=0)
+
+
+def test_gradcam_reads_the_layer_output_before_an_inplace_op():
+    """The scores are backpropagated to the layer's own output, not to the in-place ReLU's that follows it."""
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1), nn.Flatten(1),
+                        nn.Linear(4, 2)).eval()  # fmt: skip
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    with ours.GradCAM(net, "0") as extractor:
+        mine = extractor(1, net(x), normalized=False)[0]
+    acts = net[0](x).detach().requires_grad_(True)
+    (grads,) = torch.autograd.grad(net[2:](torch.relu(acts))[:, 1].sum(), acts)
+    expected = torch.relu((grads.mean(dim=(2, 3), keepdim=True) * acts).sum(dim=1)).detach()
+    torch.testing.assert_close(mine, expected, atol=1e-6, rtol=0)
+    assert (acts < 0).any()  # the conv's output has negative values that the in-place ReLU would have zeroed

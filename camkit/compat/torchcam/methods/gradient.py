@@ -43,10 +43,14 @@ class _GradCAM(_CAM):
         super().reset_hooks()
         self._hook_outputs: list[Tensor | None] = [None] * len(self.target_names)
 
-    def _output_hook(self, idx: int) -> Callable[..., None]:
-        def hook(_: nn.Module, _input: tuple[Tensor, ...], output: Tensor) -> None:
-            if self._hooks_enabled:
-                self._hook_outputs[idx] = output
+    def _output_hook(self, idx: int) -> Callable[..., Tensor | None]:
+        def hook(_: nn.Module, _input: tuple[Tensor, ...], output: Tensor) -> Tensor | None:
+            if not self._hooks_enabled:
+                return None
+            self._hook_outputs[idx] = output
+            # The rest of the model gets a copy, so that an in-place op after the layer
+            # (nn.ReLU(inplace=True)) leaves the layer's own output, and its gradient, as they were.
+            return output.clone() if isinstance(output, Tensor) and output.requires_grad else None
 
         return hook
 
