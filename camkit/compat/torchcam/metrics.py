@@ -200,6 +200,7 @@ class DeletionInsertionMetric:
             "steps": self.steps, "baseline": baseline, "chunk_size": self.batch_size, "output": self.logits_fn,
             "keep_mode": True, "spacing": "block",
         }  # fmt: skip
+        runs: list[tuple[slice, Any]]
         if targets is None:
             runs = [(slice(None), cast(Tensor, target_indices))]
         else:  # a callable target scores every row alike: one run per sample

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Self, cast
 
 import torch
 from torch import Tensor, nn
@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from .... import methods as _methods
 from ....errors import CamkitError
 from ....functional.maps import upsample_maps
-from ....methods.base import CAMExplainer
+from ....methods.base import CAMExplainer, GradientCAM
 from .core import _CAM, OutputTarget, _target_scores
 from .legrad import LeGrad
 
@@ -115,7 +115,7 @@ class _GradCAM(_CAM):
         if not self._in_graph(scores):
             return super().compute_cams(class_idx, scores, normalized, targets=targets, **kwargs)
         self._backprop(scores, class_idx, retain_graph=bool(kwargs.get("retain_graph", True)), targets=targets)
-        explainer = self._explainer()
+        explainer = cast(GradientCAM, self._explainer())
         dtype = scores.dtype if isinstance(scores, Tensor) and scores.is_floating_point() else None
         cams = []
         with torch.no_grad():
@@ -216,35 +216,10 @@ class SmoothGradCAMpp(_GradCAM):
         return f"target_layer={self.target_names}, num_samples={self.num_samples}, std={self.std}"
 
 
-class RefineCAM:
-    """RefineCAM as torchcam 0.5.0 defines it: a base extractor's normalised maps at several layers,
-    resized to the largest layer's grid and multiplied (:func:`camkit.functional.multiply_maps`'s rule).
+class _Wrapper:
+    """The lifecycle of an extractor built on a base extractor ``base_cam`` (its hooks, model and layers)."""
 
-    camkit's own :class:`camkit.RefineCAM` fuses at the input's resolution; this one keeps
-    torchcam's (the largest layer's).
-
-    Args:
-        model: input model
-        target_layer: at least two target layers, as modules or names
-        input_shape: shape of the expected input tensor excluding the batch dimension
-        base_method: the extractor class producing the per-layer maps (default :class:`GradCAMpp`)
-        base_kwargs: keyword arguments for ``base_method``
-    """
-
-    def __init__(
-        self,
-        model: nn.Module,
-        target_layer: list[nn.Module | str],
-        input_shape: tuple[int, ...] = (3, 224, 224),
-        *,
-        base_method: type[_CAM] = GradCAMpp,
-        **base_kwargs: Any,
-    ) -> None:
-        if not isinstance(target_layer, list) or len(target_layer) < 2:
-            raise ValueError("RefineCAM requires at least two target layers")
-        if not isinstance(base_method, type) or not issubclass(base_method, _CAM):
-            raise TypeError("base_method must be a CAM extractor class")
-        self.base_cam = base_method(model, target_layer, input_shape=input_shape, **base_kwargs)
+    base_cam: _CAM
 
     @property
     def model(self) -> nn.Module:
@@ -275,11 +250,42 @@ class RefineCAM:
     def _hooks_off(self) -> AbstractContextManager[None]:
         return self.base_cam._hooks_off()
 
-    def __enter__(self) -> RefineCAM:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.base_cam.__exit__(None, None, None)
+
+
+class RefineCAM(_Wrapper):
+    """RefineCAM as torchcam 0.5.0 defines it: a base extractor's normalised maps at several layers,
+    resized to the largest layer's grid and multiplied (:func:`camkit.functional.multiply_maps`'s rule).
+
+    camkit's own :class:`camkit.RefineCAM` fuses at the input's resolution; this one keeps
+    torchcam's (the largest layer's).
+
+    Args:
+        model: input model
+        target_layer: at least two target layers, as modules or names
+        input_shape: shape of the expected input tensor excluding the batch dimension
+        base_method: the extractor class producing the per-layer maps (default :class:`GradCAMpp`)
+        base_kwargs: keyword arguments for ``base_method``
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        target_layer: list[nn.Module | str],
+        input_shape: tuple[int, ...] = (3, 224, 224),
+        *,
+        base_method: type[_CAM] = GradCAMpp,
+        **base_kwargs: Any,
+    ) -> None:
+        if not isinstance(target_layer, list) or len(target_layer) < 2:
+            raise ValueError("RefineCAM requires at least two target layers")
+        if not isinstance(base_method, type) or not issubclass(base_method, _CAM):
+            raise TypeError("base_method must be a CAM extractor class")
+        self.base_cam = base_method(model, target_layer, input_shape=input_shape, **base_kwargs)
 
     def __call__(
         self,
@@ -331,7 +337,7 @@ class RefineCAM:
         return f"RefineCAM(base_method={self.base_cam.__class__.__name__}, target_layer={self.target_names})"
 
 
-class FinerCAM:
+class FinerCAM(_Wrapper):
     """Finer-CAM as torchcam 0.5.0 defines it: a base extractor's map of ``y_c - gamma mean_t(y_{d_t})``.
 
     The contrastive score (the target's score minus ``gamma`` times the mean score of its
@@ -373,20 +379,6 @@ class FinerCAM:
         self.gamma = float(gamma)
         self.num_references = num_references
         self.base_cam = base_method(model, target_layer, input_shape=input_shape, **base_kwargs)
-
-    model = RefineCAM.model
-    target_names = RefineCAM.target_names
-    enable_hooks = RefineCAM.enable_hooks
-    disable_hooks = RefineCAM.disable_hooks
-    reset_hooks = RefineCAM.reset_hooks
-    remove_hooks = RefineCAM.remove_hooks
-    _hooks_off = RefineCAM._hooks_off
-
-    def __enter__(self) -> FinerCAM:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.base_cam.__exit__(None, None, None)
 
     @staticmethod
     def _targets(class_idx: Any, batch: int, num_classes: int) -> list[int]:
