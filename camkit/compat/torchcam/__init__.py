@@ -27,7 +27,7 @@ version = importlib.metadata.version
 
 ALIAS = "torchcam"
 #: torchcam's module paths that resolve to this package after :func:`install`
-SUBMODULES = ("explain", "methods", "methods.core", "methods.activation", "methods.gradient", "methods.legrad", "methods._utils", "utils", "metrics")
+SUBMODULES = ("explain", "methods", "methods.core", "methods.activation", "methods.gradient", "methods._utils", "utils", "metrics")
 
 
 class AlreadyImportedError(CamkitError, ImportError):
