@@ -19,6 +19,14 @@ from ._forward import Captured, ForwardCAM, expand_targets
 __all__ = ["CAM"]
 
 
+def _is_pointwise_conv(module: nn.Module) -> bool:
+    return (
+        isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d))
+        and all(k == 1 for k in module.kernel_size)
+        and module.groups == 1
+    )
+
+
 @register_method("cam")
 class CAM(ForwardCAM):
     """Class activation mapping: ``relu(sum_c W[target, c] * A_c)`` with ``W`` the linear head's weight.
@@ -34,8 +42,10 @@ class CAM(ForwardCAM):
     Args:
         model: the model to explain.
         layer: the layer feeding the pooling; ``None``: found as for the other CAMs (:class:`CAMExplainer`).
-        fc: the ``nn.Linear`` head (module or dotted name); ``None`` finds it when the model has
-            exactly one ``nn.Linear`` with ``in_features`` equal to the layer's channel count.
+        fc: the ``nn.Linear`` head (module or dotted name), or a 1x1 convolution head
+            (``nn.Conv1d/2d/3d`` with kernel size 1 and one group, as in fully convolutional
+            classifiers); ``None`` finds it when the model has exactly one ``nn.Linear`` with
+            ``in_features`` equal to the layer's channel count.
         call, output, keep_mode, eigen_smooth: see :class:`CAMExplainer`.
 
     Example:
@@ -65,19 +75,22 @@ class CAM(ForwardCAM):
         eigen_smooth: bool = False,
     ) -> None:
         super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, eigen_smooth=eigen_smooth)
-        self.fc: nn.Linear | None = None
+        self.fc: nn.Module | None = None
         self._heads: dict[int, nn.Linear] = {}  # found heads by channel count (one model walk each)
         if fc is not None:
             name, module = resolve_layers(model, fc)[0]
-            if not isinstance(module, nn.Linear):
-                raise InvalidInputError(f"fc must be an nn.Linear, but '{name}' is {type(module).__name__}")
+            if not isinstance(module, nn.Linear) and not _is_pointwise_conv(module):
+                raise InvalidInputError(
+                    f"fc must be an nn.Linear or a 1x1 convolution (one group), but '{name}' is {module!r}"
+                )
             self.fc = module
 
-    def _head(self, channels: int) -> nn.Linear:
+    def _head(self, channels: int) -> nn.Module:
         if self.fc is not None:
-            if self.fc.in_features != channels:
+            weight = cast(Tensor, self.fc.weight)
+            if weight.shape[1] != channels:
                 raise InvalidInputError(
-                    f"fc has in_features={self.fc.in_features} but the layer has {channels} channels; pass "
+                    f"fc reads {weight.shape[1]} channels but the layer has {channels}; pass "
                     "the linear layer that reads the pooled output of this layer."
                 )
             return self.fc
@@ -101,7 +114,7 @@ class CAM(ForwardCAM):
                 "CAM reads the linear head's weight row of a class; a callable target has none. Pass class "
                 "indices, or use GradCAM for a callable target."
             )
-        weight = self._head(act.shape[1]).weight.detach()
+        weight = cast(Tensor, self._head(act.shape[1]).weight).detach().flatten(1)  # [K, C], a 1x1 conv's too
         outputs = weight.shape[0]
         classes = cast(Tensor, expand_targets(cap.classes))  # [B, K]; None was refused above
         if _syncs.reads_are_free(classes):

@@ -108,6 +108,16 @@ def _resolve_baseline(baseline: Baseline, x: Tensor) -> Tensor:
     return canvas.detach().to(device=x.device, dtype=x.dtype).expand(x.shape)
 
 
+def _counts(n: int, steps: int, spacing: str) -> list[int]:
+    """How many of ``n`` positions are perturbed at each point of a curve of ``steps`` steps."""
+    if spacing == "even":
+        return [(k * n + steps - 1) // steps for k in range(steps + 1)]  # ceil(k * N / steps), exactly
+    if spacing == "block":
+        size = (n + steps - 1) // steps  # ceil(N / steps) a step, the last step takes the rest
+        return [*range(0, n, size), n]
+    raise InvalidInputError(f"spacing must be 'even' or 'block', got {spacing!r}")
+
+
 def _curve(
     model: nn.Module,
     x: Tensor,
@@ -117,6 +127,7 @@ def _curve(
     steps: int,
     baseline: Baseline,
     insert: bool,
+    spacing: str = "even",
     softmax: bool,
     chunk_size: int,
     output: OutputSelector,
@@ -128,15 +139,16 @@ def _curve(
         raise InvalidInputError(f"steps must be a positive int, got {steps!r}")
     scorer = ChunkScorer(model, target, softmax=softmax, output=output, chunk_size=chunk_size)
     batch, n = x.shape[0], maps[0].numel()
-    counts = [(k * n + steps - 1) // steps for k in range(steps + 1)]  # ceil(k * N / steps), exactly
-    clean_step = steps if insert else 0
-    perturbed = [k for k in range(steps + 1) if k != clean_step]
+    counts = _counts(n, steps, spacing)
+    points = len(counts)
+    clean_step = points - 1 if insert else 0
+    perturbed = [k for k in range(points) if k != clean_step]
     with torch.no_grad(), eval_mode(model, enabled=not keep_mode):
         canvas = _resolve_baseline(baseline, x)
         ranks = pixel_ranks(maps).view(batch, 1, *maps.shape[1:])
         step_counts = torch.tensor([counts[k] for k in perturbed], device=x.device)
         clean = scorer.clean(x)
-        curve = torch.empty(batch, steps + 1, dtype=clean.dtype, device=x.device)
+        curve = torch.empty(batch, points, dtype=clean.dtype, device=x.device)
         curve[:, clean_step] = clean
         columns = torch.tensor(perturbed, device=x.device)
         # Every (image, step) pair in image-major order, scored chunk_size at a time.
@@ -164,6 +176,7 @@ def deletion_curve(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    spacing: str = "even",
 ) -> tuple[Tensor, Tensor]:
     """The deletion curve: the target's score as the most relevant pixels are removed.
 
@@ -198,10 +211,15 @@ def deletion_curve(
         output: what to score when the model does not return a tensor (see
             :func:`camkit.select_output`).
         keep_mode: run the model in the caller's train/eval modes.
+        spacing: how the removed counts grow: ``"even"`` (default) removes the top
+            ``ceil(k * N / steps)`` at step ``k``; ``"block"`` removes ``ceil(N / steps)``
+            more positions a step and the rest at the last (RISE's and torchcam's grid), so
+            the curve may have fewer than ``steps + 1`` points (``N = 5, steps = 3``: counts
+            ``0, 2, 4, 5``).
 
     Returns:
-        ``(fractions, scores)``: fractions removed [steps + 1] (counts divided by N) and
-        scores [B, steps + 1], both on ``x``'s device.
+        ``(fractions, scores)``: fractions removed [S] (counts divided by N) and scores
+        [B, S], both on ``x``'s device; ``S = steps + 1`` with ``spacing="even"``.
 
     Example:
         >>> import torch
@@ -219,7 +237,7 @@ def deletion_curve(
     """
     return _curve(
         model, x, maps, target, steps=steps, baseline=baseline, insert=False, softmax=softmax,
-        chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        chunk_size=chunk_size, output=output, keep_mode=keep_mode, spacing=spacing,
     )  # fmt: skip
 
 
@@ -235,6 +253,7 @@ def insertion_curve(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    spacing: str = "even",
 ) -> tuple[Tensor, Tensor]:
     """The insertion curve: the target's score as the most relevant pixels are put back.
 
@@ -260,7 +279,7 @@ def insertion_curve(
     """
     return _curve(
         model, x, maps, target, steps=steps, baseline=baseline, insert=True, softmax=softmax,
-        chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        chunk_size=chunk_size, output=output, keep_mode=keep_mode, spacing=spacing,
     )  # fmt: skip
 
 

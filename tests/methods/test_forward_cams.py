@@ -178,3 +178,28 @@ def test_rise_masks_shift_and_crop():
 def test_unique_rows_first_occurrence_order():
     first, inverse = unique_rows(torch.tensor([[2.0], [1.0], [2.0], [0.0], [1.0]]))
     assert first.tolist() == [0, 1, 3] and inverse.tolist() == [0, 1, 0, 2, 1]
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_cam_reads_a_pointwise_convolution_head_as_its_linear_twin(rank):
+    """A fully convolutional classifier (pool, then a 1x1 conv) has the same CAM as pool then nn.Linear."""
+    torch.manual_seed(0)
+    conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[rank]
+    pool = {1: nn.AdaptiveAvgPool1d, 2: nn.AdaptiveAvgPool2d, 3: nn.AdaptiveAvgPool3d}[rank]
+    body = nn.Sequential(conv(2, 4, 3, padding=1), nn.ReLU())
+    head = conv(4, 3, 1)
+    fully_conv = nn.Sequential(body, pool(1), head, nn.Flatten(1)).eval()
+    linear = nn.Linear(4, 3)
+    with torch.no_grad():
+        linear.weight.copy_(head.weight.flatten(1))
+        linear.bias.copy_(head.bias)
+    pooled_linear = nn.Sequential(body, pool(1), nn.Flatten(1), linear).eval()
+    x = torch.rand(2, 2, *(5,) * rank, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(fully_conv(x), pooled_linear(x))
+    mine = camkit.CAM(fully_conv, "0.1", fc="2").explain(x, target=[0, 2]).raw
+    twin = camkit.CAM(pooled_linear, "0.1", fc="3").explain(x, target=[0, 2]).raw
+    assert mine.shape == (2, *(5,) * rank) and mine.amax() > 0
+    torch.testing.assert_close(mine, twin, atol=1e-6, rtol=0)
+    grouped = nn.Sequential(body, pool(1), conv(4, 2, 1, groups=2), nn.Flatten(1))
+    with pytest.raises(camkit.InvalidInputError, match="1x1 convolution"):
+        camkit.CAM(grouped, "0.1", fc="2")

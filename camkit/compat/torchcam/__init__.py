@@ -20,14 +20,14 @@ from types import ModuleType
 
 from ...errors import CamkitError
 
-__all__ = ["AlreadyImportedError", "install", "installed", "methods", "metrics", "utils"]
+__all__ = ["AlreadyImportedError", "explain", "install", "installed", "methods", "metrics", "utils"]
 
 __version__ = "0.5.0"
 version = importlib.metadata.version
 
 ALIAS = "torchcam"
 #: torchcam's module paths that resolve to this package after :func:`install`
-SUBMODULES = ("methods", "methods.core", "methods.activation", "methods.gradient", "methods._utils", "utils", "metrics")
+SUBMODULES = ("explain", "methods", "methods.core", "methods.activation", "methods.gradient", "methods._utils", "utils", "metrics")
 
 
 class AlreadyImportedError(CamkitError, ImportError):
@@ -35,7 +35,7 @@ class AlreadyImportedError(CamkitError, ImportError):
 
 
 def __getattr__(name: str) -> ModuleType:
-    if name in {"methods", "metrics", "utils"}:
+    if name in {"explain", "methods", "metrics", "utils"}:
         module = importlib.import_module(f"{__name__}.{name}")
         globals()[name] = module
         return module

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from .... import methods as _methods
 from ....methods.base import CAMExplainer
-from .core import _CAM
+from .core import _CAM, OutputTarget, _target_scores
 
 __all__ = ["CAM", "ISCAM", "SSCAM", "ScoreCAM"]
+
+
+def _one_column(raw: Any, fn: OutputTarget) -> Tensor:
+    """A model output (a batched tensor or a per-sample list) scored by one per-sample target: [n, 1]."""
+    rows = len(raw) if isinstance(raw, list) else raw.shape[0]
+    return _target_scores(raw, [fn] * rows)[:, None]
+
+
+def _first_column(out: Tensor) -> Tensor:
+    return out[:, 0]
 
 
 class CAM(_CAM):
@@ -88,6 +100,21 @@ class ScoreCAM(_CAM):
 
     def _options(self) -> dict[str, Any]:
         return {"samples": 1, "batch_size": self.bs}
+
+    def _raw_maps(self, x: Tensor, target: Any) -> list[Tensor]:
+        fns = getattr(target, "per_sample", None)
+        if fns is None:
+            return super()._raw_maps(x, target)
+        # Masked rows of several samples share a forward pass and a callable target sees no owner:
+        # with torchcam's per-sample targets each sample is explained on its own, its target
+        # turned into a one-column output (which also reads outputs that are not tensors).
+        maps: list[list[Tensor]] = []
+        for i, fn in enumerate(fns):
+            explainer = self._explainer()
+            explainer.output = partial(_one_column, fn=fn)
+            raw = explainer.explain(x[i : i + 1], _first_column).raw
+            maps.append(list(raw) if isinstance(raw, tuple) else [raw])
+        return [torch.cat(layer) for layer in zip(*maps, strict=True)]
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(batch_size={self.bs})"

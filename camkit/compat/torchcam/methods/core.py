@@ -69,6 +69,7 @@ def _batch_target(targets: list[OutputTarget]) -> Callable[[Any], Tensor]:
         return _target_scores(output, fns)
 
     score.takes_model_output = True  # type: ignore[attr-defined]  # lists of per-sample outputs reach it
+    score.per_sample = targets  # type: ignore[attr-defined]  # for explainers that score rows of mixed samples
     return score
 
 
