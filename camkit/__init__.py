@@ -30,7 +30,7 @@ from .functional.views import attribution_view
 from .hooks import HookScope, LayerCapture
 from .io import denormalize, load_image, read_rgb, save_png, to_tensor, to_uint8_rgb
 from .layers import ChannelsFirstVideo, auto_layer, default_layer, list_layers, resolve_layers, unwrap_model
-from .methods import (  # issue 18: pytorch-grad-cam methods
+from .methods import (
     CAM,
     FEM,
     ISCAM,
@@ -40,8 +40,11 @@ from .methods import (  # issue 18: pytorch-grad-cam methods
     SESS,
     SSCAM,
     AblationCAM,
+    AttentionExplainer,
+    AttentionRollout,
     AugSmooth,
     CAMExplainer,
+    CheferRollout,
     ConceptReferences,
     ConceptRelevance,
     Deconvolution,
@@ -71,6 +74,7 @@ from .methods import (  # issue 18: pytorch-grad-cam methods
     LayerConductance,
     LayerGradientXActivation,
     LayerIntegratedGradients,
+    LeGrad,
     Lime,
     Occlusion,
     RandomCAM,
@@ -100,19 +104,27 @@ from .viz import ExplanationFigure, figure, overlay
 
 __all__ = [
     "CAM",
+    "FEM",
     "ISCAM",
+    "KPCACAM",
     "LRP",
     "RISE",
+    "SESS",
     "SSCAM",
     "AblationCAM",
+    "AttentionExplainer",
+    "AttentionRollout",
     "AugSmooth",
     "BinaryTarget",
     "CAMExplainer",
     "CamkitError",
     "CamkitWarning",
+    "ChannelsFirstVideo",
+    "CheferRollout",
     "ConceptReferences",
     "ConceptRelevance",
     "Deconvolution",
+    "DeepFeatureFactorization",
     "DeepLift",
     "DeepLiftShap",
     "DetectionTarget",
@@ -122,7 +134,10 @@ __all__ = [
     "Explanation",
     "ExplanationFigure",
     "FeatureAblation",
+    "FinerCAM",
+    "FullGrad",
     "GradCAM",
+    "GradCAMElementWise",
     "GradCAMPlusPlus",
     "GradientAttribution",
     "GradientCAM",
@@ -145,6 +160,7 @@ __all__ = [
     "LayerIntegratedGradients",
     "LayerNotFoundError",
     "LayerNotReachedError",
+    "LeGrad",
     "Lime",
     "ModelLoadError",
     "NeuronTarget",
@@ -152,12 +168,14 @@ __all__ = [
     "NoRuleWarning",
     "Occlusion",
     "OutputSelectionError",
+    "RandomCAM",
     "RefineCAM",
     "RegressionTarget",
     "Saliency",
     "ScoreCAM",
     "SegEigenCAM",
     "SegmentationTarget",
+    "ShapleyCAM",
     "ShapleyValueSampling",
     "SimilarityTarget",
     "SmoothGrad",
@@ -171,6 +189,7 @@ __all__ = [
     "denormalize",
     "evaluate",
     "extract_features",
+    "factorization_image",
     "figure",
     "get_method",
     "list_layers",
@@ -188,19 +207,3 @@ __all__ = [
     "to_uint8_rgb",
     "unwrap_model",
 ]
-__all__ += [  # issue 18: pytorch-grad-cam methods
-    "FEM",
-    "KPCACAM",
-    "SESS",
-    "DeepFeatureFactorization",
-    "FinerCAM",
-    "FullGrad",
-    "GradCAMElementWise",
-    "RandomCAM",
-    "ShapleyCAM",
-    "factorization_image",
-]
-__all__ += ["ChannelsFirstVideo"]  # issue 26: Hugging Face video models, [B, T, C, H, W], on camkit's [B, C, T, H, W]
-from .methods import AttentionExplainer, AttentionRollout, CheferRollout, LeGrad  # noqa: E402  issue 29
-
-__all__ += ["AttentionExplainer", "AttentionRollout", "CheferRollout", "LeGrad"]  # issue 29: vision transformers

@@ -211,7 +211,7 @@ def audit(
         raise InvalidInputError("--crop applies to images; volumes keep their size unless --size, videos follow the model's preset")
     ctx, dev = DistContext.start(resolve_device(device))
     try:
-        if media is not None:  # volumes and videos (issue 27)
+        if media is not None:  # volumes and videos
             load = dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std)
             # strategies are found for image audits only; volumes and videos keep their columns as they were
             return audit_media(replace(cfg, strategies=False), model, load, ctx, dev, media, finish_run)
