@@ -44,7 +44,7 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _media_arguments(parser: argparse.ArgumentParser) -> None:
-    """Volumes, videos and signals (issue 27): see camkit.audit.explain_media."""
+    """Volumes, videos and signals: see camkit.audit.explain_media."""
     group = parser.add_argument_group("volumes, videos and signals")
     group.add_argument("--max-voxels", type=int, default=64_000_000,
                        help="larger volumes (and videos: frames x pixels) get an error entry, unread")  # fmt: skip
