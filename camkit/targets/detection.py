@@ -10,8 +10,11 @@ torchvision's list of per-image dicts               the reported score of the ke
 raw candidates ``[B, 4 + K (+ extra), A]``, as      the class probability for the label of the candidate that best
 ultralytics' detectors return them before NMS      overlaps the reference box (ties broken by that probability);
 (boxes centre x, y, width, height in input pixels) without a label, the candidate's best class
-DETR-style ``logits [B, Q, K + 1]`` and             the softmax probability for the label of the query whose
-``pred_boxes [B, Q, 4]`` (normalised centre, size)  predicted label is the label and whose box best overlaps
+DETR-style ``logits [B, Q, K + 1]`` and             the softmax probability (over the K + 1 columns) of the label,
+``pred_boxes [B, Q, 4]`` (normalised centre, size)  for the query whose best real class (the "no object" column
+                                                    left out, as Hugging Face's ``post_process_object_detection``
+                                                    labels queries) is the label and whose box best overlaps;
+                                                    without a label, the best-overlapping query's best real class
 =================================================  ===============================================================
 
 An image without a match (IoU below ``iou_threshold``, or nothing kept at all) raises
@@ -187,7 +190,8 @@ class DetectionTarget:
             [B, N] (an explainer then gives N maps per image in one call).
         labels: the class of each reference (an int, B ints, or [B, N] with [B, N, 4] boxes);
             ``None``: any label (torchvision: any kept detection; ultralytics: the best
-            candidate's best class; DETR: any query not predicting "no object").
+            candidate's best class; DETR: any query, with its best real class, whatever the
+            "no object" probability, as Hugging Face's post-processing reports it).
         iou_threshold: the least IoU a match needs.
         num_classes: K of raw candidates, when neither the output nor the model says
             (ultralytics' outputs and models do).
@@ -439,17 +443,19 @@ class DetectionTarget:
         scale = pred.new_tensor([width, height, width, height])
         boxes = cxcywh_to_xyxy(pred.detach() * scale)  # [B, Q, 4]
         probs = logits.softmax(dim=-1)  # [B, Q, K + 1], attached
-        predicted = probs.detach().argmax(dim=-1)  # [B, Q]
+        # Each query's best real class, whatever the "no object" probability (as Hugging Face's
+        # post_process_object_detection labels it): every detection it returns has a query here.
+        predicted = probs.detach()[..., :classes].argmax(dim=-1)  # [B, Q]
         iou = box_iou(boxes[:, None], refs)  # [B, N, Q]
         if wanted is None:
-            allowed = (predicted != classes)[:, None].expand_as(iou)
+            allowed = torch.ones_like(iou, dtype=torch.bool)
             label = predicted[:, None].expand_as(iou)
         else:
             allowed = predicted[:, None] == wanted[:, :, None]
             label = wanted[:, :, None].expand_as(iou)
         iou = torch.where(allowed, iou, torch.full_like(iou, -1.0))
         j = iou.argmax(dim=2)  # [B, N]
-        self._check_match(iou.gather(2, j[..., None])[..., 0], "query predicting that label")
+        self._check_match(iou.gather(2, j[..., None])[..., 0], "query whose best real class is that label")
         chosen = label.gather(2, j[..., None])[..., 0]  # [B, N]
         query = probs.gather(1, j[..., None].expand(-1, -1, probs.shape[2]))  # [B, N, K + 1]
         return self._shape(query.gather(2, chosen[..., None])[..., 0])
