@@ -397,7 +397,10 @@ class GradientCAM(CAMExplainer):
     A call costs one forward pass plus a backward pass through only the layers after the
     target layer: autograd is off until the target layer returns (see
     :class:`camkit.hooks.LayerCapture`), no parameter gradient is computed, and
-    ``param.grad`` is never touched. Subclasses implement :meth:`raw_map`.
+    ``param.grad`` is never touched. On an R-CNN detector with a
+    :class:`~camkit.DetectionTarget`, the graph after the layer holds only the picked
+    detections' proposals (the ROI heads run without autograd, then again for those
+    proposals alone): the same score and gradient. Subclasses implement :meth:`raw_map`.
 
     Example:
         >>> import torch

@@ -198,6 +198,10 @@ class AblationCAM(ForwardCAM):
     chain of plain ``nn.Sequential`` containers, or through ``tail=``. Otherwise every
     ablation costs a full forward pass (with one warning per explainer).
 
+    Detectors with a :class:`~camkit.DetectionTarget`: each ablated copy's output is matched
+    again by IoU to the reference box (:meth:`~camkit.DetectionTarget.for_rows`), and ``y_k``
+    is 0 where nothing matches any more.
+
     Args:
         model: the model to explain.
         layer: the target layer (one layer).

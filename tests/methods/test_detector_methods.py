@@ -11,8 +11,14 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from test_detectors import _detr, _faster_rcnn, _normalise, _yolo, gradcam_by_hand
-from test_detectors import yolo_env as yolo_fixture  # noqa: F401  (the fixture keeps its name, yolo_env)
+from test_detectors import (
+    _detr,
+    _faster_rcnn,
+    _normalise,
+    _yolo,
+    gradcam_by_hand,
+    yolo_env,  # noqa: F401  (a fixture: the tests below take it by name)
+)
 from torch import Tensor, nn
 from torchvision.ops import box_area, box_convert, box_iou
 
@@ -216,7 +222,7 @@ def _faster_rcnn_resnet18() -> nn.Module:
     return FasterRCNN(backbone, num_classes=3, min_size=64, max_size=96, box_score_thresh=0.0).eval()
 
 
-def _detector_case(name: str, yolo_env: Any) -> tuple[nn.Module, Tensor, Any, Callable[[Any, int], Tensor], Any, str]:
+def _detector_case(name: str, yolo: Any) -> tuple[nn.Module, Tensor, Any, Callable[[Any, int], Tensor], Any, str]:
     """(model, x, target, hand score, window, small layer) for a tiny Faster R-CNN or YOLOv8n, the class head at p = 0.5."""
     if name == "faster_rcnn":
         model = _faster_rcnn_resnet18()
@@ -228,7 +234,7 @@ def _detector_case(name: str, yolo_env: Any) -> tuple[nn.Module, Tensor, Any, Ca
         labels = torch.stack([d["labels"][j] for d, j in zip(detections, largest)])
         window = transform_window(model, x)
         return model, x, camkit.DetectionTarget(refs, labels, iou_threshold=0.5), _tv_detection_score(refs, labels, 0.5), window, "backbone.body.layer1"
-    model = _yolo(yolo_env, "yolov8n.yaml")
+    model = _yolo(yolo, "yolov8n.yaml")
     with torch.no_grad():  # the class head's prior (p ~ 1e-5) leaves nothing to see: start at p = 0.5
         for branch in model.model[-1].cv3:
             branch[-1].bias.zero_()
@@ -242,7 +248,7 @@ def _detector_case(name: str, yolo_env: Any) -> tuple[nn.Module, Tensor, Any, Ca
 
 @pytest.mark.parametrize("family", [pytest.param("faster_rcnn", marks=pytest.mark.slow), "yolov8n"])
 @pytest.mark.parametrize("method", ["scorecam", "ablationcam"])
-def test_perturbation_cams_on_detectors_by_hand(method: str, family: str, yolo_env: Any, one_thread: None) -> None:
+def test_perturbation_cams_on_detectors_by_hand(method: str, family: str, yolo_env: Any, one_thread: None) -> None:  # noqa: F811
     model, x, target, score, window, layer = _detector_case(family, yolo_env)
     by_hand = scorecam_by_hand if method == "scorecam" else ablationcam_by_hand
     with warnings.catch_warnings():
@@ -255,7 +261,7 @@ def test_perturbation_cams_on_detectors_by_hand(method: str, family: str, yolo_e
 
 
 @pytest.mark.parametrize("family", [pytest.param("faster_rcnn", marks=pytest.mark.slow), "yolov8n"])
-def test_fullgrad_on_detectors_by_hand(family: str, yolo_env: Any, one_thread: None) -> None:
+def test_fullgrad_on_detectors_by_hand(family: str, yolo_env: Any, one_thread: None) -> None:  # noqa: F811
     model, x, target, score, window, _ = _detector_case(family, yolo_env)
     assert (window is not None) == (family == "faster_rcnn")  # the bias terms go back through the resize
     explanation = camkit.FullGrad(model).explain(x, target)
@@ -322,7 +328,7 @@ def _state(model: nn.Module) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("family", [pytest.param("faster_rcnn", marks=pytest.mark.slow), "yolov8n"])
-def test_detector_methods_leave_no_trace(family: str, yolo_env: Any, one_thread: None) -> None:
+def test_detector_methods_leave_no_trace(family: str, yolo_env: Any, one_thread: None) -> None:  # noqa: F811
     model, x, target, _, _, layer = _detector_case(family, yolo_env)
     if family == "faster_rcnn":  # the cheaper MobileNet R-CNN: hygiene needs no meaningful score
         model, layer = _faster_rcnn(), "backbone.body.2"
