@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -85,7 +85,7 @@ def narrowed_scores(model: nn.Module, target: Any, layers: Sequence[str], output
             for module in (rpn, heads):
                 scope.forward_pre(module, off, with_kwargs=True)
                 scope.forward(module, back, with_kwargs=True)
-            scope.forward(heads.box_predictor, predicted)
+            scope.forward(cast(nn.Module, heads.box_predictor), predicted)
             yield lambda scores: _rescore(heads, seen, target, scores)
     finally:
         torch.set_grad_enabled(before)
@@ -95,7 +95,7 @@ def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: s
     return args[index] if len(args) > index else kwargs[name]
 
 
-def _rescore(heads: nn.Module, seen: dict[str, Any], target: Any, scores: Tensor) -> Tensor:
+def _rescore(heads: Any, seen: dict[str, Any], target: Any, scores: Tensor) -> Tensor:
     """The target's scores [B] or [B, N], recomputed with a graph from the picked proposals alone."""
     from torchvision.ops import boxes as box_ops
 
