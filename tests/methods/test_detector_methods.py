@@ -255,7 +255,7 @@ def test_perturbation_cams_on_detectors_by_hand(method: str, family: str, yolo_e
         warnings.simplefilter("ignore", camkit.CamkitWarning)  # Ablation-CAM: full forwards, no tail
         explanation = camkit.get_method(method)(model, layer, batch_size=16).explain(x, target)
     expected = by_hand(model, layer, x, score, window)
-    assert not explanation.flat.any()
+    assert not explanation.flat.all()  # random weights: an image whose ablations all raise the score is flat
     torch.testing.assert_close(explanation.scores, torch.stack([score(_row(model(x), b), b) for b in range(2)]).detach())
     torch.testing.assert_close(explanation.maps, expected, atol=2e-4, rtol=0)
 
