@@ -77,8 +77,10 @@ def detections_of(model: nn.Module, output: Any, size: tuple[int, int]) -> list[
     """A detector's output as torchvision-style detections per image (boxes x1, y1, x2, y2 in input pixels).
 
     torchvision's list is returned as it is; ultralytics' raw candidates go through class-wise
-    NMS at IoU 0.7 (each candidate scored by its best class); DETR's queries that do not predict
-    "no object" are kept with their softmax probability.
+    NMS at IoU 0.7 (each candidate scored by its best class); DETR's queries are each labelled
+    with their best real class and scored by its softmax probability, whatever the "no object"
+    probability, as Hugging Face's ``post_process_object_detection`` does (a score threshold then
+    keeps what that function keeps at the same threshold).
 
     Example:
         >>> import torch
@@ -112,9 +114,8 @@ def detections_of(model: nn.Module, output: Any, size: tuple[int, int]) -> list[
         found = []
         for p, b in zip(probs, pred.detach()):
             scores, labels = p[:, :-1].max(dim=-1)
-            real = p.argmax(dim=-1) != p.shape[-1] - 1
             boxes = cxcywh_to_xyxy(b * b.new_tensor([width, height, width, height]))
-            found.append({"boxes": boxes[real], "scores": scores[real], "labels": labels[real]})
+            found.append({"boxes": boxes, "scores": scores, "labels": labels})
         return found
     raise InvalidInputError(f"{type(model).__name__} returned {type(output).__name__}, not detections camkit can read")
 

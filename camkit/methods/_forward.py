@@ -204,10 +204,18 @@ class RowScorer:
         self.output = output
 
     def __call__(self, raw_output: Any, b_idx: Tensor) -> Tensor:
-        """Scores [n, K] of one chunk's model output."""
-        out = select_output(raw_output, self.output)
+        """Scores [n, K] of one chunk's model output.
+
+        A target with ``for_rows`` (a detection target) is asked for the chunk's rows, so that
+        each row is matched against its own image's reference; one that reads the model's own
+        output (``takes_model_output``) gets it unselected when no ``output=`` is set, as in
+        the unperturbed forward.
+        """
+        raw_wanted = self.output is None and getattr(self.target, "takes_model_output", False)
+        out = raw_output if raw_wanted and not isinstance(raw_output, Tensor) else select_output(raw_output, self.output)
         if self.classes is None:
-            fn: Callable[[Tensor], Tensor] = self.target  # type: ignore[assignment]
+            for_rows = getattr(self.target, "for_rows", None)
+            fn: Callable[[Any], Tensor] = for_rows(b_idx) if callable(for_rows) else self.target  # type: ignore[assignment]
             scores = fn(out)
             return scores if scores.dim() == 2 else scores[:, None]
         values = out.softmax(dim=1) if self.softmax else out

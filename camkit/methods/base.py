@@ -31,6 +31,7 @@ from ..targets.classes import OutputSelector, Target, resolve_target, select_out
 from ..targets.detection import default_output
 from ..targets.neuron import bind_target
 from ._binding import Call, InputIndex, bind_inputs, bound, current_call, run_model
+from ._narrow import narrowed_scores
 from ._output import finish_maps, make_explanation
 from ._placement import Placement
 
@@ -397,7 +398,10 @@ class GradientCAM(CAMExplainer):
     A call costs one forward pass plus a backward pass through only the layers after the
     target layer: autograd is off until the target layer returns (see
     :class:`camkit.hooks.LayerCapture`), no parameter gradient is computed, and
-    ``param.grad`` is never touched. Subclasses implement :meth:`raw_map`.
+    ``param.grad`` is never touched. On an R-CNN detector with a
+    :class:`~camkit.DetectionTarget`, the graph after the layer holds only the picked
+    detections' proposals (the ROI heads run without autograd, then again for those
+    proposals alone): the same score and gradient. Subclasses implement :meth:`raw_map`.
 
     Example:
         >>> import torch
@@ -447,8 +451,13 @@ class GradientCAM(CAMExplainer):
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         layers = self.layers(x)
-        with LayerCapture(layers, gradients=True, call=self.call) as capture:
+        names = [name for name, _ in layers]
+        with (
+            LayerCapture(layers, gradients=True, call=self.call) as capture,
+            narrowed_scores(self.model, target, names, self.output) as narrow,
+        ):
             classes, scores = self._target_scores(x, target)
+            scores = narrow(scores)
             columns = scores.unbind(dim=1) if scores.dim() == 2 else (scores,)
             acts = self.to_grid([a.detach().float() for a in capture.activations()], x)
             per_layer: list[list[Tensor]] = [[] for _ in layers]

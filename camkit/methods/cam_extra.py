@@ -13,6 +13,7 @@ from .. import functional as CF
 from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional import cam_extra as CX
+from ..functional.maps import normalize_maps, upsample_maps
 from ..hooks import LayerCapture
 from ..layers.families.torchvision import transform_window
 from ..layers.names import LayerSpec
@@ -20,6 +21,7 @@ from ..layers.resolve import resolve_layers
 from ..registry import get_method, register_method
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from ._forward import Captured, ForwardCAM
+from ._output import crop_window
 from .base import Explainer, GradientCAM, InputIndex, make_explanation
 
 __all__ = ["FEM", "KPCACAM", "FinerCAM", "FullGrad", "GradCAMElementWise", "RandomCAM", "ShapleyCAM"]
@@ -380,8 +382,17 @@ _CONVS = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}
 _NORMS = {nn.BatchNorm1d: 1, nn.BatchNorm2d: 2, nn.BatchNorm3d: 3}
 
 
+def _frozen_norm(module: nn.Module) -> bool:
+    """torchvision's ``FrozenBatchNorm2d`` (pretrained detectors' backbones), known by name: no import."""
+    return type(module).__name__ == "FrozenBatchNorm2d" and all(
+        isinstance(getattr(module, key, None), Tensor) for key in ("weight", "bias", "running_mean", "running_var")
+    )
+
+
 def _bias_rank(module: nn.Module) -> int | None:
     """How many spatial axes the convolution or batch norm takes (1, 2 or 3); ``None`` for other modules."""
+    if _frozen_norm(module):
+        return 2
     for kinds in (_CONVS, _NORMS):
         for kind, rank in kinds.items():
             if isinstance(module, kind):
@@ -394,6 +405,10 @@ def _effective_bias(module: nn.Module) -> Tensor | None:
     ``beta - mean * gamma / sqrt(var + eps)``."""
     if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
         return None if module.bias is None else module.bias.detach()
+    if _frozen_norm(module):
+        frozen: Any = module
+        scale = frozen.weight * torch.rsqrt(frozen.running_var + getattr(frozen, "eps", 1e-5))
+        return frozen.bias - frozen.running_mean * scale
     if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)) and module.running_mean is not None and module.running_var is not None:
         scale = torch.rsqrt(module.running_var + module.eps)
         if module.weight is not None:
@@ -401,6 +416,23 @@ def _effective_bias(module: nn.Module) -> Tensor | None:
         shift = -module.running_mean * scale
         return shift if module.bias is None else shift + module.bias.detach()
     return None
+
+
+def _fullgrad(input_term: Tensor, bias_terms: list[Tensor], window: tuple[int, int, int, int] | None) -> Tensor:
+    """FullGrad's map [B, *S]; with a ``window`` (the layers saw the image resized and padded), each
+    layer's channel sum of ``psi`` is taken back to the image as a Grad-CAM map is (:func:`crop_window`).
+
+    ``psi`` is linear after its per-channel min-max, so summing the channels on the layer's grid
+    and then cropping and resizing equals cropping and resizing each channel first.
+    """
+    if window is None:
+        return CX.fullgrad_map(input_term, bias_terms)
+    size = tuple(int(side) for side in input_term.shape[2:])
+    total = CX.fullgrad_map(input_term, [])
+    for term in bias_terms:
+        on_grid = normalize_maps(term.abs(), spatial_dims=term.dim() - 2)[0].sum(dim=1)
+        total = total + upsample_maps(crop_window(on_grid, window), size)
+    return total
 
 
 @register_method("fullgrad")
@@ -420,6 +452,14 @@ class FullGrad(Explainer):
     video the ``Conv3d`` and ``BatchNorm3d``; layers of another rank (a ``Conv1d`` over the
     channels inside an image model, say) add no bias over the input's positions and are left
     out (a ``BatchNorm1d`` on pooled features [B, C] too).
+
+    Detectors: torchvision's ``FrozenBatchNorm2d`` (pretrained backbones) counts as a batch
+    norm. A detector that resizes and pads the image inside (torchvision's transform) gets
+    each layer's bias term taken back to the image as Grad-CAM's maps are: ``psi``'s
+    per-channel min-max on the layer's grid, the channels summed, the map upsampled to the
+    padded size, cropped to the image and resized to the input's size (the input term is on
+    the input's pixels already: the gradient goes through the resize). Layers whose output
+    is not one map per image (R-CNN's per-region box and mask heads) are left out.
 
     Args:
         model: the model to explain.
@@ -479,14 +519,11 @@ class FullGrad(Explainer):
         return [(n, m) for n, m in self._layers if _bias_rank(m) == rank]
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        if transform_window(self.model, x) is not None:
-            raise InvalidInputError(
-                f"FullGrad sums maps of every layer with the input's gradient, but {type(self.model).__name__} resizes "
-                "and pads the image inside (a torchvision detector's transform), so its layers' maps are not on the "
-                "image's pixels and FullGrad does not take them back; use GradCAM or EigenCAM, which do."
-            )
+        window = transform_window(self.model, x)
         image = x.detach().requires_grad_(True)
         layers = self._rank_layers(x)
+        if window is not None:  # per-region layers (R-CNN's box and mask heads) are not on the image's grid
+            layers = [(n, m) for n, m in layers if not n.startswith("roi_heads.")]
         biases = [_effective_bias(m) for _, m in layers]
         with LayerCapture(layers, gradients=True) as capture, torch.enable_grad():
             classes, scores = self._target_scores(image, target)
@@ -503,9 +540,9 @@ class FullGrad(Explainer):
                         bias.to(out.dtype).view(1, -1, *(1,) * (out.dim() - 2))
                         * (torch.zeros_like(out) if g is None else g)
                         for bias, out, g in zip(biases, outputs, grads[1:])
-                        if bias is not None and out.dim() == x.dim()
+                        if bias is not None and out.dim() == x.dim() and out.shape[0] == x.shape[0]
                     ]
-                    raws.append(CX.fullgrad_map(input_term.float(), [t.float() for t in bias_terms]))
+                    raws.append(_fullgrad(input_term.float(), [t.float() for t in bias_terms], window))
         raw = torch.stack(raws, dim=1) if scores.dim() == 2 else raws[0]
         names = tuple(n for n, _ in layers)
         return make_explanation(self.key, [raw], x, classes, scores.detach(), names)

@@ -19,6 +19,7 @@ from ..layers.names import LayerSpec
 from ..registry import register_method
 from ..targets.classes import OutputSelector, Target, select_output
 from ._forward import Captured, ForwardCAM, RowScorer, check_positive, chunks, expand_targets
+from ._output import crop_window
 
 __all__ = ["AblationCAM", "ScoreCAM"]
 
@@ -43,6 +44,13 @@ class ScoreCAM(ForwardCAM):
     outputs and its value used as the weight. Any rank: a signal's, image's or volume's
     channels are upsampled (linear, bilinear, trilinear) to the input's size and mask it
     over all its channels.
+
+    Detectors (torchvision, ultralytics, DETR) with a :class:`~camkit.DetectionTarget`: each
+    masked copy goes through the whole detector and its detection is matched again by IoU to
+    the reference box (:meth:`~camkit.DetectionTarget.for_rows`); a copy where nothing matches
+    any more weighs 0. For a detector that resizes and pads the image inside (torchvision's),
+    ``M_k`` is made from the part of the channel's map that covers the image, upsampled to the
+    padded size, cropped, then resized to the input's size.
 
     Cost and memory: one forward pass per mask, run without autograd in chunks of
     ``batch_size`` masked inputs that reuse one input buffer, so peak memory grows with
@@ -134,6 +142,8 @@ class ScoreCAM(ForwardCAM):
             first = inverse = torch.arange(len(b_idx), device=act.device)
         ub, uc = b_idx[first], c_idx[first]
         scorer = RowScorer(target, expand_targets(cap.classes), softmax=True, output=self.output)
+        window = self._window(x)  # a detector that resizes and pads inside: masks cover the image's part
+        on_image = (lambda a: a) if window is None else (lambda a: crop_window(a, window))
         k = cap.scores.shape[1] if cap.multi else 1
         scored = torch.empty(len(first), k, device=act.device, dtype=torch.float32)
         buffer = torch.empty((min(self.batch_size, len(first)), *x.shape[1:]), dtype=x.dtype, device=x.device)
@@ -141,7 +151,7 @@ class ScoreCAM(ForwardCAM):
             for part in chunks(len(first), self.batch_size, progress=self.progress, desc="Score-CAM"):
                 rows = buffer[: part.stop - part.start]
                 torch.index_select(x, 0, ub[part], out=rows)
-                rows.mul_(channel_masks(act[ub[part], uc[part]], size).to(x.dtype)[:, None])
+                rows.mul_(channel_masks(on_image(act[ub[part], uc[part]]), size).to(x.dtype)[:, None])
                 scored[part] = scorer(self.model(rows), ub[part]).float()
         weights = torch.zeros(act.shape[0], act.shape[1], k, device=act.device)
         weights[b_idx, c_idx] = scored[inverse]
@@ -187,6 +197,10 @@ class AblationCAM(ForwardCAM):
     reruns just that part on the cached activation: automatically when the layer sits in a
     chain of plain ``nn.Sequential`` containers, or through ``tail=``. Otherwise every
     ablation costs a full forward pass (with one warning per explainer).
+
+    Detectors with a :class:`~camkit.DetectionTarget`: each ablated copy's output is matched
+    again by IoU to the reference box (:meth:`~camkit.DetectionTarget.for_rows`), and ``y_k``
+    is 0 where nothing matches any more.
 
     Args:
         model: the model to explain.

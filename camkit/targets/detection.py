@@ -10,8 +10,11 @@ torchvision's list of per-image dicts               the reported score of the ke
 raw candidates ``[B, 4 + K (+ extra), A]``, as      the class probability for the label of the candidate that best
 ultralytics' detectors return them before NMS      overlaps the reference box (ties broken by that probability);
 (boxes centre x, y, width, height in input pixels) without a label, the candidate's best class
-DETR-style ``logits [B, Q, K + 1]`` and             the softmax probability for the label of the query whose
-``pred_boxes [B, Q, 4]`` (normalised centre, size)  predicted label is the label and whose box best overlaps
+DETR-style ``logits [B, Q, K + 1]`` and             the softmax probability (over the K + 1 columns) of the label,
+``pred_boxes [B, Q, 4]`` (normalised centre, size)  for the query whose best real class (the "no object" column
+                                                    left out, as Hugging Face's ``post_process_object_detection``
+                                                    labels queries) is the label and whose box best overlaps;
+                                                    without a label, the best-overlapping query's best real class
 =================================================  ===============================================================
 
 An image without a match (IoU below ``iou_threshold``, or nothing kept at all) raises
@@ -20,6 +23,7 @@ An image without a match (IoU below ``iou_threshold``, or nothing kept at all) r
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -187,7 +191,8 @@ class DetectionTarget:
             [B, N] (an explainer then gives N maps per image in one call).
         labels: the class of each reference (an int, B ints, or [B, N] with [B, N, 4] boxes);
             ``None``: any label (torchvision: any kept detection; ultralytics: the best
-            candidate's best class; DETR: any query not predicting "no object").
+            candidate's best class; DETR: any query, with its best real class, whatever the
+            "no object" probability, as Hugging Face's post-processing reports it).
         iou_threshold: the least IoU a match needs.
         num_classes: K of raw candidates, when neither the output nor the model says
             (ultralytics' outputs and models do).
@@ -238,6 +243,8 @@ class DetectionTarget:
         self.iou_threshold = iou_threshold
         self.num_classes = num_classes
         self.image_size = image_size
+        #: score 0 where no detection matches instead of raising (the rows of :meth:`for_rows`)
+        self.absent_scores_zero = False
         self._local = threading.local()
 
     @classmethod
@@ -271,6 +278,58 @@ class DetectionTarget:
         boxes = torch.stack([d["boxes"].detach().float() for d in detections])
         labels = torch.stack([d["labels"].detach().long() for d in detections])
         return cls(boxes, labels, **kwargs)
+
+    def for_rows(self, index: Tensor) -> DetectionTarget:
+        """The target for a batch of perturbed copies whose row ``i`` is image ``index[i]`` of the batch.
+
+        Perturbation methods (Score-CAM, Ablation-CAM) score masked or ablated copies of the
+        images: each row is matched again, by IoU to its image's reference box, on the model's
+        new output (the detection may have moved or changed its score). A row where nothing
+        matches any more scores 0 (the detection is gone) instead of raising. The copy shares
+        this target's model binding.
+
+        Args:
+            index: [R] the image of each row (a LongTensor).
+
+        Example:
+            >>> import torch
+            >>> from camkit import DetectionTarget
+            >>> target = DetectionTarget(torch.tensor([[0.0, 0.0, 4.0, 4.0], [5.0, 5.0, 9.0, 9.0]]), labels=[1, 2])
+            >>> dets = [{"boxes": torch.tensor([[5.0, 5.0, 9.0, 9.0]]), "scores": torch.tensor([0.7]),
+            ...          "labels": torch.tensor([2])}] * 3
+            >>> target.for_rows(torch.tensor([1, 1, 0]))(dets)  # rows of image 1 match; image 0's box is gone
+            tensor([0.7000, 0.7000, 0.0000])
+        """
+        rows = copy.copy(self)  # shares the thread-local binding (model, input size)
+        if self.boxes.dim() >= 2:
+            rows.boxes = self.boxes.to(index.device)[index]
+        if self.labels is not None:
+            labels = torch.as_tensor(self.labels, device=index.device)
+            if labels.dim() >= 1:
+                rows.labels = labels[index]
+        rows.absent_scores_zero = True
+        return rows
+
+    def picked(self) -> Tensor:
+        """Which kept detection of each image the last call on torchvision's detections scored: [B, N].
+
+        ``picked()[b, n]`` indexes image ``b``'s detections for reference ``n`` (in this thread).
+        camkit uses it to rerun the box head for those detections' proposals alone.
+
+        Example:
+            >>> import torch
+            >>> from camkit import DetectionTarget
+            >>> dets = [{"boxes": torch.tensor([[0.0, 0.0, 4.0, 4.0], [5.0, 5.0, 9.0, 9.0]]),
+            ...          "scores": torch.tensor([0.9, 0.7]), "labels": torch.tensor([1, 2])}]
+            >>> target = DetectionTarget(torch.tensor([5.0, 5.0, 9.0, 8.0]))
+            >>> _ = target(dets)
+            >>> target.picked()
+            tensor([[1]])
+        """
+        picked = getattr(self._local, "picked", None)
+        if picked is None:
+            raise InvalidTargetError("picked() reads the last call on torchvision's detections; none was made here")
+        return picked
 
     def __repr__(self) -> str:
         return f"DetectionTarget(boxes={list(self.boxes.shape)}, labels={self.labels!r}, iou_threshold={self.iou_threshold})"
@@ -317,8 +376,11 @@ class DetectionTarget:
     def _shape(self, scores: Tensor) -> Tensor:
         return scores if self.boxes.dim() == 3 else scores[:, 0]
 
-    def _check_match(self, best_iou: Tensor, what: str) -> None:
+    def _matched(self, scores: Tensor, best_iou: Tensor, what: str) -> Tensor:
+        """``scores`` [B, N] where a detection matches; unmatched: 0 (:meth:`for_rows`) or an error."""
         low = best_iou < self.iou_threshold
+        if self.absent_scores_zero:
+            return torch.where(low, torch.zeros_like(scores), scores)
         if bool(low.any()):  # one sync per batch
             images = sorted({int(i) for i in low.nonzero()[:, 0].tolist()})
             worst = [round(float(best_iou[i].min()), 3) for i in images]
@@ -326,6 +388,7 @@ class DetectionTarget:
                 f"no {what} matches the reference box in image(s) {images} (best IoU {worst} < "
                 f"iou_threshold={self.iou_threshold}); lower iou_threshold or check the box and its label."
             )
+        return scores
 
     def _check_labels(self, wanted: Tensor | None, classes: int) -> None:
         if wanted is not None and wanted.numel() and wanted.device.type == "cpu":
@@ -376,21 +439,27 @@ class DetectionTarget:
         if classes is not None:
             self._check_labels(wanted, classes)
         empty = [b for b, det in enumerate(output) if det["scores"].shape[0] == 0]
-        if empty:
+        if empty and not self.absent_scores_zero:
             raise InvalidTargetError(
                 f"the detector kept no detection in image(s) {empty}: lower {_threshold_hint(model)} so that its "
                 "post-processing keeps the object you want to explain."
             )
-        scores, best = [], []
+        scores, best, picks = [], [], []
         for b, det in enumerate(output):
+            if det["scores"].shape[0] == 0:  # nothing kept: the detection is gone (for_rows)
+                best.append(refs.new_full(refs.shape[1:2], -1.0))
+                picks.append(torch.zeros(refs.shape[1], dtype=torch.long, device=device))
+                scores.append(det["scores"].new_zeros(refs.shape[1]))
+                continue
             iou = box_iou(det["boxes"].detach(), refs[b])  # [N_refs, D]
             if wanted is not None:
                 iou = torch.where(det["labels"][None] == wanted[b][:, None], iou, torch.full_like(iou, -1.0))
             j = iou.argmax(dim=1)
+            picks.append(j)
             best.append(iou.gather(1, j[:, None])[:, 0])
             scores.append(det["scores"][j])
-        self._check_match(torch.stack(best), "kept detection (of that label)")
-        return self._shape(torch.stack(scores))
+        self._local.picked = torch.stack(picks)
+        return self._shape(self._matched(torch.stack(scores), torch.stack(best), "kept detection (of that label)"))
 
     def _candidates(self, candidates: Tensor, output: Any, model: nn.Module | None) -> Tensor:
         if model is not None and type(model).__name__ == "OBBModel":
@@ -418,10 +487,9 @@ class DetectionTarget:
             per_candidate = probs.detach().gather(1, wanted[:, :, None].expand(-1, -1, probs.shape[2]))  # [B, N, A]
         best = iou.amax(dim=2, keepdim=True)
         j = torch.where(iou == best, per_candidate, torch.full_like(per_candidate, -1.0)).argmax(dim=2)  # [B, N]
-        self._check_match(best[..., 0], "candidate")
         picked = probs.gather(2, j[:, None, :].expand(-1, classes, -1))  # [B, K, N]
         label = picked.detach().argmax(dim=1) if wanted is None else wanted
-        return self._shape(picked.gather(1, label[:, None])[:, 0])
+        return self._shape(self._matched(picked.gather(1, label[:, None])[:, 0], best[..., 0], "candidate"))
 
     def _detr(self, output: Any) -> Tensor:
         get = output.get if isinstance(output, Mapping) else lambda key: getattr(output, key)
@@ -439,17 +507,19 @@ class DetectionTarget:
         scale = pred.new_tensor([width, height, width, height])
         boxes = cxcywh_to_xyxy(pred.detach() * scale)  # [B, Q, 4]
         probs = logits.softmax(dim=-1)  # [B, Q, K + 1], attached
-        predicted = probs.detach().argmax(dim=-1)  # [B, Q]
+        # Each query's best real class, whatever the "no object" probability (as Hugging Face's
+        # post_process_object_detection labels it): every detection it returns has a query here.
+        predicted = probs.detach()[..., :classes].argmax(dim=-1)  # [B, Q]
         iou = box_iou(boxes[:, None], refs)  # [B, N, Q]
         if wanted is None:
-            allowed = (predicted != classes)[:, None].expand_as(iou)
+            allowed = torch.ones_like(iou, dtype=torch.bool)
             label = predicted[:, None].expand_as(iou)
         else:
             allowed = predicted[:, None] == wanted[:, :, None]
             label = wanted[:, :, None].expand_as(iou)
         iou = torch.where(allowed, iou, torch.full_like(iou, -1.0))
         j = iou.argmax(dim=2)  # [B, N]
-        self._check_match(iou.gather(2, j[..., None])[..., 0], "query predicting that label")
         chosen = label.gather(2, j[..., None])[..., 0]  # [B, N]
         query = probs.gather(1, j[..., None].expand(-1, -1, probs.shape[2]))  # [B, N, K + 1]
-        return self._shape(query.gather(2, chosen[..., None])[..., 0])
+        score = query.gather(2, chosen[..., None])[..., 0]
+        return self._shape(self._matched(score, iou.gather(2, j[..., None])[..., 0], "query whose best real class is that label"))

@@ -46,7 +46,7 @@ def test_candidate_gradient_reaches_only_the_chosen_probability():
 
 
 def test_detr_by_hand():
-    logits = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 5.0], [1.0, 0.0, 0.0]]])  # K=2 + none
+    logits = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.5, 5.0], [1.0, 0.0, 0.0]]])  # K=2 + none
     boxes = torch.tensor([[[0.25, 0.25, 0.5, 0.5], [0.25, 0.25, 0.5, 0.5], [0.75, 0.75, 0.5, 0.5], [0.3, 0.25, 0.5, 0.5]]])
     output = {"logits": logits, "pred_boxes": boxes}
     ref = torch.tensor([0.0, 0.0, 10.0, 20.0])  # the top-left quarter of a 40 x 20 (H x W) image
@@ -57,8 +57,15 @@ def test_detr_by_hand():
     assert camkit.DetectionTarget(ref, image_size=(40, 20))(output).tolist() == pytest.approx([float(probs[0, 0, 0])])
     with pytest.raises(camkit.InvalidTargetError, match="image_size"):
         camkit.DetectionTarget(ref, labels=0)(output)
-    with pytest.raises(camkit.InvalidTargetError, match="no query predicting that label"):
-        camkit.DetectionTarget(torch.tensor([10.0, 20.0, 20.0, 40.0]), labels=0, image_size=(40, 20))(output)
+    # query 2 says "no object" above all, but its best real class is 1 (Hugging Face reports it as a
+    # class-1 detection with probs[0, 2, 1] below a threshold of 0.5): it is matched, with that score
+    corner = torch.tensor([10.0, 20.0, 20.0, 40.0])  # query 2's box
+    assert camkit.DetectionTarget(corner, labels=1, image_size=(40, 20))(output).tolist() == pytest.approx(
+        [float(probs[0, 2, 1])]
+    )
+    assert camkit.DetectionTarget(corner, image_size=(40, 20))(output).tolist() == pytest.approx([float(probs[0, 2, 1])])
+    with pytest.raises(camkit.InvalidTargetError, match="no query whose best real class is that label"):
+        camkit.DetectionTarget(corner, labels=0, image_size=(40, 20))(output)
     assert torch.equal(cxcywh_to_xyxy(boxes[0, :1] * torch.tensor([20.0, 40.0, 20.0, 40.0])), ref[None])
 
 
@@ -92,6 +99,6 @@ def test_bad_inputs_on_a_detector():
         camkit.GradCAM(strict).explain(x, camkit.DetectionTarget(torch.tensor([10.0, 10.0, 30.0, 40.0]), 1))
     with pytest.raises(camkit.InvalidTargetError, match="x2 >= x1"):
         camkit.DetectionTarget(torch.tensor([30.0, 10.0, 10.0, 40.0]))
-    with pytest.raises(camkit.InvalidInputError, match=r"FullGrad .* does not take them back"):
-        camkit.FullGrad(model).explain(x, camkit.DetectionTarget(torch.tensor([10.0, 10.0, 30.0, 40.0]), 1))
+    with pytest.raises(camkit.InvalidTargetError, match="lies outside the 48x64 input image"):  # FullGrad runs here now
+        camkit.FullGrad(model).explain(x, camkit.DetectionTarget(torch.tensor([70.0, 10.0, 90.0, 40.0]), 1))
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # none left after errors

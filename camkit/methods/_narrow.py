@@ -1,0 +1,129 @@
+"""A detection's score with the backward graph of only what it depends on (R-CNN detectors).
+
+The kept detection of a two-stage detector (torchvision's Faster/Mask/Keypoint R-CNN) is scored
+from one proposal: its features pooled from the feature pyramid, the box head, the class
+softmax. A plain forward builds the box head's graph for every proposal (about a thousand per
+image) and the backward runs through all of it, and through every level of the pyramid, for a
+score that reads one row. Here the region proposal network and the ROI heads run without
+autograd; the ROI heads' inputs are kept, each detection the target picks is traced back to its
+proposal (the one whose class probability and decoded box are the detection's, bit for bit),
+and the pooling, box head and softmax are run again for those proposals alone, with a graph.
+The score is the same value; its gradient at any layer before the ROI heads is the same.
+
+Private: used by :class:`camkit.methods.base.GradientCAM`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+import torch
+from torch import Tensor, nn
+
+from ..hooks import HookScope
+
+__all__ = ["narrowed_scores"]
+
+Narrow = Callable[[Tensor], Tensor]
+
+
+def _rcnn_parts(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """``(rpn, roi_heads)`` of a torchvision two-stage detector, else ``None``."""
+    rpn, heads = getattr(model, "rpn", None), getattr(model, "roi_heads", None)
+    if not isinstance(rpn, nn.Module) or not isinstance(heads, nn.Module):
+        return None
+    wanted = ("box_roi_pool", "box_head", "box_predictor", "box_coder", "postprocess_detections")
+    if not all(hasattr(heads, name) for name in wanted):
+        return None
+    return rpn, heads
+
+
+def _applies(model: nn.Module, target: Any, layers: Sequence[str], output: Any) -> tuple[nn.Module, nn.Module] | None:
+    if output is not None or not callable(getattr(target, "picked", None)) or model.training:
+        return None
+    parts = _rcnn_parts(model)
+    if parts is None or any(name.split(".")[0] in ("rpn", "roi_heads") for name in layers):
+        return None  # a layer inside the heads needs their whole graph
+    return parts
+
+
+@contextmanager
+def narrowed_scores(model: nn.Module, target: Any, layers: Sequence[str], output: Any) -> Iterator[Narrow]:
+    """Inside the block, an R-CNN detector's heads run without autograd; yields ``narrow(scores)``.
+
+    ``narrow`` takes the target's scores (computed from the detached output) and returns the
+    same scores carrying the graph of the picked proposals alone. For any other model, target
+    or layer choice nothing changes and ``narrow`` returns the scores as they are.
+    """
+    parts = _applies(model, target, layers, output)
+    if parts is None:
+        yield lambda scores: scores
+        return
+    rpn, heads = parts
+    seen: dict[str, Any] = {}
+    modes: list[bool] = []
+
+    def off(module: nn.Module, args: Any, kwargs: Any) -> None:
+        modes.append(torch.is_grad_enabled())
+        torch.set_grad_enabled(False)
+        if module is heads:
+            seen["inputs"] = (args, kwargs)
+
+    def back(module: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+        torch.set_grad_enabled(modes.pop())
+        if module is heads:
+            seen["result"] = [dict(found) for found in out[0]]  # the transform then rescales the boxes in place
+
+    def predicted(module: nn.Module, args: Any, out: Any) -> None:
+        seen["predicted"] = out
+
+    before = torch.is_grad_enabled()
+    try:
+        with HookScope() as scope:
+            for module in (rpn, heads):
+                scope.forward_pre(module, off, with_kwargs=True)
+                scope.forward(module, back, with_kwargs=True)
+            scope.forward(cast(nn.Module, heads.box_predictor), predicted)
+            yield lambda scores: _rescore(heads, seen, target, scores)
+    finally:
+        torch.set_grad_enabled(before)
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    return args[index] if len(args) > index else kwargs[name]
+
+
+def _rescore(heads: Any, seen: dict[str, Any], target: Any, scores: Tensor) -> Tensor:
+    """The target's scores [B] or [B, N], recomputed with a graph from the picked proposals alone."""
+    from torchvision.ops import boxes as box_ops
+
+    args, kwargs = seen["inputs"]
+    features = _argument(args, kwargs, 0, "features")
+    proposals: list[Tensor] = _argument(args, kwargs, 1, "proposals")
+    image_shapes: list[tuple[int, int]] = _argument(args, kwargs, 2, "image_shapes")
+    result: list[dict[str, Tensor]] = seen["result"]
+    class_logits, box_regression = seen["predicted"]
+    picked: Tensor = target.picked()  # [B, N]: each reference's kept detection
+    with torch.no_grad():
+        probs = class_logits.softmax(dim=-1)
+        decoded = heads.box_coder.decode(box_regression, proposals)  # [P, K, 4], as the heads decode them
+        rois, labels = [], []
+        start = 0
+        for b, (image_proposals, shape) in enumerate(zip(proposals, image_shapes)):
+            stop = start + image_proposals.shape[0]
+            boxes = box_ops.clip_boxes_to_image(decoded[start:stop], shape)  # [P_b, K, 4]
+            label = result[b]["labels"][picked[b]]  # [N]
+            kept_box, kept_score = result[b]["boxes"][picked[b]], result[b]["scores"][picked[b]]
+            same_score = probs[start:stop][:, label].T == kept_score[:, None]  # [N, P_b]
+            same_box = (boxes[:, label] == kept_box[None]).all(dim=-1).T  # [N, P_b]
+            proposal = (same_score & same_box).int().argmax(dim=1)  # [N]: the first proposal that gave it
+            rois.append(image_proposals[proposal])
+            labels.append(label)
+            start = stop
+    with torch.enable_grad():
+        pooled = heads.box_roi_pool(features, rois, image_shapes)
+        logits, _ = heads.box_predictor(heads.box_head(pooled))
+        rescored = logits.softmax(dim=-1).gather(1, torch.cat(labels)[:, None])[:, 0]
+    return rescored.view(scores.shape[0], -1) if scores.dim() == 2 else rescored.view(scores.shape)
