@@ -60,7 +60,7 @@ FORWARD = "no-grad forward"
 CAMKIT = "camkit GradCAM + DetectionTarget"
 PGC = "pytorch-grad-cam tutorial route"
 CAMKIT_EIGEN = "camkit EigenCAM (same layer)"
-TIME_LIMIT = 1.3  # camkit's Grad-CAM within 1.3x of a no-grad forward (issue 28)
+TIME_LIMIT = 1.3  # camkit's Grad-CAM within 1.3x of a no-grad forward
 REPEATS = 3  # one Faster R-CNN round is about a minute on the shared 2-core machine
 
 
