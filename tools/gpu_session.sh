@@ -15,7 +15,9 @@
 #
 # Each stage has its own time limit (seconds; the machine allows 600 per command):
 # TEST_GPU_S (60), SUITE_S (180), BENCH_S (330). A stage that fails or runs out does not stop
-# the next one; the exit status is that of the first failing stage.
+# the next one; the exit status is that of the first failing stage. BENCH_ARGS adds arguments to
+# the benchmark runner (for instance `--cases gradcam,gpu,vit` to fit the cases that matter on a
+# GPU into one call).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -67,5 +69,6 @@ XDIST=()
 if "$PY" -c "import xdist" 2>/dev/null; then XDIST=(-n 8); fi
 stage test-gpu "${TEST_GPU_S:-60}" make test-gpu PY="$PY"
 stage suite "${SUITE_S:-180}" "$PY" -m pytest -q "${XDIST[@]}"
-stage bench "${BENCH_S:-330}" "$PY" -m benchmarks --device cuda --out "$OUT/bench"
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
+stage bench "${BENCH_S:-330}" "$PY" -m benchmarks --device cuda --out "$OUT/bench" ${BENCH_ARGS:-}
 exit $status
