@@ -50,7 +50,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["SyncRecord", "reads_are_free", "record_syncs"]
+__all__ = ["SyncRecord", "reads_are_free", "record_syncs", "to_device"]
 
 _SYNC_PACKETS = {
     "_local_scalar_dense",
@@ -104,6 +104,27 @@ def reads_are_free(tensor: Tensor) -> bool:
         (True, False)
     """
     return tensor.device.type == "cpu"
+
+
+def to_device(tensor: Tensor, device: torch.device | str, dtype: torch.dtype | None = None) -> Tensor:
+    """``tensor.to(device, dtype)`` without making the host wait for a CUDA device.
+
+    A plain copy from pageable host memory to a GPU blocks the host (sync debug mode flags it);
+    a host tensor bound for CUDA is therefore converted on the host, pinned and sent with
+    ``non_blocking=True``. Anything else is an ordinary ``.to``.
+
+    Example:
+        >>> import torch
+        >>> from camkit._internal.syncs import to_device
+        >>> to_device(torch.tensor([1, 2]), "cpu", torch.float32)
+        tensor([1., 2.])
+    """
+    device = torch.device(device)
+    if tensor.device.type == "cpu" and device.type == "cuda":
+        if dtype is not None:
+            tensor = tensor.to(dtype)
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device=device, dtype=dtype)
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def epsilon_scale(z: Tensor, epsilon: float) -> Tensor:
     if epsilon == 0:
         return (z != 0).to(z.dtype)
     # One new buffer, filled in place: on the CPU a fresh large tensor costs page faults, not just a pass.
-    denominator = torch.copysign(z.new_tensor(epsilon), z).add_(z)  # -0.0 gets -epsilon: the scale is 0 either way
+    denominator = torch.full_like(z, epsilon).copysign_(z).add_(z)  # -0.0 gets -epsilon: the scale is 0 either way
     return torch.div(z, denominator, out=denominator)
 
 

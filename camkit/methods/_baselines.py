@@ -11,6 +11,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from .._internal.checks import BATCH_SHAPES, check_broadcasts
+from .._internal.syncs import to_device
 from ..errors import InvalidInputError
 
 __all__ = ["baseline_hint", "baselines_for", "check_baselines", "rank_shapes"]
@@ -89,7 +90,7 @@ def baselines_for(baselines: Tensor | None, x: Tensor) -> Tensor:
             f"the baselines have shape {list(baselines.shape)}, but x is {BATCH_SHAPES[x.dim()]} "
             f"{list(x.shape)}; pass baselines {rank_shapes(x, 'N')} or one baseline [{axes}]"
         )
-    bases = baselines.detach().to(device=x.device, dtype=x.dtype)
+    bases = to_device(baselines.detach(), x.device, x.dtype)
     if bases.dim() == x.dim() - 1:
         bases = bases.unsqueeze(0)
     check_broadcasts(bases[:1], x, what="input", hint=f"pass baselines {rank_shapes(x, 'N')} with x's {axes}.")

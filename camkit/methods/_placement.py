@@ -21,8 +21,7 @@ Example:
     >>> import torch
     >>> from torch import nn
     >>> from camkit.methods._placement import Placement
-    >>> wrapped = nn.DataParallel(nn.Linear(2, 2))  # on a CPU-only machine the module stays on the CPU
-    >>> Placement.of(wrapped, torch.zeros(1, 2)) is None  # nothing to move
+    >>> Placement.of(nn.Linear(2, 2), torch.zeros(1, 2)) is None  # a bare module: nothing to move
     True
 """
 

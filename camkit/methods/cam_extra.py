@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import functional as CF
+from .._internal.syncs import to_device
 from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional import cam_extra as CX
@@ -372,7 +373,7 @@ class RandomCAM(ForwardCAM):
         seed = self.seed if self.seed is not None else int(torch.randint(0, 2**62, (1,)))
         generator = torch.Generator().manual_seed(seed + index)
         weights = torch.rand(act.shape[1], generator=generator, dtype=torch.float64) * 2 - 1
-        weights = weights.to(device=act.device, dtype=torch.float32)
+        weights = to_device(weights, act.device, torch.float32)
         extras.setdefault("seed", seed)
         raw = torch.einsum("c,bc...->b...", weights, act.float()).clamp_min(0)
         return _same_for_every_target(raw, cap)

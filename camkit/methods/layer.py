@@ -348,7 +348,7 @@ class LayerConductance(_PathMethod):
             classes, scores = self._target_scores(x, target)
         scorer = RowScorer(target, expand_targets(classes), softmax=False, output=self.output)
         points = self.steps + 1
-        alphas = torch.linspace(0.0, 1.0, points, dtype=torch.float64).to(device=x.device, dtype=x.dtype)
+        alphas = torch.linspace(0.0, 1.0, points, dtype=torch.float64, device=x.device).to(x.dtype)
         total: Tensor | None = None
         ends = torch.zeros(x.shape[0], 2, scores.shape[1] if scores.dim() == 2 else 1, device=x.device)
         prev_act: Tensor | None = None

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from .._internal.syncs import to_device
 from ..errors import InvalidInputError
 from ..explanation import Explanation
 from ..functional.cam import weighted_maps
@@ -177,7 +178,7 @@ class SSCAM(_AveragedScoreCAM):
         shape = (1, *masks.shape[1:]) if self.shared_noise else tuple(masks.shape)
         for _ in range(self.samples):
             noise = torch.randn(shape, generator=generator, device=generator.device, dtype=torch.float32)
-            yield masks + (noise * self.std).to(masks.device)
+            yield masks + to_device(noise * self.std, masks.device)
 
 
 @register_method("iscam")
@@ -235,6 +236,6 @@ class ISCAM(_AveragedScoreCAM):
         )
 
     def _steps(self, masks: Tensor) -> Iterator[Tensor]:
-        coefficients = integration_coefficients(self.samples, dtype=masks.dtype).to(masks.device)
+        coefficients = to_device(integration_coefficients(self.samples, dtype=masks.dtype), masks.device)
         for i in range(self.samples):
             yield masks * coefficients[i]

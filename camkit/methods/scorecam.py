@@ -321,7 +321,7 @@ class AblationCAM(ForwardCAM):
                 rows = buffer[: part.stop - part.start]
                 torch.index_select(source, 0, b_idx[part], out=rows)
                 if tail is not None:
-                    rows[torch.arange(rows.shape[0], device=rows.device), c_idx[part]] = 0
+                    rows.index_put_((torch.arange(rows.shape[0], device=rows.device), c_idx[part]), rows.new_zeros(()))
                     ablated[part] = scorer(tail(rows), b_idx[part]).float()
                 else:
                     drop["channels"], seen["n"] = c_idx[part], 0

@@ -74,7 +74,7 @@ def test_explain_hf_segformer(tmp_path: Path, segformer: Path, one_thread: None)
     assert manifest["task"] == "segment" and manifest["method"] == "gradcam"
     processor = transformers.AutoImageProcessor.from_pretrained(segformer)
     pixels = processor(images=picture, return_tensors="pt")["pixel_values"]
-    loaded = load_model(f"hf:{segformer}", None)
+    loaded = load_model(f"hf:{segformer}", None, device="cpu")
     x, _ = loaded.preprocess(picture)
     assert x.shape == pixels.shape[1:] == (3, 64, 64)
     torch.testing.assert_close(x, pixels[0], atol=1e-5, rtol=0)
@@ -108,7 +108,7 @@ def test_explain_hf_detr(tmp_path: Path, detr: Path, one_thread: None) -> None:
     assert manifest["task"] == "detect" and manifest["model"]["preprocess"]["max_size"] == 96
     processor = transformers.AutoImageProcessor.from_pretrained(detr)
     pixels = processor(images=picture, return_tensors="pt")["pixel_values"]
-    loaded = load_model(f"hf:{detr}", None)
+    loaded = load_model(f"hf:{detr}", None, device="cpu")
     x, _ = loaded.preprocess(picture)
     assert x.shape == pixels.shape[1:] == (3, 58, 96)  # 48 x 80: 64 x 106 would pass 96, so 96 * 48 / 80 = 57.6 -> 58
     torch.testing.assert_close(x, pixels[0], atol=1e-5, rtol=0)

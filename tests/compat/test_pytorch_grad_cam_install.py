@@ -91,8 +91,8 @@ from pytorch_grad_cam.metrics.road import ROADCombined
 from pytorch_grad_cam.sess import sliding_window
 assert pytorch_grad_cam is compat and pytorch_grad_cam.GradCAM is compat.GradCAM
 assert targets.__name__ == "camkit.compat.pytorch_grad_cam.utils.model_targets"
-assert not any("site-packages" in (getattr(m, "__file__", "") or "") for n, m in sys.modules.items()
-               if n.startswith("pytorch_grad_cam"))
+assert all(m.__name__.startswith("camkit.compat.pytorch_grad_cam") for n, m in sys.modules.items()
+           if n.startswith("pytorch_grad_cam"))
 try:
     import pytorch_grad_cam.sobel_cam_not_a_module
 except ModuleNotFoundError:
@@ -100,7 +100,7 @@ except ModuleNotFoundError:
 compat.uninstall()
 assert not compat.installed() and "pytorch_grad_cam" not in sys.modules
 import pytorch_grad_cam as real
-assert "site-packages" in real.__file__
+assert real is not compat and real.__name__ == "pytorch_grad_cam" and "camkit" not in real.__file__
 try:
     compat.install()
 except compat.AlreadyImportedError as err:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torchvision.models as tvm
@@ -159,7 +161,10 @@ def test_faster_rcnn_detection_target():
 
 
 @pytest.mark.parametrize("wrap", ["dataparallel", "compile"])
-def test_wrapped_models_give_the_bare_maps(wrap):
+def test_wrapped_models_give_the_bare_maps(wrap, monkeypatch):
+    # Bit for bit on the CPU: DataParallel would move the module to a GPU where one is present
+    # (the CUDA tests of tests/methods/test_placement.py run the real move).
+    monkeypatch.setattr(importlib.import_module("torch.nn.parallel.data_parallel"), "_get_available_device_type", lambda: None)
     model = TinyNet().eval()
     x = tiny_input()
     bare = camkit.GradCAM(model, "conv2").explain(x)

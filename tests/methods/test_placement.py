@@ -9,6 +9,8 @@ The CUDA tests do the real thing (skipped without a GPU).
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -42,6 +44,9 @@ class Mover:
 
 @pytest.fixture
 def mover(monkeypatch):
+    # DataParallel on a machine with one GPU moves its module there at construction; the stand-in
+    # tests keep every module on the CPU and let the recorder play the device, on any machine.
+    monkeypatch.setattr(importlib.import_module("torch.nn.parallel.data_parallel"), "_get_available_device_type", lambda: None)
     mover = Mover()
     monkeypatch.setattr(_placement, "module_device", lambda module: FAR)
     monkeypatch.setattr(_placement, "_to", mover)
