@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from .._internal.syncs import to_device
 from ..errors import InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..registry import register_method
@@ -112,8 +113,8 @@ class GradientShap(GradientAttribution):
             noise = torch.zeros((), device=x.device, dtype=x.dtype).expand(self.samples, *x.shape[1:])
         else:
             drawn = torch.randn(self.samples, *x.shape[1:], generator=generator, dtype=torch.float64) * self.stdev
-            noise = drawn.to(device=x.device, dtype=x.dtype)
-        return index.to(x.device), alpha.to(device=x.device, dtype=x.dtype), noise
+            noise = to_device(drawn, x.device, x.dtype)
+        return to_device(index, x.device), to_device(alpha, x.device, x.dtype), noise
 
     def _scores(self, output: Tensor, classes: Tensor | None, target: Target, rows: Tensor) -> Tensor:
         if classes is None:
