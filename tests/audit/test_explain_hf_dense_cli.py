@@ -11,7 +11,7 @@ import torch
 
 import camkit
 from camkit.cli import main
-from camkit.modelload import Preprocess, load_model
+from camkit.modelload import Preprocess, hf, load_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -133,7 +133,7 @@ def test_detr_resize_matches_processor(height: int, width: int) -> None:
     processor = transformers.DetrImageProcessor(size={"shortest_edge": 64, "longest_edge": 96})
     picture = np.random.default_rng(1).integers(0, 256, (height, width, 3), dtype=np.uint8)
     pixels = processor(images=picture, return_tensors="pt")["pixel_values"][0]
-    pre = camkit.modelload.hf.preprocess_from_processor(processor)
+    pre = hf.preprocess_from_processor(processor)
     assert isinstance(pre, Preprocess) and (pre.resize, pre.max_size) == (64, 96)
     x, _ = pre(picture)
     assert x.shape == pixels.shape
@@ -143,4 +143,4 @@ def test_detr_resize_matches_processor(height: int, width: int) -> None:
 def test_detr_processor_with_fixed_pad_is_refused() -> None:
     processor = transformers.DetrImageProcessor(do_pad=True, pad_size={"height": 128, "width": 128})
     with pytest.raises(camkit.ModelLoadError, match="pad_size"):
-        camkit.modelload.hf.preprocess_from_processor(processor)
+        hf.preprocess_from_processor(processor)
