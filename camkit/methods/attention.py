@@ -223,8 +223,10 @@ class CheferRollout(AttentionExplainer):
 
     The gradients come one block at a time: a forward without graph keeps each block's input,
     then from the last block to the first the block is called again on its input and
-    differentiated, the gradient with respect to its input going on to the previous block. The
-    peak memory is one block's graph plus the block inputs, not the graph of every block. A model
+    differentiated, the gradient with respect to its input going on to the previous block; each
+    block is called on about a quarter of the batch at a time (samples are independent in a block
+    in eval mode). The peak memory is the block inputs plus one such call's graph, not the graph of
+    every block. A model
     with a module in training mode (``keep_mode=True``), a target read inside the model
     (:class:`~camkit.NeuronTarget`) or blocks that do not feed each other directly take one
     backward through the whole graph instead; the maps are the same either way.
@@ -241,7 +243,7 @@ class CheferRollout(AttentionExplainer):
 
     cost: ClassVar[str] = (
         "1 forward with the attention unfused and no graph, then each block recomputed and differentiated, last to "
-        "first: about 1 more forward + 1 backward; peak memory one block's graph + the block inputs"
+        "first: about 1 more forward + 1 backward; peak memory the block inputs + one block's graph for a quarter of the batch"
     )
     use_when: ClassVar[str] = (
         "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."
@@ -341,8 +343,8 @@ class LeGrad(AttentionExplainer):
     ``E_l`` is the mean over heads and queries of ``ReLU(ds_l / dA_l)``, keys without the prefix
     tokens; the map is the mean of ``E_l`` over the layers (:func:`camkit.functional.legrad_relevance`).
     Each block's score reaches its own attention only, so after a forward without graph that
-    keeps each block's input, each block is called again on it and differentiated alone: the peak
-    memory is one block's graph plus the block inputs. (A module in training mode,
+    keeps each block's input, each block is called again on it, about a quarter of the batch at a
+    time, and differentiated alone: the peak memory is the block inputs plus one such call's graph. (A module in training mode,
     ``keep_mode=True``, takes one forward with every block's graph, cut at each block's input.)
 
     Args:
@@ -367,7 +369,7 @@ class LeGrad(AttentionExplainer):
 
     cost: ClassVar[str] = (
         "1 forward with the attention unfused and no graph, then each block recomputed and differentiated for its own "
-        "score: about 1 more forward + 1 backward; peak memory one block's graph + the block inputs"
+        "score: about 1 more forward + 1 backward; peak memory the block inputs + one block's graph for a quarter of the batch"
     )
     use_when: ClassVar[str] = (
         "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
