@@ -14,6 +14,9 @@ network (11 to 16 times a no-grad forward on ViT-B/16). Here instead:
    differentiated: the gradient with respect to its input is the gradient with respect to the
    previous block's output, added to what the score reads of that output directly. Its graph is
    freed before the next block, so the peak holds one block's graph plus the block inputs.
+3. A block treats each sample on its own in eval mode (layer norms per token, attention within
+   a sample), so each block is called again on a slice of the batch at a time
+   (:func:`micro_batches`): the peak holds one slice's block graph, not the whole batch's.
 
 The blocks run the same operations on the same inputs both times, so the gradients are those of
 one backward through the whole graph (up to the order of floating-point sums). This holds when
@@ -36,7 +39,11 @@ from ..errors import InvalidInputError
 from ..hooks import HookScope
 from ._attention import block_of
 
-__all__ = ["BlockCall", "BlockRecorder", "attention_blocks", "first_tensor", "replace_first"]
+__all__ = ["BlockCall", "BlockRecorder", "attention_blocks", "first_tensor", "micro_batches", "replace_first"]
+
+# a block called again on about a quarter of the batch at a time: its graph and backward (about three
+# times a no-grad forward's activations per sample on ViT-S and ViT-B) then stay below one forward's
+MICRO_BATCHES = 4
 
 
 def attention_blocks(model: nn.Module, names: Sequence[str]) -> list[nn.Module] | None:
@@ -48,6 +55,22 @@ def attention_blocks(model: nn.Module, names: Sequence[str]) -> list[nn.Module] 
     if len({id(block) for block in blocks}) != len(blocks):
         return None
     return blocks
+
+
+def micro_batches(batch: int, size: int | None = None) -> list[slice]:
+    """The slices of a batch of ``batch`` samples, ``size`` at a time (``None``: ``ceil(batch / 4)``).
+
+    Example:
+        >>> micro_batches(5, 2)
+        [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+        >>> len(micro_batches(8))
+        4
+    """
+    if size is None:
+        size = -(-batch // MICRO_BATCHES)
+    if size < 1:
+        raise InvalidInputError(f"a micro-batch holds at least one sample, got {size}; pass None for the automatic size")
+    return [slice(start, min(start + size, batch)) for start in range(0, batch, size)]
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -75,6 +98,16 @@ class BlockCall:
     where: int | str
     tokens: Tensor
     version: int
+
+    def splittable(self) -> bool:
+        """Whether the block can be called on a slice of the batch: no tensor argument but the tokens."""
+        others = [*(a for i, a in enumerate(self.args) if i != self.where), *(v for k, v in self.kwargs.items() if k != self.where)]
+        return not any(isinstance(a, Tensor) or (isinstance(a, (tuple, list)) and any(isinstance(t, Tensor) for t in a)) for a in others)
+
+    def slices(self, size: int | None) -> list[slice]:
+        """The micro-batches to call the block on: :func:`micro_batches`, or the whole batch if not :meth:`splittable`."""
+        batch = self.tokens.shape[0]
+        return micro_batches(batch, size) if self.splittable() else [slice(0, batch)]
 
     def run(self, block: nn.Module, tokens: Tensor) -> Tensor:
         """Call ``block`` again with ``tokens`` for its input tokens; its output tokens [B, N, D].

@@ -28,7 +28,6 @@ from ..functional.attention import (
     fuse_heads,
     gradient_rollout,
     legrad_relevance,
-    rollout_weighted,
     token_relevance,
     weighted_attention,
 )
@@ -81,6 +80,8 @@ class AttentionExplainer(Explainer):
     # the gradient methods differentiate one block at a time (camkit.methods._blockwise); False: one
     # backward through the graph of every block (also what a model or target it cannot replay gets)
     _blockwise: bool = True
+    # samples per block call in that path (camkit.methods._blockwise.micro_batches); None: about a quarter of the batch
+    _block_batch: int | None = None
 
     def __init__(
         self,
@@ -222,8 +223,10 @@ class CheferRollout(AttentionExplainer):
 
     The gradients come one block at a time: a forward without graph keeps each block's input,
     then from the last block to the first the block is called again on its input and
-    differentiated, the gradient with respect to its input going on to the previous block. The
-    peak memory is one block's graph plus the block inputs, not the graph of every block. A model
+    differentiated, the gradient with respect to its input going on to the previous block; each
+    block is called on about a quarter of the batch at a time (samples are independent in a block
+    in eval mode). The peak memory is the block inputs plus one such call's graph, not the graph of
+    every block. A model
     with a module in training mode (``keep_mode=True``), a target read inside the model
     (:class:`~camkit.NeuronTarget`) or blocks that do not feed each other directly take one
     backward through the whole graph instead; the maps are the same either way.
@@ -240,7 +243,7 @@ class CheferRollout(AttentionExplainer):
 
     cost: ClassVar[str] = (
         "1 forward with the attention unfused and no graph, then each block recomputed and differentiated, last to "
-        "first: about 1 more forward + 1 backward; peak memory one block's graph + the block inputs"
+        "first: about 1 more forward + 1 backward; peak memory the block inputs + one block's graph for a quarter of the batch"
     )
     use_when: ClassVar[str] = (
         "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."
@@ -271,34 +274,48 @@ class CheferRollout(AttentionExplainer):
                 for k, c in enumerate(columns)
             ]
             del outputs
-            # each column's per-layer terms, last layer first ([B, N, N] each: small beside a block's graph)
-            cams: list[list[Tensor]] = [[] for _ in columns]
+            # R = (I + C_L) ··· (I + C_1) is only read through one query row v (token_relevance's): from the
+            # last layer down, w <- w + w C_l, kept as d = w - v (v + d at the end: the identity's share
+            # is not rounded into each step), a [b, 1, N] per micro-batch and column
+            rows_of: list[list[Tensor]] = [[] for _ in columns]
+            starts: list[Tensor] = []  # v per column [1, 1, N]
             for index in reversed(range(len(blocks))):
                 call = recorder.calls[index].pop()  # the block input is freed with its step
-                tokens = call.tokens.detach().requires_grad_(index > 0)
-                torch.set_grad_enabled(True)
-                out = call.run(blocks[index], tokens)
-                attention = capture.take(index)
-                wrt = [attention, tokens] if index > 0 else [attention]
+                inputs: list[list[Tensor]] = [[] for _ in columns]
+                for j, part in enumerate(call.slices(self._block_batch)):
+                    tokens = call.tokens[part].detach().requires_grad_(index > 0)
+                    torch.set_grad_enabled(True)
+                    out = call.run(blocks[index], tokens)
+                    attention = capture.take(index)
+                    wrt = [attention, tokens] if index > 0 else [attention]
+                    for k, grads in enumerate(upstream):
+                        upper = grads[index]
+                        if upper is None or not out.requires_grad:
+                            raise LayerNotReachedError(f"the score does not depend on the attention of '{names[index]}'")
+                        got = torch.autograd.grad(out, wrt, grad_outputs=upper[part], retain_graph=k < last, allow_unused=True)
+                        grad = self._grads_of(got[0], attention, names[index])
+                        with torch.no_grad():
+                            cam = weighted_attention(attention.detach(), grad)
+                            if len(rows_of[k]) == j:
+                                prefix, grid, query = self._layout(cam.shape[-1], x)
+                                start = _query_row(cam, query)
+                                rows_of[k].append(start @ cam)
+                                if j == 0:
+                                    starts.append(start[:1])
+                            else:
+                                rows_of[k][j] = rows_of[k][j] + (starts[k] + rows_of[k][j]) @ cam
+                        if index > 0:
+                            inputs[k].append(got[1] if got[1] is not None else torch.zeros_like(tokens))
+                        del got, grad, cam
+                    del out, attention, wrt, tokens
                 for k, grads in enumerate(upstream):
-                    if grads[index] is None or not out.requires_grad:
-                        raise LayerNotReachedError(f"the score does not depend on the attention of '{names[index]}'")
-                    got = torch.autograd.grad(out, wrt, grad_outputs=grads[index], retain_graph=k < last, allow_unused=True)
-                    grad = self._grads_of(got[0], attention, names[index])
-                    with torch.no_grad():
-                        cams[k].append(weighted_attention(attention.detach(), grad))
                     grads[index] = None
-                    if index > 0 and got[1] is not None:
+                    if index > 0:
+                        below = torch.cat(inputs[k]) if len(inputs[k]) > 1 else inputs[k][0]
                         previous = grads[index - 1]
-                        grads[index - 1] = got[1] if previous is None else previous + got[1]
-                    del got, grad
-                del out, attention, wrt, tokens, call
-            with torch.no_grad():
-                rows = []
-                for per_layer in cams:
-                    relevance = rollout_weighted(per_layer[::-1])
-                    prefix, grid, query = self._layout(relevance.shape[-1], x)
-                    rows.append(token_relevance(relevance, prefix, query=query))
+                        grads[index - 1] = below if previous is None else previous + below
+                del inputs, call
+            rows = [(start + torch.cat(parts))[:, 0, prefix:] for start, parts in zip(starts, rows_of)]
         return self._finish(rows, x, grid, classes, scores)
 
     def _whole_graph(self, x: Tensor, target: Target) -> Explanation:
@@ -326,8 +343,8 @@ class LeGrad(AttentionExplainer):
     ``E_l`` is the mean over heads and queries of ``ReLU(ds_l / dA_l)``, keys without the prefix
     tokens; the map is the mean of ``E_l`` over the layers (:func:`camkit.functional.legrad_relevance`).
     Each block's score reaches its own attention only, so after a forward without graph that
-    keeps each block's input, each block is called again on it and differentiated alone: the peak
-    memory is one block's graph plus the block inputs. (A module in training mode,
+    keeps each block's input, each block is called again on it, about a quarter of the batch at a
+    time, and differentiated alone: the peak memory is the block inputs plus one such call's graph. (A module in training mode,
     ``keep_mode=True``, takes one forward with every block's graph, cut at each block's input.)
 
     Args:
@@ -352,7 +369,7 @@ class LeGrad(AttentionExplainer):
 
     cost: ClassVar[str] = (
         "1 forward with the attention unfused and no graph, then each block recomputed and differentiated for its own "
-        "score: about 1 more forward + 1 backward; peak memory one block's graph + the block inputs"
+        "score: about 1 more forward + 1 backward; peak memory the block inputs + one block's graph for a quarter of the batch"
     )
     use_when: ClassVar[str] = (
         "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
@@ -372,6 +389,7 @@ class LeGrad(AttentionExplainer):
         super().__init__(model, query=query, output=output, keep_mode=keep_mode, input_index=input_index)
         if head is not None and not callable(head):
             raise TypeError(f"head must be a callable f(tokens [B, N, D]) -> output, got {type(head).__name__}")
+        self._known_head = head is None
         self.head = head if head is not None else known_head(self.model)
         if self.head is None:
             raise InvalidInputError(
@@ -408,18 +426,26 @@ class LeGrad(AttentionExplainer):
             columns = self._columns(scores)
             multi = scores.dim() == 2
             per_layer: list[list[Tensor]] = [[] for _ in columns]
+            # a known head and a class target score each sample alone: the blocks run on slices of the batch
+            split = classes is not None and self._known_head
             for index in self.layers:
                 call = recorder.calls[index][0]
-                torch.set_grad_enabled(True)
-                read = head(call.run(blocks[index], call.tokens.detach()))
-                attention = capture.take(index)
-                for k in range(len(columns)):
-                    total = torch.stack([self._layer_score(read, classes, target, k, multi).sum()])  # as the whole-graph path
-                    (grad,) = self._grads(total, [attention], [names[index]], k < len(columns) - 1)
-                    with torch.no_grad():
-                        prefix, grid, _ = self._layout(grad.shape[-1], x)
-                        per_layer[k].append(legrad_relevance([grad], prefix))
-                del read, attention
+                parts: list[list[Tensor]] = [[] for _ in columns]
+                for part in call.slices(self._block_batch) if split else [slice(None)]:
+                    torch.set_grad_enabled(True)
+                    read = head(call.run(blocks[index], call.tokens[part].detach()))
+                    attention = capture.take(index)
+                    picked = None if classes is None else classes[part]
+                    for k in range(len(columns)):
+                        score = self._layer_score(read, picked, target, k, multi)
+                        total = torch.stack([score.sum()])  # as the whole-graph path
+                        (grad,) = self._grads(total, [attention], [names[index]], k < len(columns) - 1)
+                        with torch.no_grad():
+                            prefix, grid, _ = self._layout(grad.shape[-1], x)
+                            parts[k].append(legrad_relevance([grad], prefix))
+                    del read, attention
+                for k, got in enumerate(parts):
+                    per_layer[k].append(torch.cat(got) if len(got) > 1 else got[0])
             with torch.no_grad():
                 rows = [torch.stack(layers).mean(dim=0) for layers in per_layer]
         return self._finish(rows, x, grid, classes, scores)
@@ -453,6 +479,14 @@ class LeGrad(AttentionExplainer):
         logits = select_output(out, self.output) if not isinstance(out, Tensor) else out
         index = classes[:, k] if multi else classes
         return logits.gather(1, index[:, None])[:, 0]
+
+
+def _query_row(cam: Tensor, query: str) -> Tensor:
+    """The query row [B, 1, N] that :func:`~camkit.functional.token_relevance` reads of a relevance matrix."""
+    n = cam.shape[-1]
+    if query == "class":
+        return torch.nn.functional.one_hot(torch.zeros(cam.shape[0], 1, dtype=torch.long, device=cam.device), n).to(cam.dtype)
+    return torch.full((cam.shape[0], 1, n), 1.0 / n, dtype=cam.dtype, device=cam.device)
 
 
 def _mean_head(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], Any]) -> Head:

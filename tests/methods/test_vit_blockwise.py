@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_invariants import _assert_same_state, _hook_count, _state
 from torch import Tensor, nn
-from vit_helpers import SIZE, hf_vit, timm_vit, torchvision_vit
+from vit_helpers import SIZE, assert_maps_close, hf_vit, timm_vit, torchvision_vit
 
 import camkit
 from camkit.methods import _blockwise
@@ -40,12 +40,13 @@ def _x(batch: int) -> Tensor:
 
 @pytest.fixture
 def replays(monkeypatch):
-    """How many times a block was called again on its recorded input."""
+    """The blocks called again on their recorded input, in order (a block's micro-batches counted once)."""
     calls = []
     run = _blockwise.BlockCall.run
 
     def counted(self, block, tokens):
-        calls.append(block)
+        if not calls or calls[-1] is not block:
+            calls.append(block)
         return run(self, block, tokens)
 
     monkeypatch.setattr(_blockwise.BlockCall, "run", counted)
@@ -61,7 +62,7 @@ def _both(cls, model, x, target, **kwargs):
 
 def _assert_equal(new, old) -> None:
     torch.testing.assert_close(new.raw, old.raw, atol=1e-6, rtol=0)
-    torch.testing.assert_close(new.maps, old.maps, atol=1e-6, rtol=0)
+    assert_maps_close(new.maps, old.maps, old.raw, 1e-6)
     torch.testing.assert_close(new.scores, old.scores, atol=0, rtol=0)
     assert torch.equal(new.flat, old.flat)
 
@@ -203,3 +204,41 @@ def test_batch_equals_one_by_one_block_by_block(key, replays):
         single = METHODS[key](model).explain(x[i : i + 1], target[i : i + 1])
         torch.testing.assert_close(batched.raw[i], single.raw[0], atol=1e-7, rtol=1e-5)
         torch.testing.assert_close(batched.maps[i], single.maps[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("key", list(METHODS))
+@pytest.mark.parametrize("family", ["timm-registers", "torchvision", "hf-dinov2-registers"])
+def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch):
+    sizes = []
+    run = _blockwise.BlockCall.run
+
+    def counted(self, block, tokens):
+        sizes.append(tokens.shape[0])
+        return run(self, block, tokens)
+
+    monkeypatch.setattr(_blockwise.BlockCall, "run", counted)
+    model = BUILDERS[family]()
+    x = _x(3)
+    target = torch.tensor([[0, 3], [2, 1], [1, 1]])
+    explainers = {size: METHODS[key](model) for size in (1, 2, 3)}
+    for size, explainer in explainers.items():
+        explainer._block_batch = size
+    whole = explainers[3].explain(x, target)
+    assert sizes == [3, 3, 3]
+    for size, expected in ((1, [1] * 9), (2, [2, 1] * 3)):
+        sizes.clear()
+        got = explainers[size].explain(x, target)
+        assert sizes == expected
+        torch.testing.assert_close(got.raw, whole.raw, atol=1e-7, rtol=1e-5)
+        torch.testing.assert_close(got.maps, whole.maps, atol=1e-5, rtol=0)
+        torch.testing.assert_close(got.scores, whole.scores, atol=0, rtol=0)
+    sizes.clear()
+    automatic = METHODS[key](model).explain(x, target)  # ceil(3 / 4) = 1 sample per call
+    assert sizes == [1] * 9
+    torch.testing.assert_close(automatic.raw, whole.raw, atol=1e-7, rtol=1e-5)
+
+
+def test_micro_batches_are_refused_below_one_sample():
+    with pytest.raises(camkit.errors.InvalidInputError, match="at least one sample"):
+        _blockwise.micro_batches(4, 0)
+    assert _blockwise.micro_batches(8) == [slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)]

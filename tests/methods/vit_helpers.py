@@ -17,6 +17,20 @@ from torch import Tensor, nn
 SIZE = 32
 
 
+def assert_maps_close(new: Tensor, old: Tensor, raw: Tensor, atol: float) -> None:
+    """``new`` and ``old`` maps [B, ..., H, W] equal within ``atol``, or within float32 rounding of ``raw`` [B, ..., h, w].
+
+    Min-max normalisation divides by each raw map's range: where that range is only a few float32
+    steps of the map's level (a mean query on a random tiny model spans ~1e-5 around 1/N), the same
+    sums taken in another order move the normalised map by those steps over the range.
+    """
+    level = raw.abs().flatten(-2).amax(-1)
+    span = (raw.flatten(-2).amax(-1) - raw.flatten(-2).amin(-1)).clamp_min(1e-30)
+    rounding = 8 * torch.finfo(torch.float32).eps * level / span
+    diff = (new - old).abs().flatten(-2).amax(-1)
+    assert (diff <= rounding.clamp_min(atol)).all(), (diff, rounding)
+
+
 def timm_vit(reg_tokens: int = 0, global_pool: str = "token", class_token: bool = True, seed: int = 0) -> nn.Module:
     import timm
 
