@@ -484,8 +484,10 @@ class LeGrad(AttentionExplainer):
 def _query_row(cam: Tensor, query: str) -> Tensor:
     """The query row [B, 1, N] that :func:`~camkit.functional.token_relevance` reads of a relevance matrix."""
     n = cam.shape[-1]
-    if query == "class":
-        return torch.nn.functional.one_hot(torch.zeros(cam.shape[0], 1, dtype=torch.long, device=cam.device), n).to(cam.dtype)
+    if query == "class":  # written, not one_hot: one_hot checks its indices on the host
+        row = torch.zeros(cam.shape[0], 1, n, dtype=cam.dtype, device=cam.device)
+        row[..., 0] = 1
+        return row
     return torch.full((cam.shape[0], 1, n), 1.0 / n, dtype=cam.dtype, device=cam.device)
 
 

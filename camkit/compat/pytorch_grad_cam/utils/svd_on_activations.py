@@ -24,8 +24,8 @@ def get_2d_projection(activation_batch: np.ndarray) -> np.ndarray:
         >>> import numpy as np
         >>> from camkit.compat.pytorch_grad_cam.utils.svd_on_activations import get_2d_projection
         >>> a = np.array([[[[0.0, 1.0, 2.0]], [[0.0, 2.0, 4.0]]]], dtype=np.float32)
-        >>> np.round(get_2d_projection(a), 4)
-        array([[[-2.2361,  0.    ,  2.2361]]], dtype=float32)
+        >>> [round(float(v), 4) for v in get_2d_projection(a).ravel()]
+        [-2.2361, 0.0, 2.2361]
     """
     return eigen_projection(as_tensor(activation_batch)).numpy().astype(np.float32)
 
