@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ._commands import command
-from .models import add_model_arguments
+from .models import add_model_arguments, read_class_names
 
 __all__: list[str] = []
 
@@ -133,15 +133,9 @@ def run_explain(args: argparse.Namespace) -> int:
 
 @command("audit", "audit where a model looks over a dataset: results.csv, summary.json, report.html", _audit_arguments)
 def run_audit(args: argparse.Namespace) -> int:
-    from ..audit.run import AuditError, audit
+    from ..audit.run import audit
 
-    classes = None
-    if args.classes:
-        try:
-            text = Path(args.classes).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise AuditError(f"cannot read --classes {args.classes}: {err}") from None
-        classes = [line.strip() for line in text.splitlines() if line.strip()]
+    classes = read_class_names(args.classes)
     try:
         summary = audit(
             args.data, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,

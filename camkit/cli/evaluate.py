@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ._commands import command
-from .models import add_model_arguments
+from .models import add_model_arguments, read_class_names
 
 __all__: list[str] = []
 
@@ -58,16 +58,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 @command("evaluate", "rank explanation methods on your model and data: scores.csv, summary.json, report.html", _arguments)
 def run_evaluate(args: argparse.Namespace) -> int:
-    from ..audit.outdir import AuditError
     from ..evaluation import evaluate
 
-    classes = None
-    if args.classes:
-        try:
-            text = Path(args.classes).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise AuditError(f"cannot read --classes {args.classes}: {err}") from None
-        classes = [line.strip() for line in text.splitlines() if line.strip()]
+    classes = read_class_names(args.classes)
     try:
         summary = evaluate(
             args.data, args.model, out=args.out, methods=args.methods, metrics=args.metrics, weights=args.weights,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 from ..modelload import LoadedModel, load_model
 
@@ -69,3 +70,16 @@ def model_from_args(args: argparse.Namespace) -> LoadedModel:
         mean=getattr(args, "mean", None), std=getattr(args, "std", None), device=args.device,
         crop=getattr(args, "crop", None),
     )  # fmt: skip
+
+
+def read_class_names(path: str | None) -> list[str] | None:
+    """The class names a ``--classes`` file lists, one per non-empty line; ``None`` without the option."""
+    if not path:
+        return None
+    from ..audit.outdir import AuditError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise AuditError(f"cannot read --classes {path}: {err}") from None
+    return [line.strip() for line in text.splitlines() if line.strip()]
