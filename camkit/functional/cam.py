@@ -92,10 +92,11 @@ def gradcampp_weights(acts: Tensor, grads: Tensor) -> Tensor:
     """Grad-CAM++ weights (Chattopadhay et al. 2018, eq. 19 with the exponential score).
 
     ``alpha = G^2 / (2 G^2 + sum_s(A) G^3)`` and ``w_c = sum_s alpha relu(G)``. Alpha is
-    zero only where the denominator is exactly zero; no epsilon is added, so the result
-    does not move with the scale of the gradients. (With the exponential of the score the
-    weights carry a factor ``exp(S)`` per map, which min-max normalisation removes; it
-    is left out.)
+    zero only where the denominator is exactly zero; no epsilon is added, so small gradients
+    are not swamped by one. The closed form itself is not invariant to the gradients' scale:
+    gradients ``k G`` give ``alpha = G^2 / (2 G^2 + k sum_s(A) G^3)``, as in the paper. (With the
+    exponential of the score the weights carry a factor ``exp(S)`` per map, which min-max
+    normalisation removes; it is left out.)
 
     Example:
         >>> import torch
