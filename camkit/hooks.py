@@ -243,11 +243,14 @@ class LayerCapture:
                 ) from None
         return chosen
 
-    def gradients(self, score: Tensor, *, retain_graph: bool = False) -> list[Tensor]:
+    def gradients(self, score: Tensor, *, retain_graph: bool = False, unreached_zero: bool = False) -> list[Tensor]:
         """Gradient of ``score.sum()`` with respect to each selected layer output.
 
         The score of each sample depends only on that sample (the model runs in eval mode),
-        so the gradient of the sum is the per-sample gradient of each sample's score.
+        so the gradient of the sum is the per-sample gradient of each sample's score. A layer
+        the score's graph does not reach raises :class:`~camkit.errors.LayerNotReachedError`,
+        or, with ``unreached_zero=True`` (for a graph narrowed to what the score reads, where
+        such a layer's gradient is zero), gets zeros.
         """
         if not self.track_gradients:
             raise RuntimeError("LayerCapture(gradients=False) records no graph; use gradients=True")
@@ -260,6 +263,8 @@ class LayerCapture:
         grads = torch.autograd.grad(score.sum(), acts, retain_graph=retain_graph, allow_unused=True)
         out = []
         for (name, _), act, grad in zip(self.layers, acts, grads):
+            if grad is None and unreached_zero:
+                grad = torch.zeros_like(act)
             if grad is None:
                 raise LayerNotReachedError(
                     f"the score does not depend on layer '{name}' (call {self.call}); choose a "

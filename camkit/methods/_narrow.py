@@ -1,4 +1,4 @@
-"""A detection's score with the backward graph of only what it depends on (R-CNN detectors).
+"""A detection's score with the backward graph of only what it depends on.
 
 The kept detection of a two-stage detector (torchvision's Faster/Mask/Keypoint R-CNN) is scored
 from one proposal: its features pooled from the feature pyramid, the box head, the class
@@ -9,6 +9,9 @@ autograd; the ROI heads' inputs are kept, each detection the target picks is tra
 proposal (the one whose class probability and decoded box are the detection's, bit for bit),
 and the pooling, box head and softmax are run again for those proposals alone, with a graph.
 The score is the same value; its gradient at any layer before the ROI heads is the same.
+
+Ultralytics' dense heads get the same treatment, one candidate's window at a time
+(:mod:`camkit.methods._narrow_dense`).
 
 Private: used by :class:`camkit.methods.base.GradientCAM`.
 """
@@ -23,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookScope
+from ._narrow_dense import dense_head, narrowed_dense_scores
 
 __all__ = ["narrowed_scores"]
 
@@ -50,16 +54,25 @@ def _applies(model: nn.Module, target: Any, layers: Sequence[str], output: Any) 
 
 
 @contextmanager
-def narrowed_scores(model: nn.Module, target: Any, layers: Sequence[str], output: Any) -> Iterator[Narrow]:
-    """Inside the block, an R-CNN detector's heads run without autograd; yields ``narrow(scores)``.
+def narrowed_scores(
+    model: nn.Module, target: Any, layers: Sequence[str], output: Any
+) -> Iterator[tuple[Narrow, bool]]:
+    """Inside the block, a detector's heads run without autograd; yields ``(narrow, unreached_zero)``.
 
     ``narrow`` takes the target's scores (computed from the detached output) and returns the
-    same scores carrying the graph of the picked proposals alone. For any other model, target
-    or layer choice nothing changes and ``narrow`` returns the scores as they are.
+    same scores carrying the graph of the picked proposals (R-CNN) or candidates (ultralytics)
+    alone. ``unreached_zero``: a layer the narrowed graph does not reach has a zero gradient
+    (it feeds only the parts of the head the score does not read), not an error. For any other
+    model, target or layer choice nothing changes: ``narrow`` returns the scores as they are.
     """
     parts = _applies(model, target, layers, output)
     if parts is None:
-        yield lambda scores: scores
+        head = dense_head(model, target, layers, output)
+        if head is None:
+            yield (lambda scores: scores), False
+        else:
+            with narrowed_dense_scores(head, target) as narrow:
+                yield narrow, True
         return
     rpn, heads = parts
     seen: dict[str, Any] = {}
@@ -86,7 +99,7 @@ def narrowed_scores(model: nn.Module, target: Any, layers: Sequence[str], output
                 scope.forward_pre(module, off, with_kwargs=True)
                 scope.forward(module, back, with_kwargs=True)
             scope.forward(cast(nn.Module, heads.box_predictor), predicted)
-            yield lambda scores: _rescore(heads, seen, target, scores)
+            yield (lambda scores: _rescore(heads, seen, target, scores)), False
     finally:
         torch.set_grad_enabled(before)
 

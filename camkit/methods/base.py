@@ -401,7 +401,9 @@ class GradientCAM(CAMExplainer):
     ``param.grad`` is never touched. On an R-CNN detector with a
     :class:`~camkit.DetectionTarget`, the graph after the layer holds only the picked
     detections' proposals (the ROI heads run without autograd, then again for those
-    proposals alone): the same score and gradient. Subclasses implement :meth:`raw_map`.
+    proposals alone); on an ultralytics detector, only the class branch at the picked
+    candidates (run again on the few rows and columns around each): the same score and
+    gradient. Subclasses implement :meth:`raw_map`.
 
     Example:
         >>> import torch
@@ -454,7 +456,7 @@ class GradientCAM(CAMExplainer):
         names = [name for name, _ in layers]
         with (
             LayerCapture(layers, gradients=True, call=self.call) as capture,
-            narrowed_scores(self.model, target, names, self.output) as narrow,
+            narrowed_scores(self.model, target, names, self.output) as (narrow, unreached_zero),
         ):
             classes, scores = self._target_scores(x, target)
             scores = narrow(scores)
@@ -463,7 +465,8 @@ class GradientCAM(CAMExplainer):
             per_layer: list[list[Tensor]] = [[] for _ in layers]
             relevance: list[Tensor] = []
             for k, column in enumerate(columns):
-                grads = self.to_grid(capture.gradients(column, retain_graph=k < len(columns) - 1), x)
+                last = k == len(columns) - 1
+                grads = self.to_grid(capture.gradients(column, retain_graph=not last, unreached_zero=unreached_zero), x)
                 with torch.no_grad():
                     for maps, act, grad in zip(per_layer, acts, grads):
                         maps.append(self._raw(act, self._check_grad(grad, x).float()))

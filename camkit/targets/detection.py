@@ -311,10 +311,12 @@ class DetectionTarget:
         return rows
 
     def picked(self) -> Tensor:
-        """Which kept detection of each image the last call on torchvision's detections scored: [B, N].
+        """What the last call (in this thread) scored for each reference: [B, N] indices.
 
-        ``picked()[b, n]`` indexes image ``b``'s detections for reference ``n`` (in this thread).
-        camkit uses it to rerun the box head for those detections' proposals alone.
+        On torchvision's detections, ``picked()[b, n]`` indexes image ``b``'s kept detections
+        for reference ``n``; on raw candidates [B, 4 + K, A], it is the candidate (in ``[0, A)``).
+        camkit uses it to rerun the box head for those detections' proposals alone, or a dense
+        head's class branch at those candidates alone (:meth:`picked_labels` gives their class).
 
         Example:
             >>> import torch
@@ -328,8 +330,28 @@ class DetectionTarget:
         """
         picked = getattr(self._local, "picked", None)
         if picked is None:
-            raise InvalidTargetError("picked() reads the last call on torchvision's detections; none was made here")
+            raise InvalidTargetError(
+                "picked() reads the last call on torchvision's detections or raw candidates; none was made here"
+            )
         return picked
+
+    def picked_labels(self) -> Tensor:
+        """The class each reference was scored for in the last call on raw candidates (this thread): [B, N].
+
+        Example:
+            >>> import torch
+            >>> from camkit import DetectionTarget
+            >>> candidates = torch.tensor([[[2.0, 7.0], [2.0, 7.0], [4.0, 4.0], [4.0, 4.0],  # cx, cy, w, h
+            ...                             [0.9, 0.2], [0.1, 0.6]]])                        # K = 2 classes
+            >>> target = DetectionTarget(torch.tensor([5.0, 5.0, 9.0, 9.0]), num_classes=2)
+            >>> _ = target(candidates)
+            >>> target.picked(), target.picked_labels()  # candidate 1, its best class 1
+            (tensor([[1]]), tensor([[1]]))
+        """
+        labels = getattr(self._local, "picked_labels", None)
+        if labels is None:
+            raise InvalidTargetError("picked_labels() reads the last call on raw candidates; none was made here")
+        return labels
 
     def __repr__(self) -> str:
         return f"DetectionTarget(boxes={list(self.boxes.shape)}, labels={self.labels!r}, iou_threshold={self.iou_threshold})"
@@ -458,7 +480,7 @@ class DetectionTarget:
             picks.append(j)
             best.append(iou.gather(1, j[:, None])[:, 0])
             scores.append(det["scores"][j])
-        self._local.picked = torch.stack(picks)
+        self._local.picked, self._local.picked_labels = torch.stack(picks), None
         return self._shape(self._matched(torch.stack(scores), torch.stack(best), "kept detection (of that label)"))
 
     def _candidates(self, candidates: Tensor, output: Any, model: nn.Module | None) -> Tensor:
@@ -489,6 +511,7 @@ class DetectionTarget:
         j = torch.where(iou == best, per_candidate, torch.full_like(per_candidate, -1.0)).argmax(dim=2)  # [B, N]
         picked = probs.gather(2, j[:, None, :].expand(-1, classes, -1))  # [B, K, N]
         label = picked.detach().argmax(dim=1) if wanted is None else wanted
+        self._local.picked, self._local.picked_labels = j, label
         return self._shape(self._matched(picked.gather(1, label[:, None])[:, 0], best[..., 0], "candidate"))
 
     def _detr(self, output: Any) -> Tensor:
@@ -520,6 +543,7 @@ class DetectionTarget:
         iou = torch.where(allowed, iou, torch.full_like(iou, -1.0))
         j = iou.argmax(dim=2)  # [B, N]
         chosen = label.gather(2, j[..., None])[..., 0]  # [B, N]
+        self._local.picked, self._local.picked_labels = j, chosen
         query = probs.gather(1, j[..., None].expand(-1, -1, probs.shape[2]))  # [B, N, K + 1]
         score = query.gather(2, chosen[..., None])[..., 0]
         return self._shape(self._matched(score, iou.gather(2, j[..., None])[..., 0], "query whose best real class is that label"))

@@ -214,6 +214,21 @@ def test_layer_not_feeding_the_score():
         camkit.GradCAM(SideBranch(), "unused")(tiny_input())
 
 
+def test_unreached_layer_gets_zeros_only_when_asked() -> None:
+    net = nn.ModuleDict({"a": nn.Conv2d(3, 2, 1), "b": nn.Conv2d(3, 2, 1)})
+    x = tiny_input()
+    for unreached_zero in (False, True):
+        with LayerCapture([("a", net["a"]), ("b", net["b"])]) as cap:
+            a, _ = net["a"](x), net["b"](x)
+            score = a.sum(dim=(1, 2, 3))
+            if not unreached_zero:
+                with pytest.raises(camkit.LayerNotReachedError, match="layer 'b'"):
+                    cap.gradients(score, retain_graph=True)
+                continue
+            grad_a, grad_b = cap.gradients(score, unreached_zero=True)
+        assert torch.equal(grad_a, torch.ones_like(grad_a)) and torch.equal(grad_b, torch.zeros(x.shape[0], 2, *x.shape[2:]))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_call_makes_no_host_sync():
     model = TinyNet().cuda().eval()

@@ -1,0 +1,175 @@
+"""A candidate's score with the backward graph of only what it depends on (ultralytics' dense heads).
+
+An ultralytics detector (YOLOv8, YOLO11 and their segment and pose variants) scores every
+position of every pyramid level: a box branch (``cv2``) and a class branch (``cv3``) per level,
+both run over the whole feature map. A :class:`~camkit.DetectionTarget` reads one candidate's
+class probability, the sigmoid of ``cv3[level]`` at one position: a plain forward builds the
+graph of both branches at every position of every level and the backward runs through all of
+it. Here the head runs without autograd; the candidate each reference picked is located (its
+level, row and column), and the class branch of that level is run again, with a graph, on the
+window of the level's feature map that the position sees (a stride-1 branch of 3x3
+convolutions sees two rows and columns around it). The window keeps its size at the map's
+border by sliding inwards, so the branch's zero padding falls where the full map's does: the
+score is the same value and its gradient at any layer before the head is the same.
+
+On the host, only the levels that hold a picked candidate are rerun: a layer that feeds only
+the other levels gets the gradient the full graph gives it, zero (see ``unreached_zero`` in
+:mod:`camkit.methods._narrow`). On a device, where reading which levels those are would wait
+for it, every level's window is scored and each candidate's level selected with
+``torch.where``: no host read, and the backward also visits the other levels' windows (with a
+zero gradient) and the neck between them.
+
+Private: used by :mod:`camkit.methods._narrow`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+import torch
+from torch import Tensor, nn
+
+from .._internal import syncs as _syncs
+from ..hooks import HookScope
+from ..layers.families.ultralytics import is_ultralytics
+from ..targets.detection import default_output
+
+__all__ = ["dense_head", "narrowed_dense_scores", "reach"]
+
+Narrow = Callable[[Tensor], Tensor]
+
+_HEADS = ("Detect", "Segment", "Pose")
+_POINTWISE = (nn.BatchNorm2d, nn.Identity, nn.SiLU, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Hardswish, nn.Sigmoid,
+              nn.GELU, nn.Mish, nn.Tanh)
+_WRAPPERS = ("Conv", "DWConv")  # ultralytics' act(bn(conv(x)))
+
+
+def reach(branch: nn.Module) -> tuple[int, int] | None:
+    """How many rows and columns around an output position a branch's value depends on, else ``None``.
+
+    Known for a branch made only of stride-1, zero-padded "same" ``nn.Conv2d`` layers (any
+    kernel, dilation and groups), batch norms and pointwise activations, in sequence
+    (``nn.Sequential`` and ultralytics' ``Conv``/``DWConv``); ``None`` for anything else.
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit.methods._narrow_dense import reach
+        >>> reach(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.SiLU(), nn.Conv2d(4, 2, (1, 5), padding=(0, 2))))
+        (1, 3)
+        >>> reach(nn.Sequential(nn.Conv2d(4, 4, 3, stride=2, padding=1))) is None
+        True
+    """
+    rows = cols = 0
+    for module in branch.modules():
+        kind = type(module)
+        if kind is nn.Sequential or (kind.__name__ in _WRAPPERS and kind.__module__.startswith("ultralytics")):
+            continue
+        if kind is nn.Conv2d:
+            conv: nn.Conv2d = module  # type: ignore[assignment]
+            kernel, dilation = conv.kernel_size, conv.dilation
+            same = tuple(d * (k - 1) // 2 for k, d in zip(kernel, dilation))
+            if (conv.stride != (1, 1) or conv.padding_mode != "zeros" or conv.padding != same
+                    or any(k % 2 == 0 for k in kernel)):
+                return None
+            rows, cols = rows + same[0], cols + same[1]
+        elif not isinstance(module, _POINTWISE) or not kind.__module__.startswith("torch."):
+            return None  # anything else, a subclass of a pointwise layer included, may mix positions
+    return rows, cols
+
+
+def dense_head(model: nn.Module, target: Any, layers: Sequence[str], output: Any) -> nn.Module | None:
+    """The ultralytics head whose class branch can be rerun for the picked candidates, else ``None``.
+
+    ``None`` when the model is not an ultralytics detector (or its segment or pose variant) in
+    eval mode, the head is end-to-end (NMS-free: the output is post-processed), an ``output=``
+    selector is set, the target does not report the candidates it picked, or a layer lies inside
+    the head (its gradient then needs the head's whole graph).
+    """
+    if output not in (None, default_output(model)) or model.training:
+        return None  # the target must read the raw candidates, as camkit's default output gives them
+    if not callable(getattr(target, "picked_labels", None)):
+        return None
+    if is_ultralytics(model) not in ("DetectionModel", "SegmentationModel", "PoseModel"):
+        return None
+    head = cast(nn.Module, model.model[-1])  # type: ignore[index]
+    if type(head).__name__ not in _HEADS or not type(head).__module__.startswith("ultralytics"):
+        return None
+    if getattr(head, "end2end", False) or getattr(head, "export", False):
+        return None
+    branches = getattr(head, "cv3", None)
+    if not isinstance(branches, nn.ModuleList) or len(branches) != getattr(head, "nl", -1):
+        return None
+    name = next(n for n, m in model.named_modules() if m is head)
+    if any(layer == name or layer.startswith(name + ".") for layer in layers):
+        return None
+    return head
+
+
+@contextmanager
+def narrowed_dense_scores(head: nn.Module, target: Any) -> Iterator[Narrow]:
+    """Inside the block, ``head`` runs without autograd; yields ``narrow(scores)`` (see the module docstring)."""
+    seen: dict[str, Any] = {}
+    modes: list[bool] = []
+
+    def off(module: nn.Module, args: Any) -> None:
+        modes.append(torch.is_grad_enabled())
+        torch.set_grad_enabled(False)
+        seen["features"] = list(args[0])  # [B, C_l, H_l, W_l] per level, attached to the neck's graph
+
+    def back(module: nn.Module, args: Any, out: Any) -> None:
+        torch.set_grad_enabled(modes.pop())
+
+    before = torch.is_grad_enabled()
+    try:
+        with HookScope() as scope:
+            scope.forward_pre(head, off)
+            scope.forward(head, back)
+            yield lambda scores: _rescore(head, seen["features"], target, scores)
+    finally:
+        torch.set_grad_enabled(before)
+
+
+def _rescore(head: nn.Module, features: list[Tensor], target: Any, scores: Tensor) -> Tensor:
+    """The target's scores [B] or [B, N], recomputed with a graph from the picked candidates' windows alone."""
+    picked, labels = target.picked(), target.picked_labels()  # [B, N] each
+    batch, count = picked.shape
+    device = picked.device
+    image = torch.arange(batch, device=device).repeat_interleave(count)  # [M], M = B * N
+    candidate, label = picked.reshape(-1), labels.reshape(-1)
+    sizes = [(int(f.shape[-2]), int(f.shape[-1])) for f in features]
+    starts = [sum(h * w for h, w in sizes[:level]) for level in range(len(sizes))]
+    inside = [(candidate >= start) & (candidate < start + h * w) for start, (h, w) in zip(starts, sizes)]
+    levels = list(range(len(features)))
+    if _syncs.reads_are_free(candidate):  # on the host: only the levels a candidate lies on
+        used = torch.stack([mask.any() for mask in inside]).tolist()
+        levels = [level for level in levels if used[level]]
+    branches = cast(nn.ModuleList, head.cv3)
+    rescored: Tensor | None = None
+    with torch.enable_grad():
+        for level in levels:
+            value = _window_score(features[level], branches[level], image, candidate - starts[level], label)
+            rescored = value if rescored is None else torch.where(inside[level], value, rescored)
+    rescored = cast(Tensor, rescored)  # every candidate lies on one level
+    return rescored.view(batch, count) if scores.dim() == 2 else rescored.view(scores.shape)
+
+
+def _window_score(feature: Tensor, branch: nn.Module, image: Tensor, local: Tensor, label: Tensor) -> Tensor:
+    """sigmoid(branch(feature))[image, label, row, col] [M] from a window around each position ``local`` [M].
+
+    Positions outside ``[0, H * W)`` (candidates of another level) give a value to be discarded.
+    """
+    height, width = int(feature.shape[-2]), int(feature.shape[-1])
+    local = local.clamp(0, height * width - 1)
+    row, col = local // width, local % width
+    seen = reach(branch)
+    rows, cols = (height, width) if seen is None else (min(2 * seen[0] + 1, height), min(2 * seen[1] + 1, width))
+    top = (row - (rows - 1) // 2).clamp(0, height - rows)  # the window slides inwards at the border
+    left = (col - (cols - 1) // 2).clamp(0, width - cols)
+    index_rows = (top[:, None] + torch.arange(rows, device=local.device))[:, :, None]  # [M, rows, 1]
+    index_cols = (left[:, None] + torch.arange(cols, device=local.device))[:, None, :]  # [M, 1, cols]
+    windows = feature[image[:, None, None], :, index_rows, index_cols]  # [M, rows, cols, C]
+    logits = branch(windows.permute(0, 3, 1, 2).contiguous())  # [M, K, rows, cols]
+    each = torch.arange(local.shape[0], device=local.device)
+    return logits[each, label, row - top, col - left].sigmoid()
