@@ -1,0 +1,1 @@
+"""The explorer: camkit in the browser (gradio), on the user's own model, audits and evaluations."""
