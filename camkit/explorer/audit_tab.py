@@ -26,7 +26,10 @@ from .tables import (
     sort_rows,
 )
 
-__all__ = ["ALL", "CORRECTNESS", "IMAGE_BUTTONS", "SHOWN_ROWS", "AuditBrowser", "build_audit_tab", "enlarge"]
+__all__ = [
+    "ALL", "CORRECTNESS", "IMAGE_BUTTONS", "SHOWN_ROWS", "AuditBrowser", "build_audit_tab", "enlarge", "folder_labels",
+    "markdown_text",
+]  # fmt: skip
 
 SHOWN_ROWS = 1000
 """Rows the table shows at once (the first of the filtered, sorted rows)."""
@@ -37,10 +40,18 @@ IMAGE_BUTTONS = ("download", "fullscreen")
 _EXPLAIN_ERRORS = (CamkitError, ValueError, KeyError, TypeError, RuntimeError, OSError)
 
 
-def _labels(paths: Sequence[Path]) -> list[str]:
-    """Short unique names for the folders: the folder's name, with its parent's when two share it."""
+def folder_labels(paths: Sequence[Path]) -> list[str]:
+    """Short unique names for the folders: the folder's name, with its parent's when two share it, numbered if still alike.
+
+    Example:
+        >>> from pathlib import Path
+        >>> from camkit.explorer.audit_tab import folder_labels
+        >>> folder_labels([Path("a/gradcam"), Path("b/gradcam"), Path("b/gradcam"), Path("x/scorecam")])
+        ['a/gradcam', 'b/gradcam', 'b/gradcam (3)', 'scorecam']
+    """
     names = [p.name or str(p) for p in paths]
-    return [str(Path(p.parent.name) / p.name) if names.count(n) > 1 else n for p, n in zip(paths, names)]
+    labels = [str(Path(p.parent.name) / p.name) if names.count(n) > 1 else n for p, n in zip(paths, names)]
+    return [label if label not in labels[:i] else f"{label} ({i + 1})" for i, label in enumerate(labels)]
 
 
 class AuditBrowser:
@@ -66,7 +77,7 @@ class AuditBrowser:
     def __init__(self, session: Any, audits: Sequence[str | os.PathLike[str]]) -> None:
         self.session = session
         paths = [Path(a) for a in audits]
-        self.labels = _labels(paths)
+        self.labels = folder_labels(paths)
         self.audits: dict[str, AuditFolder] = {}
         self.errors: dict[str, str] = {}
         for label, path in zip(self.labels, paths):
@@ -85,8 +96,8 @@ class AuditBrowser:
         audit = self._audit(label)
         if audit is None:
             return "No audit chosen."
-        lines = "\n".join(f"- {_md(line)}" for line in audit_findings(audit))
-        return f"**Findings** ({_md(str(audit.folder))})\n\n{lines}"
+        lines = "\n".join(f"- {markdown_text(line)}" for line in audit_findings(audit))
+        return f"**Findings** ({markdown_text(str(audit.folder))})\n\n{lines}"
 
     def strategies(self, label: str) -> tuple[list[str], list[list[Any]]]:
         """Headers and rows of the per-class strategies ([] rows when there are none)."""
@@ -124,7 +135,7 @@ class AuditBrowser:
             files = resolve_row(audit, key)
         except CamkitError as err:
             return None, None, str(err)
-        note = _md(key) + (f": {_md(files.note)}" if files.note else "")
+        note = markdown_text(key) + (f": {markdown_text(files.note)}" if files.note else "")
         return (None if files.overlay is None else str(files.overlay)), (None if files.image is None else str(files.image)), note
 
     def explain(self, label: str, key: str, method: str, layer: str = "") -> tuple[Any, str]:
@@ -143,9 +154,9 @@ class AuditBrowser:
         try:
             live = self.session.explain(image, method, layer=layer.strip() or None, target=target)
         except _EXPLAIN_ERRORS as err:
-            return None, f"**{_md(method)} could not explain this image:** {_md(str(err))}"
+            return None, f"**{markdown_text(method)} could not explain this image:** {markdown_text(str(err))}"
         used = f"class {target}" if target is not None else "the predicted class"
-        return enlarge(live.overlay), f"live: {_md(method)}, layer {_md(layer.strip() or 'auto')}, {used}"
+        return enlarge(live.overlay), f"live: {markdown_text(method)}, layer {markdown_text(layer.strip() or 'auto')}, {used}"
 
 
 def enlarge(rgb: Any, side: int = 256) -> Any:
@@ -163,7 +174,7 @@ def enlarge(rgb: Any, side: int = 256) -> Any:
     return rgb.repeat(factor, axis=0).repeat(factor, axis=1) if factor > 1 else rgb
 
 
-def _md(text: str) -> str:
+def markdown_text(text: str) -> str:
     """``text`` safe inside Markdown: no HTML, no emphasis or links from the data."""
     out = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     for ch in "\\`*_[]|":
@@ -185,6 +196,7 @@ def build_audit_tab(session: Any, audits: Sequence[str | os.PathLike[str]] = ())
     import pandas as pd
 
     from ..io import read_rgb
+    from .explain_tab import PRIVATE  # events of the page, not API endpoints
 
     browser = AuditBrowser(session, audits)
     if not browser.labels:
@@ -256,10 +268,12 @@ def build_audit_tab(session: Any, audits: Sequence[str | os.PathLike[str]] = ())
         return browser.explain(label, picked, m, lay)
 
     chooser.change(on_choose, [chooser], [findings, strategies, cls, strategy, sort, correctness, text, descending,
-                                         table, counted, layer, key, saved, live, note, live_note])  # fmt: skip
+                                         table, counted, layer, key, saved, live, note, live_note], **PRIVATE)  # fmt: skip
     for control in filters[1:]:
-        control.change(on_filter, filters, [table, counted])
-    table.select(on_select, [chooser], [key, saved, note]).then(on_explain, [chooser, key, method, layer], [live, live_note])
+        control.change(on_filter, filters, [table, counted], **PRIVATE)
+    table.select(on_select, [chooser], [key, saved, note], **PRIVATE).then(
+        on_explain, [chooser, key, method, layer], [live, live_note], **PRIVATE
+    )
     for trigger in (method.change, again.click):
-        trigger(on_explain, [chooser, key, method, layer], [live, live_note])
+        trigger(on_explain, [chooser, key, method, layer], [live, live_note], **PRIVATE)
     return browser
