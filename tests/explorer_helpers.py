@@ -1,12 +1,9 @@
-"""Shared pieces of the explorer tests: a real audit and evaluation of the demo model, a stand-in Session."""
+"""Shared pieces of the explorer tests: a real audit and evaluation of the demo model, made once per session."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 DEMO_IMAGES = 12
 
@@ -46,48 +43,3 @@ def demo_runs(tmp_path_factory: Any) -> dict[str, Path]:
     if base not in _MADE:
         _MADE[base] = make_demo_runs(tmp_path_factory.mktemp("demo"))
     return _MADE[base]
-
-
-@dataclass
-class LiveResult:
-    """What the stand-in Session returns: the fields the tabs read."""
-
-    overlay: np.ndarray
-    map: np.ndarray
-    prediction: dict[str, Any]
-    explanation: Any = None
-
-
-@dataclass
-class StubSession:
-    """A Session with ``explain`` over the real camkit API (no cache), recording its calls."""
-
-    model: Any = None
-    preprocess: Any = None
-    class_names: list[str] = field(default_factory=list)
-    calls: list[tuple[Any, str, str | None, int | None]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.model is None:
-            from camkit.demo.model import load_shapes_cnn
-            from camkit.demo.shapes import CLASSES
-
-            self.model = load_shapes_cnn()
-            self.class_names = list(CLASSES)
-
-    def explain(self, image: Any, method: str, layer: str | None = None, target: int | None = None,
-                **settings: Any) -> LiveResult:  # fmt: skip
-        import camkit
-
-        self.calls.append((image, method, layer, target))
-        rgb = camkit.read_rgb(image) if not isinstance(image, np.ndarray) else image
-        cls = camkit.get_method(method)
-        explainer = cls(self.model, layer=layer or None) if issubclass(cls, camkit.CAMExplainer) else cls(self.model)
-        explanation = explainer.explain(camkit.to_tensor(rgb)[None], target)
-        heat = explanation.maps[0].detach().float().reshape(rgb.shape[:2]).numpy()
-        overlay = rgb.copy()
-        overlay[..., 0] = np.clip(rgb[..., 0] * 0.5 + 127.0 * heat / max(float(heat.max()), 1e-8), 0, 255)
-        return LiveResult(overlay.astype(np.uint8), heat, {"target": target, "method": method}, explanation)
-
-    def topk(self, image: Any, k: int = 5) -> list[tuple[int, str, float]]:
-        return [(i, name, 1.0 / len(self.class_names)) for i, name in enumerate(self.class_names[:k])]
