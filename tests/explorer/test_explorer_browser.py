@@ -71,7 +71,7 @@ def _image_src(page, selector: str) -> str:
 
 
 def test_explain_an_uploaded_image_then_browse_the_audit(page, served, tmp_path_factory):
-    url, runs, blocks = served
+    url, runs, _blocks = served
     shots = tmp_path_factory.mktemp("shots")
     with open(runs["audit"] / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
