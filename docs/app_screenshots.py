@@ -55,6 +55,8 @@ def shoot(url: str, runs: dict[str, Path], out: Path, chromium: str) -> list[Pat
     with open(runs["audit"] / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     marked = next(r for r in rows if r["label"] == "circle" and float(r["energy_watermark"]) > 0.2)
+    circles = [r for r in rows if r["label"] == "circle" and r["energy_watermark"]]
+    top = max(circles, key=lambda r: float(r["energy_watermark"]))  # the first row once sorted
     written = [out / "app_explain.png", out / "app_audit.png", out / "app_evaluate.png"]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, headless=True)
@@ -80,7 +82,7 @@ def shoot(url: str, runs: dict[str, Path], out: Path, chromium: str) -> list[Pat
         page.get_by_label("Descending").check()
         expect(page.locator("#audit-count")).to_contain_text("of")
         page.wait_for_timeout(1500)
-        page.locator("#audit-table tbody tr").first.locator("td").first.click()
+        page.locator("#audit-table").get_by_text(top["key"], exact=True).first.click()
         expect(page.locator("#audit-live-note")).to_contain_text("live: gradcam,")
         _choose(page, page.locator("#audit-method input"), "gradcam++")
         expect(page.locator("#audit-live-note")).to_contain_text("live: gradcam++")
@@ -103,12 +105,17 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "img"), help="where the PNGs go (default: docs/img)")
     parser.add_argument("--images", type=int, default=200, help="images of the demo (default: 200, as make demo)")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--demo", help="a folder for the demo and evaluation, reused when it holds them (default: a temporary one)")
     args = parser.parse_args()
     from camkit.explorer import Session
     from camkit.explorer.app import build_app
 
     with tempfile.TemporaryDirectory() as tmp:
-        runs = make_runs(Path(tmp) / "camkit-demo", args.images)
+        root = Path(args.demo) if args.demo else Path(tmp) / "camkit-demo"
+        done = (root / "gradcam" / "results.csv").is_file() and (root / "evaluation" / "summary.json").is_file()
+        runs = {"data": root / "data", "audit": root / "gradcam", "evaluation": root / "evaluation"}
+        if not done:
+            runs = make_runs(root, args.images)
         blocks = build_app(Session("demo", device="cpu"), [runs["audit"]], [runs["evaluation"]])
         port = _free_port()
         blocks.launch(server_port=port, prevent_thread_lock=True, quiet=True)

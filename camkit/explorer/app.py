@@ -86,14 +86,14 @@ def build_app(
             build_compare_tab(session)
         with gr.Tab(TAB_LABELS[2]):
             try:
-                from . import audit_tab  # type: ignore[attr-defined]
+                from . import audit_tab
             except ImportError:
                 _placeholder("Audit")
             else:
                 audit_tab.build_audit_tab(session, audit_paths)
         with gr.Tab(TAB_LABELS[3]):
             try:
-                from . import evaluate_tab  # type: ignore[attr-defined]
+                from . import evaluate_tab
             except ImportError:
                 _placeholder("Evaluate")
             else:

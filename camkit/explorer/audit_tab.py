@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import CamkitError
 from ..registry import list_methods
@@ -35,7 +35,7 @@ SHOWN_ROWS = 1000
 """Rows the table shows at once (the first of the filtered, sorted rows)."""
 ALL = "(all)"
 CORRECTNESS = (ALL, "correct", "incorrect")
-IMAGE_BUTTONS = ("download", "fullscreen")
+IMAGE_BUTTONS: tuple[Literal["download", "fullscreen"], ...] = ("download", "fullscreen")
 """The image corner buttons: no "share" (it posts to Hugging Face; nothing leaves the machine)."""
 _EXPLAIN_ERRORS = (CamkitError, ValueError, KeyError, TypeError, RuntimeError, OSError)
 
@@ -241,7 +241,7 @@ def build_audit_tab(session: Any, audits: Sequence[str | os.PathLike[str]] = ())
                         buttons=list(IMAGE_BUTTONS))
     live_note = gr.Markdown("", elem_id="audit-live-note")
 
-    filters = [chooser, cls, correctness, strategy, text, sort, descending]
+    filters: list[Any] = [chooser, cls, correctness, strategy, text, sort, descending]
 
     def on_filter(label: str, c: str, k: str, s: str, t: str, by: str, desc: bool) -> tuple[Any, str]:
         h, rows, line = browser.rows(label, c, k, s, t, by, desc)
