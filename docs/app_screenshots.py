@@ -12,6 +12,7 @@ Chromium at /usr/bin/chromium (or ``--chromium PATH``); a few minutes on a CPU.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import socket
 import tempfile
@@ -80,9 +81,11 @@ def shoot(url: str, runs: dict[str, Path], out: Path, chromium: str) -> list[Pat
         _choose(page, page.get_by_label("Class", exact=True), "circle")
         _choose(page, page.get_by_label("Sort by", exact=True), "energy_watermark")
         page.get_by_label("Descending").check()
-        expect(page.locator("#audit-count")).to_contain_text("of")
-        page.wait_for_timeout(1500)
-        page.locator("#audit-table").get_by_text(top["key"], exact=True).first.click()
+        expect(page.locator("#audit-count")).to_have_text(f"{sum(r['label'] == 'circle' for r in rows)} of {len(rows)} images")
+        page.wait_for_timeout(3000)
+        cell = page.locator("#audit-table").get_by_text(top["key"], exact=True).filter(visible=True).first
+        cell.scroll_into_view_if_needed()
+        cell.click()
         expect(page.locator("#audit-live-note")).to_contain_text("live: gradcam,")
         _choose(page, page.locator("#audit-method input"), "gradcam++")
         expect(page.locator("#audit-live-note")).to_contain_text("live: gradcam++")
@@ -116,11 +119,14 @@ def main() -> None:
         runs = {"data": root / "data", "audit": root / "gradcam", "evaluation": root / "evaluation"}
         if not done:
             runs = make_runs(root, args.images)
-        blocks = build_app(Session("demo", device="cpu"), [runs["audit"]], [runs["evaluation"]])
+        out = Path(args.out).resolve()
+        os.chdir(root.parent)  # the page names the folders as a user would give them: camkit-demo/gradcam
+        relative = {k: Path(root.name) / v.relative_to(root) for k, v in runs.items()}
+        blocks = build_app(Session("demo", device="cpu"), [relative["audit"]], [relative["evaluation"]])
         port = _free_port()
         blocks.launch(server_port=port, prevent_thread_lock=True, quiet=True)
         try:
-            for path in shoot(f"http://127.0.0.1:{port}/", runs, Path(args.out), args.chromium):
+            for path in shoot(f"http://127.0.0.1:{port}/", runs, out, args.chromium):
                 print(f"wrote {path}")
         finally:
             blocks.close()

@@ -101,7 +101,7 @@ def test_explain_an_uploaded_image_then_browse_the_audit(page, served, tmp_path_
     page.get_by_role("tab", name="Audit").click()
     page.wait_for_selector("#audit-table")
     sync_api.expect(page.locator("#audit-findings")).to_contain_text("attention energy on the watermark region")
-    page.locator("#audit-table").get_by_text(circle["key"], exact=True).first.click()
+    page.locator("#audit-table").get_by_text(circle["key"], exact=True).filter(visible=True).first.click()
     sync_api.expect(page.locator("#audit-note")).to_contain_text(Path(circle["key"]).stem.split("_")[0])
     saved = _image_src(page, "#audit-saved")
     live = _image_src(page, "#audit-live")
