@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -208,6 +209,14 @@ class Session:
         self._cache: OrderedDict[tuple[Any, ...], LiveResult] = OrderedDict()
         self._logits: OrderedDict[str, Tensor] = OrderedDict()
         self._explainers: dict[tuple[Any, ...], Explainer] = {}
+        # One model run at a time: two explainers' hooks on the same modules at once would mix their captures.
+        self._lock = threading.RLock()
+
+    def clear_cache(self) -> None:
+        """Forget the cached explanations and predictions (the explainers built so far are kept)."""
+        with self._lock:
+            self._cache.clear()
+            self._logits.clear()
 
     # What the page lists -------------------------------------------------------------------
 
@@ -228,7 +237,8 @@ class Session:
         if not isinstance(explainer, CAMExplainer):
             return None
         x = self.input(read_image(image))[0]
-        names = [name for name, _ in explainer.layers(x)]
+        with self._lock:
+            names = [name for name, _ in explainer.layers(x)]
         return ", ".join(names)
 
     def name(self, index: int) -> str:
@@ -283,7 +293,8 @@ class Session:
             raise InvalidInputError(f"k must be a positive int, got {k!r}")
         rgb = read_image(image)
         x, _ = self.input(rgb)
-        return self._top(self._predict(_hash(rgb), x), k)
+        with self._lock:
+            return self._top(self._predict(_hash(rgb), x), k)
 
     # Explaining ----------------------------------------------------------------------------
 
@@ -337,6 +348,12 @@ class Session:
         if target is not None and (isinstance(target, bool) or not isinstance(target, int)):
             raise InvalidTargetError(f"target must be a class index (int) or None; got {target!r}")
         rgb = read_image(image)
+        with self._lock:
+            return self._explain(rgb, method, layer, target, settings)
+
+    def _explain(
+        self, rgb: np.ndarray, method: str, layer: str | None, target: int | None, settings: dict[str, Any]
+    ) -> LiveResult:
         image_key = _hash(rgb)
         key = (image_key, method, layer, target, json.dumps(settings, sort_keys=True, default=repr))
         cached = self._cache.get(key)

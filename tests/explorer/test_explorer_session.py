@@ -182,3 +182,15 @@ def test_the_session_leaves_the_model_as_it_was(image):
 def test_a_preprocess_that_is_not_camkits_is_refused():
     with pytest.raises(InvalidInputError, match="Preprocess"):
         Session("demo", preprocess=lambda image: image, device="cpu")
+
+
+def test_concurrent_calls_give_the_maps_of_calls_one_by_one(image):
+    from concurrent.futures import ThreadPoolExecutor
+
+    session = Session("demo", device="cpu")
+    jobs = [("gradcam", 0), ("gradcam++", 1), ("saliency", 2), ("layercam", 3)] * 2
+    with ThreadPoolExecutor(4) as pool:
+        maps = list(pool.map(lambda job: session.explain(image, job[0], target=job[1]).map, jobs))
+    x = _x(session, image)
+    for (method, target), got in zip(jobs, maps):
+        assert np.array_equal(got, camkit.get_method(method)(session.model)(x, target)[0].numpy()), method
