@@ -317,7 +317,7 @@ class Session:
         elif layer is not None:
             raise InvalidInputError(f"method {method!r} works on the input pixels and takes no layer; leave it empty")
         try:
-            explainer = cls(self.model, **kwargs)  # type: ignore[call-arg]
+            explainer = cls(self.model, **kwargs)
         except CamkitError:
             raise
         except (TypeError, ValueError) as err:
