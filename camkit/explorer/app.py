@@ -23,7 +23,7 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: n
 import gradio as gr
 
 from .compare_tab import build_compare_tab
-from .explain_tab import build_explain_tab
+from .explain_tab import PICTURE_CSS, build_explain_tab
 from .session import Session
 
 __all__ = ["ExplorerBlocks", "build_app", "local_theme"]
@@ -51,6 +51,7 @@ class ExplorerBlocks(gr.Blocks):
         kwargs.setdefault("server_name", "127.0.0.1")
         kwargs.setdefault("share", False)
         kwargs.setdefault("theme", local_theme())
+        kwargs.setdefault("css", PICTURE_CSS)
         return super().launch(*args, **kwargs)
 
 
@@ -88,9 +89,9 @@ def build_app(
     with ExplorerBlocks(title="camkit explorer", analytics_enabled=False) as blocks:
         gr.Markdown(f"## camkit explorer: `{session.loaded.spec}`")
         with gr.Tab(TAB_LABELS[0]):
-            build_explain_tab(session, temp)
+            upload = build_explain_tab(session, temp)
         with gr.Tab(TAB_LABELS[1]):
-            build_compare_tab(session)
+            build_compare_tab(session, follow=upload)
         with gr.Tab(TAB_LABELS[2]):
             _optional_tab("audit_tab", "build_audit_tab", "Audit", session, audit_paths)
         with gr.Tab(TAB_LABELS[3]):

@@ -169,13 +169,21 @@ def save_overlay(out: Path, result: LiveResult | None, picture: np.ndarray | Non
     return str(path)
 
 
-def build_explain_tab(session: Session, out: Path) -> None:
-    """The tab's components and events; call inside ``with gr.Tab("Explain"):``."""
+PICTURE_CSS = (
+    ".camkit-picture img { width: 100%; height: 100%; object-fit: contain; image-rendering: pixelated; }\n"
+    ".camkit-cells img { image-rendering: pixelated; }"
+)
+
+
+def build_explain_tab(session: Session, out: Path) -> gr.File:
+    """The tab's components and events; call inside ``with gr.Tab("Explain"):``. Returns the upload
+    component (the Compare tab follows it)."""
     methods = session.methods()
     with gr.Row():
         with gr.Column(scale=1):
             file = gr.File(label="image file", file_count="single", type="filepath")
-            picture = gr.Image(label="image", interactive=False, format="png", height=240)
+            picture = gr.Image(label="image", interactive=False, format="png", height=240,
+                               elem_classes=["camkit-picture"])  # fmt: skip
             classes = gr.Radio(label="top classes (click one to explain it)", choices=[])
             target = gr.Textbox(label="target class index (empty: the predicted class)", value="")
             method = gr.Dropdown(label="method", choices=methods, value="gradcam" if "gradcam" in methods else methods[0])
@@ -186,7 +194,8 @@ def build_explain_tab(session: Session, out: Path) -> None:
             )  # fmt: skip
             go = gr.Button("Explain", variant="primary")
         with gr.Column(scale=2):
-            shown = gr.Image(label="overlay", interactive=False, format="png")
+            shown = gr.Image(label="overlay", interactive=False, format="png", height=420,
+                             elem_classes=["camkit-picture"])  # fmt: skip
             alpha = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="opacity of the map")
             view = gr.Radio(["map", "signed"], value="map", label="view (signed: pixel attributions' signs)")
             npy = gr.File(label="map (.npy, float32 at the model input's size)")
@@ -194,17 +203,22 @@ def build_explain_tab(session: Session, out: Path) -> None:
             prediction = gr.JSON(label="prediction")
     state = gr.State(None)
 
+    explain: dict[str, Any] = dict(
+        fn=lambda f, m, la, t, s: explain_action(session, out, f, m, la, t, s),
+        inputs=[file, method, layer, target, settings], outputs=[shown, npy, prediction, state],
+    )  # fmt: skip
+    reset: dict[str, Any] = dict(fn=lambda: (0.5, "map"), inputs=None, outputs=[alpha, view], **PRIVATE)
+    keep: dict[str, Any] = dict(fn=lambda r, p: save_overlay(out, r, p), inputs=[state, shown], outputs=[png], **PRIVATE)
+    redraw: dict[str, Any] = dict(fn=lambda r, a, v: rerender(session, r, a, v), inputs=[state, alpha, view], outputs=[shown])
+
     file.change(lambda f, m: upload_action(session, f, m), [file, method], [picture, classes, layer, target],
                 **PRIVATE)  # fmt: skip
     method.change(lambda f, m: method_action(session, f, m), [file, method], [settings, layer], **PRIVATE)
-    classes.change(lambda c: c or "", [classes], [target], **PRIVATE)
-    go.click(
-        lambda f, m, la, t, s: explain_action(session, out, f, m, la, t, s),
-        [file, method, layer, target, settings], [shown, npy, prediction, state], api_name="explain",
-    ).then(lambda: (0.5, "map"), None, [alpha, view], **PRIVATE).then(
-        lambda r, p: save_overlay(out, r, p), [state, shown], [png], **PRIVATE
-    )  # fmt: skip
-    redraw = dict(fn=lambda r, a, v: rerender(session, r, a, v), inputs=[state, alpha, view], outputs=[shown])
-    keep = dict(fn=lambda r, p: save_overlay(out, r, p), inputs=[state, shown], outputs=[png], **PRIVATE)
-    alpha.release(**redraw, **PRIVATE).then(**keep)  # type: ignore[arg-type]
-    view.input(**redraw, **PRIVATE).then(**keep)  # type: ignore[arg-type]
+    go.click(**explain, api_name="explain").then(**reset).then(**keep)
+    # a click on a top class explains that class at once
+    classes.input(lambda c: c or "", [classes], [target], **PRIVATE).then(
+        **explain, **PRIVATE
+    ).then(**reset).then(**keep)
+    alpha.release(**redraw, **PRIVATE).then(**keep)
+    view.input(**redraw, **PRIVATE).then(**keep)
+    return file

@@ -20,7 +20,7 @@ gr = pytest.importorskip("gradio")
 
 from camkit.explorer import Session  # noqa: E402
 from camkit.explorer.app import TAB_LABELS, build_app  # noqa: E402
-from camkit.explorer.compare_tab import SCALE_NOTE, compare_grid  # noqa: E402
+from camkit.explorer.compare_tab import SCALE_NOTE, compare_grid, grid_columns  # noqa: E402
 from camkit.explorer.explain_tab import (  # noqa: E402
     explain_action,
     method_action,
@@ -125,6 +125,7 @@ def test_the_compare_grid_is_methods_by_layers_on_one_scale(session, image_file)
     ]  # fmt: skip
     assert np.array_equal(cells[1][0], session.explain(image_file, "gradcam", layer="features.3", target=0).overlay)
     assert "one colour scale" in SCALE_NOTE.lower() and "[0, 1]" in SCALE_NOTE
+    assert (grid_columns(2, 2), grid_columns(3, 1), grid_columns(6, 1), grid_columns(1, 3)) == (2, 3, 4, 3)
 
 
 def _free_port() -> int:
