@@ -14,6 +14,7 @@ import gradio as gr
 import numpy as np
 
 from .explain_tab import AUTOMATIC, PRIVATE, _path, parse_target, shown_error
+from .inputs import takes_layer
 from .session import Session
 
 __all__ = ["SCALE_NOTE", "build_compare_tab", "compare_grid", "grid_columns"]
@@ -41,14 +42,12 @@ def compare_grid(
         >>> [caption for _, caption in cells]
         ['gradcam, automatic (last_conv)', 'gradcam, features.3', 'saliency, input pixels']
     """
-    from .session import _takes_layer
-
     if not methods:
         raise gr.Error("choose at least one method")
     chosen = parse_target(target)
     cells: list[tuple[np.ndarray, str]] = []
     for method in methods:
-        if not _takes_layer(method):
+        if not takes_layer(method):
             result = session.explain(image, method, target=chosen)
             cells.append((result.overlay, f"{method}, input pixels"))
             continue

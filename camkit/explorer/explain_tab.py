@@ -18,7 +18,8 @@ import numpy as np
 
 from ..errors import CamkitError, InvalidInputError, InvalidTargetError
 from ..io import save_png
-from .session import LiveResult, Session, method_settings
+from .inputs import method_settings, read_image
+from .session import LiveResult, Session
 
 __all__ = [
     "build_explain_tab",
@@ -110,8 +111,6 @@ def upload_action(session: Session, file: Any, method: str) -> tuple[Any, Any, A
         path = _path(file)
         top = session.topk(path, k=5)
         choices, value = layer_choices(session, path, method)
-        from .session import read_image
-
         rgb = read_image(path)
     except Exception as err:
         raise shown_error(err) from err
