@@ -62,15 +62,22 @@ class _Recorder:
         self.logits: Tensor | None = None
 
     def __call__(self, output: Tensor) -> Tensor:
-        if not isinstance(output, Tensor) or output.dim() != 2:
-            got = list(output.shape) if isinstance(output, Tensor) else type(output).__name__
-            raise InvalidInputError(f"the explorer explains classifiers returning logits [B, classes]; got {got}")
+        _check_logits(output)
         if self.logits is None:
             self.logits = output.detach()
         _check_target(self.target, output.shape[1])
         if self.target is None:
             return output.gather(1, output.argmax(dim=1, keepdim=True))[:, 0]
         return output[:, self.target]
+
+
+def _check_logits(output: Any) -> None:
+    if not isinstance(output, Tensor) or output.dim() != 2:
+        got = list(output.shape) if isinstance(output, Tensor) else type(output).__name__
+        raise InvalidInputError(
+            f"the explorer explains classifiers returning logits [B, classes]; got {got} (detectors and "
+            "segmenters: use camkit explain for now)"
+        )
 
 
 def _check_target(target: int | None, classes: int) -> None:
@@ -191,9 +198,7 @@ class Session:
         if logits is None:
             with torch.no_grad(), eval_mode(self.model):
                 output = self.model(x)
-            if not isinstance(output, Tensor) or output.dim() != 2:
-                got = list(output.shape) if isinstance(output, Tensor) else type(output).__name__
-                raise InvalidInputError(f"the explorer explains classifiers returning logits [B, classes]; got {got}")
+            _check_logits(output)
             logits = self._remember_logits(key, output.detach())
         return logits
 

@@ -194,3 +194,11 @@ def test_concurrent_calls_give_the_maps_of_calls_one_by_one(image):
     x = _x(session, image)
     for (method, target), got in zip(jobs, maps):
         assert np.array_equal(got, camkit.get_method(method)(session.model)(x, target)[0].numpy()), method
+
+
+@pytest.mark.parametrize("method", ["gradcam", "saliency"])
+def test_a_model_that_is_not_a_classifier_is_refused_clearly(method):
+    dense = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3, padding=1), torch.nn.ReLU())  # [B, 2, H, W] out
+    session = Session(dense, Preprocess(size=(8, 8), mean=(0.0,) * 3, std=(1.0,) * 3), device="cpu")
+    with pytest.raises(InvalidInputError, match=r"classifiers returning logits \[B, classes\]; got \[1, 2, 8, 8\]"):
+        session.explain(np.zeros((8, 8, 3), np.uint8), method, layer="1" if method == "gradcam" else None)
