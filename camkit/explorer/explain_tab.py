@@ -9,6 +9,7 @@ and the prediction as JSON). The callbacks are plain functions of the session, t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..errors import CamkitError, InvalidInputError, InvalidTargetError
 from ..io import save_png
-from .inputs import method_settings, read_image
+from .inputs import image_hash, method_settings, read_image
 from .session import LiveResult, Session
 
 __all__ = [
@@ -128,6 +129,17 @@ def method_action(session: Session, file: Any, method: str) -> tuple[str, Any]:
     return json.dumps(settings), gr.update(choices=choices, value=value)
 
 
+def _file_for(folder: Path, result: LiveResult, suffix: str, extra: str = "") -> Path:
+    """A path named after what it holds: the image, method, layer, target and settings (and ``extra``)."""
+    p = result.prediction
+    key = json.dumps([image_hash(result.image), p["method"], p["layer"], p["target"], p["settings"], extra],
+                     sort_keys=True, default=repr)  # fmt: skip
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    where = folder / digest
+    where.mkdir(parents=True, exist_ok=True)
+    return where / f"{p['method'].replace('+', 'p')}-class{p['target']}{suffix}"
+
+
 def explain_action(
     session: Session, out: Path, file: Any, method: str, layer: Any, target: Any, settings: Any = ""
 ) -> tuple[np.ndarray, str, dict[str, Any], LiveResult]:
@@ -137,11 +149,9 @@ def explain_action(
             _path(file), method, layer=str(layer) if layer else None, target=parse_target(target),
             **parse_settings(settings),
         )  # fmt: skip
-        name = f"{result.prediction['method']}-class{result.prediction['target']}".replace("+", "p")
-        folder = out / "maps" / f"{id(result):x}"
-        folder.mkdir(parents=True, exist_ok=True)
-        npy = folder / f"{name}.npy"
-        np.save(npy, result.map)
+        npy = _file_for(out / "maps", result, ".npy")
+        if not npy.is_file():  # the same explanation always has the same file
+            np.save(npy, result.map)
     except Exception as err:
         raise shown_error(err) from err
     return result.overlay, str(npy), result.prediction, result
@@ -161,10 +171,9 @@ def save_overlay(out: Path, result: LiveResult | None, picture: np.ndarray | Non
     """The overlay as it is shown, written as a PNG for download."""
     if result is None or picture is None:
         return None
-    folder = out / "overlays" / f"{id(result):x}"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{result.prediction['method'].replace('+', 'p')}-class{result.prediction['target']}.png"
-    save_png(path, np.asarray(picture, dtype=np.uint8))
+    drawn = np.asarray(picture, dtype=np.uint8)
+    path = _file_for(out / "overlays", result, ".png", hashlib.sha256(drawn.tobytes()).hexdigest()[:12])
+    save_png(path, drawn)
     return str(path)
 
 

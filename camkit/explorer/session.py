@@ -9,6 +9,7 @@ Python API gives for the same input: ``Session.explain(image, "gradcam", target=
 from __future__ import annotations
 
 import json
+import numbers
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -172,13 +173,12 @@ class Session:
         """The layer ``method`` picks by itself for ``image`` (``None`` for methods without a layer)."""
         if not takes_layer(method):
             return None
-        explainer = self._explainer(method, None, {})
-        if not isinstance(explainer, CAMExplainer):
-            return None
         x = self.input(read_image(image))[0]
         with self._lock:
-            names = [name for name, _ in explainer.layers(x)]
-        return ", ".join(names)
+            explainer = self._explainer(method, None, {})
+            if not isinstance(explainer, CAMExplainer):
+                return None
+            return ", ".join(name for name, _ in explainer.layers(x))
 
     def name(self, index: int) -> str:
         """The class name of output ``index`` (its number as text without class names)."""
@@ -282,8 +282,10 @@ class Session:
             InvalidInputError: an unreadable image, an unknown setting, a method that does not fit the model.
             UnknownMethodError, LayerNotFoundError, InvalidTargetError: as the names say.
         """
-        if target is not None and (isinstance(target, bool) or not isinstance(target, int)):
-            raise InvalidTargetError(f"target must be a class index (int) or None; got {target!r}")
+        if target is not None:
+            if isinstance(target, bool) or not isinstance(target, numbers.Integral):
+                raise InvalidTargetError(f"target must be a class index (int) or None; got {target!r}")
+            target = int(target)
         rgb = read_image(image)
         with self._lock:
             return self._explain(rgb, method, layer, target, settings)

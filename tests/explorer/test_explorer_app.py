@@ -84,6 +84,8 @@ def test_the_explain_action_writes_the_exact_map_and_redraws(session, image_file
     assert prediction["target"] == 1 and prediction["target_name"] == CLASSES[1]
     assert prediction["layer"] == "last_conv" and prediction["method"] == "gradcam"
     assert overlay is result.overlay
+    assert explain_action(session, tmp_path, image_file, "gradcam", "", "1")[1] == npy  # one file per explanation
+    assert explain_action(session, tmp_path, image_file, "gradcam", "", "2")[1] != npy
     redrawn = rerender(session, result, 0.25, "map")
     full, _ = session.preprocess.invert_map(torch.from_numpy(result.map), 64, 64)
     assert np.array_equal(redrawn, camkit.overlay(result.image, full, alpha=0.25))

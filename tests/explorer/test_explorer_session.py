@@ -92,6 +92,7 @@ def test_image_forms_agree_and_the_cache_returns_the_same_object(session, image,
     assert session.explain(Image.fromarray(image), "gradcam", target=1) is first
     assert session.explain(image.copy(), "gradcam", target=1) is first
     assert session.explain(image, "gradcam", target=2) is not first
+    assert session.explain(image, "gradcam", target=np.int64(1)) is first
     assert session.explain(image, "gradcam", target=1, eigen_smooth=True) is not first
 
 
