@@ -7,6 +7,7 @@ import json
 import os
 import re
 import socket
+import sys
 import urllib.request
 
 import numpy as np
@@ -167,3 +168,21 @@ def test_the_explain_endpoint_through_gradio_client(session, blocks, image_file)
         assert any(p.suffix == ".npy" for p in written)
     finally:
         blocks.close()
+
+
+def test_the_audit_and_evaluate_tabs_get_the_session_and_their_folders(session, monkeypatch, tmp_path):
+    import types
+
+    seen = {}
+    for module, builder in (("audit_tab", "build_audit_tab"), ("evaluate_tab", "build_evaluate_tab")):
+        fake = types.ModuleType(f"camkit.explorer.{module}")
+
+        def build(s, folders, name=builder):
+            seen[name] = (s, folders)
+            gr.Markdown(name)
+
+        setattr(fake, builder, build)
+        monkeypatch.setitem(sys.modules, f"camkit.explorer.{module}", fake)
+    build_app(session, audits=[str(tmp_path / "a")], evaluations=[tmp_path / "e"])
+    assert seen["build_audit_tab"][0] is session and seen["build_audit_tab"][1] == [tmp_path / "a"]
+    assert seen["build_evaluate_tab"] == (session, [tmp_path / "e"])
