@@ -142,8 +142,13 @@ def _file_for(folder: Path, result: LiveResult, suffix: str, extra: str = "") ->
 
 def explain_action(
     session: Session, out: Path, file: Any, method: str, layer: Any, target: Any, settings: Any = ""
-) -> tuple[np.ndarray, str, dict[str, Any], LiveResult]:
-    """The ``explain`` endpoint: ``(overlay uint8 [H, W, 3], path of the map .npy, prediction, result)``."""
+) -> tuple[str, str, dict[str, Any], LiveResult]:
+    """The ``explain`` endpoint: ``(path of the overlay .png, path of the map .npy, prediction, result)``.
+
+    The overlay is written here as a fast PNG (OpenCV's light compression) rather than handed to
+    Gradio as an array, which would encode it at PIL's default level, several times slower; the
+    same file is the overlay's download while the opacity and view are left as they are.
+    """
     try:
         result = session.explain(
             _path(file), method, layer=str(layer) if layer else None, target=parse_target(target),
@@ -152,9 +157,10 @@ def explain_action(
         npy = _file_for(out / "maps", result, ".npy")
         if not npy.is_file():  # the same explanation always has the same file
             np.save(npy, result.map)
+        png = save_overlay(out, result, result.overlay)
     except Exception as err:
         raise shown_error(err) from err
-    return result.overlay, str(npy), result.prediction, result
+    return str(png), str(npy), result.prediction, result
 
 
 def rerender(session: Session, result: LiveResult | None, alpha: float, view: str) -> np.ndarray | None:
@@ -167,13 +173,16 @@ def rerender(session: Session, result: LiveResult | None, alpha: float, view: st
         raise shown_error(err) from err
 
 
-def save_overlay(out: Path, result: LiveResult | None, picture: np.ndarray | None) -> str | None:
+def save_overlay(out: Path, result: LiveResult | None, picture: np.ndarray | str | None) -> str | None:
     """The overlay as it is shown, written as a PNG for download."""
     if result is None or picture is None:
         return None
+    if isinstance(picture, (str, Path)):  # already a file of ours
+        return str(picture)
     drawn = np.asarray(picture, dtype=np.uint8)
     path = _file_for(out / "overlays", result, ".png", hashlib.sha256(drawn.tobytes()).hexdigest()[:12])
-    save_png(path, drawn)
+    if not path.is_file():  # named after its pixels: an existing file already holds them
+        save_png(path, drawn)
     return str(path)
 
 
@@ -217,7 +226,8 @@ def build_explain_tab(session: Session, out: Path) -> gr.File:
     )  # fmt: skip
     reset: dict[str, Any] = dict(fn=lambda: (0.5, "map"), inputs=None, outputs=[alpha, view], **PRIVATE)
     keep: dict[str, Any] = dict(fn=lambda r, p: save_overlay(out, r, p), inputs=[state, shown], outputs=[png], **PRIVATE)
-    redraw: dict[str, Any] = dict(fn=lambda r, a, v: rerender(session, r, a, v), inputs=[state, alpha, view], outputs=[shown])
+    redraw: dict[str, Any] = dict(fn=lambda r, a, v: save_overlay(out, r, rerender(session, r, a, v)),
+                                  inputs=[state, alpha, view], outputs=[shown])  # fmt: skip
 
     file.change(lambda f, m: upload_action(session, f, m), [file, method], [picture, classes, layer, target],
                 **PRIVATE)  # fmt: skip

@@ -84,7 +84,8 @@ def test_the_explain_action_writes_the_exact_map_and_redraws(session, image_file
     assert np.load(npy).dtype == np.float32 and npy.startswith(str(tmp_path))
     assert prediction["target"] == 1 and prediction["target_name"] == CLASSES[1]
     assert prediction["layer"] == "last_conv" and prediction["method"] == "gradcam"
-    assert overlay is result.overlay
+    assert overlay.startswith(str(tmp_path)) and np.array_equal(camkit.read_rgb(overlay), result.overlay)
+    assert save_overlay(tmp_path, result, result.overlay) == overlay  # the overlay's download is that file
     assert explain_action(session, tmp_path, image_file, "gradcam", "", "1")[1] == npy  # one file per explanation
     assert explain_action(session, tmp_path, image_file, "gradcam", "", "2")[1] != npy
     redrawn = rerender(session, result, 0.25, "map")
