@@ -8,6 +8,7 @@ so ``import camkit`` works without it. Only :mod:`camkit.cli` and :func:`camkit.
 package.
 """
 
-from .session import LiveResult, Session, method_settings
+from .inputs import method_settings
+from .session import LiveResult, Session
 
 __all__ = ["LiveResult", "Session", "method_settings"]

@@ -10,6 +10,7 @@ removed when the process exits.
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import shutil
 import tempfile
@@ -22,7 +23,7 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: n
 import gradio as gr
 
 from .compare_tab import build_compare_tab
-from .explain_tab import build_explain_tab
+from .explain_tab import PICTURE_CSS, build_explain_tab
 from .session import Session
 
 __all__ = ["ExplorerBlocks", "build_app", "local_theme"]
@@ -45,11 +46,12 @@ class ExplorerBlocks(gr.Blocks):
 
     temp_dir: Path
 
-    def launch(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def launch(self, *args: Any, **kwargs: Any) -> Any:
         """``gr.Blocks.launch`` with local defaults (127.0.0.1, no share link, system fonts)."""
         kwargs.setdefault("server_name", "127.0.0.1")
         kwargs.setdefault("share", False)
         kwargs.setdefault("theme", local_theme())
+        kwargs.setdefault("css", PICTURE_CSS)
         return super().launch(*args, **kwargs)
 
 
@@ -59,8 +61,14 @@ def _temp_dir() -> Path:
     return folder
 
 
-def _placeholder(what: str) -> None:
-    gr.Markdown(f"The {what} tab is not built yet in this version of camkit.")
+def _optional_tab(module: str, builder: str, label: str, session: Session, folders: list[Path]) -> None:
+    """A tab whose module may not be there yet: its builder, else a placeholder."""
+    try:
+        found = importlib.import_module(f"{__package__}.{module}")
+    except ImportError:
+        gr.Markdown(f"The {label} tab is not built yet in this version of camkit.")
+        return
+    getattr(found, builder)(session, folders)
 
 
 def build_app(
@@ -81,22 +89,12 @@ def build_app(
     with ExplorerBlocks(title="camkit explorer", analytics_enabled=False) as blocks:
         gr.Markdown(f"## camkit explorer: `{session.loaded.spec}`")
         with gr.Tab(TAB_LABELS[0]):
-            build_explain_tab(session, temp)
+            upload = build_explain_tab(session, temp)
         with gr.Tab(TAB_LABELS[1]):
-            build_compare_tab(session)
+            build_compare_tab(session, follow=upload)
         with gr.Tab(TAB_LABELS[2]):
-            try:
-                from . import audit_tab
-            except ImportError:
-                _placeholder("Audit")
-            else:
-                audit_tab.build_audit_tab(session, audit_paths)
+            _optional_tab("audit_tab", "build_audit_tab", "Audit", session, audit_paths)
         with gr.Tab(TAB_LABELS[3]):
-            try:
-                from . import evaluate_tab
-            except ImportError:
-                _placeholder("Evaluate")
-            else:
-                evaluate_tab.build_evaluate_tab(session, evaluation_paths)
+            _optional_tab("evaluate_tab", "build_evaluate_tab", "Evaluate", session, evaluation_paths)
     blocks.temp_dir = temp
     return blocks

@@ -13,10 +13,11 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from .explain_tab import AUTOMATIC, _path, parse_target, shown_error
+from .explain_tab import AUTOMATIC, PRIVATE, _path, parse_target, shown_error
+from .inputs import takes_layer
 from .session import Session
 
-__all__ = ["SCALE_NOTE", "build_compare_tab", "compare_grid"]
+__all__ = ["SCALE_NOTE", "build_compare_tab", "compare_grid", "grid_columns"]
 
 SCALE_NOTE = (
     "One colour scale for every cell: each map is camkit's map of that method and layer, min-max normalised "
@@ -41,14 +42,12 @@ def compare_grid(
         >>> [caption for _, caption in cells]
         ['gradcam, automatic (last_conv)', 'gradcam, features.3', 'saliency, input pixels']
     """
-    from .session import _takes_layer
-
     if not methods:
         raise gr.Error("choose at least one method")
     chosen = parse_target(target)
     cells: list[tuple[np.ndarray, str]] = []
     for method in methods:
-        if not _takes_layer(method):
+        if not takes_layer(method):
             result = session.explain(image, method, target=chosen)
             cells.append((result.overlay, f"{method}, input pixels"))
             continue
@@ -59,8 +58,14 @@ def compare_grid(
     return cells
 
 
-def build_compare_tab(session: Session) -> None:
-    """The tab's components and events; call inside ``with gr.Tab("Compare"):``."""
+def grid_columns(methods: int, layers: int) -> int:
+    """One column per layer (a row per method); with one layer, the methods side by side in one row."""
+    return max(1, layers) if layers > 1 else max(1, min(methods, 4))
+
+
+def build_compare_tab(session: Session, follow: gr.File | None = None) -> None:
+    """The tab's components and events; call inside ``with gr.Tab("Compare"):``. With ``follow`` (the
+    Explain tab's upload), an image uploaded there is compared here too."""
     methods = session.methods()
     with gr.Row():
         with gr.Column(scale=1):
@@ -76,7 +81,8 @@ def build_compare_tab(session: Session) -> None:
             target = gr.Textbox(label="target class index (empty: the predicted class)", value="")
             go = gr.Button("Compare", variant="primary")
         with gr.Column(scale=3):
-            grid = gr.Gallery(label="methods x layers", columns=3, object_fit="contain", height="auto")
+            grid = gr.Gallery(label="methods x layers", columns=3, object_fit="contain", height=560, preview=False,
+                              elem_classes=["camkit-cells"])  # fmt: skip
             gr.Markdown(SCALE_NOTE)
 
     def run(file_: Any, methods_: list[str], layers_: list[str], target_: Any) -> Any:
@@ -86,7 +92,8 @@ def build_compare_tab(session: Session) -> None:
             raise
         except Exception as err:
             raise shown_error(err) from err
-        columns = max(1, len(layers_ or [AUTOMATIC]))
-        return gr.update(value=cells, columns=columns)
+        return gr.update(value=cells, columns=grid_columns(len(methods_ or []), len(layers_ or [AUTOMATIC])))
 
     go.click(run, [file, chosen, layers, target], [grid], api_name="compare")
+    if follow is not None:
+        follow.change(lambda f: f, [follow], [file], **PRIVATE)

@@ -9,6 +9,7 @@ and the prediction as JSON). The callbacks are plain functions of the session, t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ import numpy as np
 
 from ..errors import CamkitError, InvalidInputError, InvalidTargetError
 from ..io import save_png
-from .session import LiveResult, Session, method_settings
+from .inputs import image_hash, method_settings, read_image
+from .session import LiveResult, Session
 
 __all__ = [
     "build_explain_tab",
@@ -110,8 +112,6 @@ def upload_action(session: Session, file: Any, method: str) -> tuple[Any, Any, A
         path = _path(file)
         top = session.topk(path, k=5)
         choices, value = layer_choices(session, path, method)
-        from .session import read_image
-
         rgb = read_image(path)
     except Exception as err:
         raise shown_error(err) from err
@@ -129,23 +129,38 @@ def method_action(session: Session, file: Any, method: str) -> tuple[str, Any]:
     return json.dumps(settings), gr.update(choices=choices, value=value)
 
 
+def _file_for(folder: Path, result: LiveResult, suffix: str, extra: str = "") -> Path:
+    """A path named after what it holds: the image, method, layer, target and settings (and ``extra``)."""
+    p = result.prediction
+    key = json.dumps([image_hash(result.image), p["method"], p["layer"], p["target"], p["settings"], extra],
+                     sort_keys=True, default=repr)  # fmt: skip
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    where = folder / digest
+    where.mkdir(parents=True, exist_ok=True)
+    return where / f"{p['method'].replace('+', 'p')}-class{p['target']}{suffix}"
+
+
 def explain_action(
     session: Session, out: Path, file: Any, method: str, layer: Any, target: Any, settings: Any = ""
-) -> tuple[np.ndarray, str, dict[str, Any], LiveResult]:
-    """The ``explain`` endpoint: ``(overlay uint8 [H, W, 3], path of the map .npy, prediction, result)``."""
+) -> tuple[str, str, dict[str, Any], LiveResult]:
+    """The ``explain`` endpoint: ``(path of the overlay .png, path of the map .npy, prediction, result)``.
+
+    The overlay is written here as a fast PNG (OpenCV's light compression) rather than handed to
+    Gradio as an array, which would encode it at PIL's default level, several times slower; the
+    same file is the overlay's download while the opacity and view are left as they are.
+    """
     try:
         result = session.explain(
             _path(file), method, layer=str(layer) if layer else None, target=parse_target(target),
             **parse_settings(settings),
         )  # fmt: skip
-        name = f"{result.prediction['method']}-class{result.prediction['target']}".replace("+", "p")
-        folder = out / "maps" / f"{id(result):x}"
-        folder.mkdir(parents=True, exist_ok=True)
-        npy = folder / f"{name}.npy"
-        np.save(npy, result.map)
+        npy = _file_for(out / "maps", result, ".npy")
+        if not npy.is_file():  # the same explanation always has the same file
+            np.save(npy, result.map)
+        png = save_overlay(out, result, result.overlay)
     except Exception as err:
         raise shown_error(err) from err
-    return result.overlay, str(npy), result.prediction, result
+    return str(png), str(npy), result.prediction, result
 
 
 def rerender(session: Session, result: LiveResult | None, alpha: float, view: str) -> np.ndarray | None:
@@ -158,24 +173,34 @@ def rerender(session: Session, result: LiveResult | None, alpha: float, view: st
         raise shown_error(err) from err
 
 
-def save_overlay(out: Path, result: LiveResult | None, picture: np.ndarray | None) -> str | None:
+def save_overlay(out: Path, result: LiveResult | None, picture: np.ndarray | str | None) -> str | None:
     """The overlay as it is shown, written as a PNG for download."""
     if result is None or picture is None:
         return None
-    folder = out / "overlays" / f"{id(result):x}"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{result.prediction['method'].replace('+', 'p')}-class{result.prediction['target']}.png"
-    save_png(path, np.asarray(picture, dtype=np.uint8))
+    if isinstance(picture, (str, Path)):  # already a file of ours
+        return str(picture)
+    drawn = np.asarray(picture, dtype=np.uint8)
+    path = _file_for(out / "overlays", result, ".png", hashlib.sha256(drawn.tobytes()).hexdigest()[:12])
+    if not path.is_file():  # named after its pixels: an existing file already holds them
+        save_png(path, drawn)
     return str(path)
 
 
-def build_explain_tab(session: Session, out: Path) -> None:
-    """The tab's components and events; call inside ``with gr.Tab("Explain"):``."""
+PICTURE_CSS = (
+    ".camkit-picture img { width: 100%; height: 100%; object-fit: contain; image-rendering: pixelated; }\n"
+    ".camkit-cells img { image-rendering: pixelated; }"
+)
+
+
+def build_explain_tab(session: Session, out: Path) -> gr.File:
+    """The tab's components and events; call inside ``with gr.Tab("Explain"):``. Returns the upload
+    component (the Compare tab follows it)."""
     methods = session.methods()
     with gr.Row():
         with gr.Column(scale=1):
             file = gr.File(label="image file", file_count="single", type="filepath")
-            picture = gr.Image(label="image", interactive=False, format="png", height=240)
+            picture = gr.Image(label="image", interactive=False, format="png", height=240,
+                               elem_classes=["camkit-picture"])  # fmt: skip
             classes = gr.Radio(label="top classes (click one to explain it)", choices=[])
             target = gr.Textbox(label="target class index (empty: the predicted class)", value="")
             method = gr.Dropdown(label="method", choices=methods, value="gradcam" if "gradcam" in methods else methods[0])
@@ -186,7 +211,8 @@ def build_explain_tab(session: Session, out: Path) -> None:
             )  # fmt: skip
             go = gr.Button("Explain", variant="primary")
         with gr.Column(scale=2):
-            shown = gr.Image(label="overlay", interactive=False, format="png")
+            shown = gr.Image(label="overlay", interactive=False, format="png", height=420,
+                             elem_classes=["camkit-picture"])  # fmt: skip
             alpha = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="opacity of the map")
             view = gr.Radio(["map", "signed"], value="map", label="view (signed: pixel attributions' signs)")
             npy = gr.File(label="map (.npy, float32 at the model input's size)")
@@ -194,17 +220,23 @@ def build_explain_tab(session: Session, out: Path) -> None:
             prediction = gr.JSON(label="prediction")
     state = gr.State(None)
 
+    explain: dict[str, Any] = dict(
+        fn=lambda f, m, la, t, s: explain_action(session, out, f, m, la, t, s),
+        inputs=[file, method, layer, target, settings], outputs=[shown, npy, prediction, state],
+    )  # fmt: skip
+    reset: dict[str, Any] = dict(fn=lambda: (0.5, "map"), inputs=None, outputs=[alpha, view], **PRIVATE)
+    keep: dict[str, Any] = dict(fn=lambda r, p: save_overlay(out, r, p), inputs=[state, shown], outputs=[png], **PRIVATE)
+    redraw: dict[str, Any] = dict(fn=lambda r, a, v: save_overlay(out, r, rerender(session, r, a, v)),
+                                  inputs=[state, alpha, view], outputs=[shown])  # fmt: skip
+
     file.change(lambda f, m: upload_action(session, f, m), [file, method], [picture, classes, layer, target],
                 **PRIVATE)  # fmt: skip
     method.change(lambda f, m: method_action(session, f, m), [file, method], [settings, layer], **PRIVATE)
-    classes.change(lambda c: c or "", [classes], [target], **PRIVATE)
-    go.click(
-        lambda f, m, la, t, s: explain_action(session, out, f, m, la, t, s),
-        [file, method, layer, target, settings], [shown, npy, prediction, state], api_name="explain",
-    ).then(lambda: (0.5, "map"), None, [alpha, view], **PRIVATE).then(
-        lambda r, p: save_overlay(out, r, p), [state, shown], [png], **PRIVATE
-    )  # fmt: skip
-    redraw = dict(fn=lambda r, a, v: rerender(session, r, a, v), inputs=[state, alpha, view], outputs=[shown])
-    keep = dict(fn=lambda r, p: save_overlay(out, r, p), inputs=[state, shown], outputs=[png], **PRIVATE)
-    alpha.release(**redraw, **PRIVATE).then(**keep)  # type: ignore[arg-type]
-    view.input(**redraw, **PRIVATE).then(**keep)  # type: ignore[arg-type]
+    go.click(**explain, api_name="explain").then(**reset).then(**keep)
+    # a click on a top class explains that class at once
+    classes.input(lambda c: c or "", [classes], [target], **PRIVATE).then(
+        **explain, **PRIVATE
+    ).then(**reset).then(**keep)
+    alpha.release(**redraw, **PRIVATE).then(**keep)
+    view.input(**redraw, **PRIVATE).then(**keep)
+    return file

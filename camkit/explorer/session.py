@@ -8,13 +8,12 @@ Python API gives for the same input: ``Session.explain(image, "gradcam", target=
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
+import numbers
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,47 +23,14 @@ from torch import Tensor, nn
 from .._internal.state import eval_mode
 from ..errors import CamkitError, InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
-from ..io import read_rgb
 from ..layers import list_layers
 from ..methods.base import CAMExplainer, Explainer, GradientCAM
 from ..modelload import LoadedModel, Preprocess, load_model
 from ..registry import get_method, list_methods
 from ..viz.overlay import overlay as blend
+from .inputs import image_hash, method_settings, read_image, takes_layer
 
-__all__ = ["LiveResult", "Session", "method_settings"]
-
-# Constructor arguments that are plumbing (where to look, how to batch), not settings of the method.
-_PLUMBING = frozenset({
-    "self", "model", "layer", "layers", "call", "output", "keep_mode", "reshape", "input_index", "progress",
-    "generator", "batch_size", "max_batch",
-})  # fmt: skip
-_SIMPLE = (bool, int, float, str, type(None))
-
-
-def method_settings(method: str) -> dict[str, Any]:
-    """The settings of a registered method that the explorer offers, with their defaults.
-
-    Those constructor arguments whose defaults are plain values (numbers, booleans, strings,
-    ``None``); the layer, the batch sizes and other plumbing are left out.
-
-    Example:
-        >>> from camkit.explorer.session import method_settings
-        >>> method_settings("gradcam"), method_settings("integratedgradients")["steps"]
-        ({'eigen_smooth': False}, 50)
-    """
-    cls = get_method(method)
-    found: dict[str, Any] = {}
-    for name, param in inspect.signature(cls.__init__).parameters.items():
-        if name in _PLUMBING or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        if param.default is not param.empty and isinstance(param.default, _SIMPLE):
-            found[name] = param.default
-    return found
-
-
-def _takes_layer(method: str) -> bool:
-    return "layer" in inspect.signature(get_method(method).__init__).parameters
-
+__all__ = ["LiveResult", "Session"]
 
 @dataclass(frozen=True)
 class LiveResult:
@@ -97,9 +63,7 @@ class _Recorder:
         self.logits: Tensor | None = None
 
     def __call__(self, output: Tensor) -> Tensor:
-        if not isinstance(output, Tensor) or output.dim() != 2:
-            got = list(output.shape) if isinstance(output, Tensor) else type(output).__name__
-            raise InvalidInputError(f"the explorer explains classifiers returning logits [B, classes]; got {got}")
+        _check_logits(output)
         if self.logits is None:
             self.logits = output.detach()
         _check_target(self.target, output.shape[1])
@@ -108,44 +72,21 @@ class _Recorder:
         return output[:, self.target]
 
 
+def _check_logits(output: Any) -> None:
+    if not isinstance(output, Tensor) or output.dim() != 2:
+        got = list(output.shape) if isinstance(output, Tensor) else type(output).__name__
+        raise InvalidInputError(
+            f"the explorer explains classifiers returning logits [B, classes]; got {got} (detectors and "
+            "segmenters: use camkit explain for now)"
+        )
+
+
 def _check_target(target: int | None, classes: int) -> None:
     if target is not None and not 0 <= target < classes:
         raise InvalidTargetError(
             f"target class {target} is out of range: the model has {classes} classes (0 to {classes - 1}); "
             "pick one of the top classes or leave the target empty for the predicted class"
         )
-
-
-def read_image(image: Any) -> np.ndarray:
-    """A file path, PIL image or uint8 array [H, W] / [H, W, 3] / [H, W, 4] as uint8 RGB [H, W, 3] (a new array).
-
-    Example:
-        >>> import numpy as np
-        >>> from camkit.explorer.session import read_image
-        >>> read_image(np.zeros((2, 3), np.uint8)).shape
-        (2, 3, 3)
-    """
-    if isinstance(image, (str, Path)):
-        return read_rgb(image)
-    if hasattr(image, "convert") and hasattr(image, "size"):  # a PIL image
-        return np.array(image.convert("RGB"), dtype=np.uint8)
-    if isinstance(image, np.ndarray):
-        if image.dtype != np.uint8:
-            raise InvalidInputError(f"image arrays must be uint8 [H, W, 3]; got {image.dtype.name}; convert it first")
-        if image.ndim == 2:
-            return np.repeat(image[:, :, None], 3, axis=2)
-        if image.ndim == 3 and image.shape[2] in (3, 4) and min(image.shape[:2]) > 0:
-            return np.array(image[:, :, :3])
-        raise InvalidInputError(f"image arrays must be [H, W] or [H, W, 3]; got {list(image.shape)}")
-    raise InvalidInputError(
-        f"expected an image file path, a PIL image or a uint8 array; got {type(image).__name__}"
-    )
-
-
-def _hash(rgb: np.ndarray) -> str:
-    digest = hashlib.sha256(f"{rgb.shape}".encode())
-    digest.update(np.ascontiguousarray(rgb).tobytes())
-    return digest.hexdigest()
 
 
 class Session:
@@ -208,6 +149,14 @@ class Session:
         self._cache: OrderedDict[tuple[Any, ...], LiveResult] = OrderedDict()
         self._logits: OrderedDict[str, Tensor] = OrderedDict()
         self._explainers: dict[tuple[Any, ...], Explainer] = {}
+        # One model run at a time: two explainers' hooks on the same modules at once would mix their captures.
+        self._lock = threading.RLock()
+
+    def clear_cache(self) -> None:
+        """Forget the cached explanations and predictions (the explainers built so far are kept)."""
+        with self._lock:
+            self._cache.clear()
+            self._logits.clear()
 
     # What the page lists -------------------------------------------------------------------
 
@@ -222,14 +171,14 @@ class Session:
 
     def auto_layer(self, image: Any, method: str = "gradcam") -> str | None:
         """The layer ``method`` picks by itself for ``image`` (``None`` for methods without a layer)."""
-        if not _takes_layer(method):
-            return None
-        explainer = self._explainer(method, None, {})
-        if not isinstance(explainer, CAMExplainer):
+        if not takes_layer(method):
             return None
         x = self.input(read_image(image))[0]
-        names = [name for name, _ in explainer.layers(x)]
-        return ", ".join(names)
+        with self._lock:
+            explainer = self._explainer(method, None, {})
+            if not isinstance(explainer, CAMExplainer):
+                return None
+            return ", ".join(name for name, _ in explainer.layers(x))
 
     def name(self, index: int) -> str:
         """The class name of output ``index`` (its number as text without class names)."""
@@ -249,9 +198,7 @@ class Session:
         if logits is None:
             with torch.no_grad(), eval_mode(self.model):
                 output = self.model(x)
-            if not isinstance(output, Tensor) or output.dim() != 2:
-                got = list(output.shape) if isinstance(output, Tensor) else type(output).__name__
-                raise InvalidInputError(f"the explorer explains classifiers returning logits [B, classes]; got {got}")
+            _check_logits(output)
             logits = self._remember_logits(key, output.detach())
         return logits
 
@@ -283,7 +230,8 @@ class Session:
             raise InvalidInputError(f"k must be a positive int, got {k!r}")
         rgb = read_image(image)
         x, _ = self.input(rgb)
-        return self._top(self._predict(_hash(rgb), x), k)
+        with self._lock:
+            return self._top(self._predict(image_hash(rgb), x), k)
 
     # Explaining ----------------------------------------------------------------------------
 
@@ -301,12 +249,12 @@ class Session:
                 f"{sorted(offered) or 'none'}"
             )
         kwargs = dict(settings)
-        if _takes_layer(method):
+        if takes_layer(method):
             kwargs["layer"] = layer
         elif layer is not None:
             raise InvalidInputError(f"method {method!r} works on the input pixels and takes no layer; leave it empty")
         try:
-            explainer = cls(self.model, **kwargs)  # type: ignore[call-arg]
+            explainer = cls(self.model, **kwargs)
         except CamkitError:
             raise
         except (TypeError, ValueError) as err:
@@ -324,7 +272,7 @@ class Session:
             method: a registry key (:func:`camkit.list_methods`).
             layer: the dotted layer name; ``None`` for the method's automatic choice.
             target: the class index; ``None`` for the predicted class.
-            **settings: the method's settings (:func:`method_settings`).
+            **settings: the method's settings (:func:`camkit.explorer.inputs.method_settings`).
 
         Returns:
             A :class:`LiveResult`; the same object again for the same image, method, layer, target
@@ -334,10 +282,18 @@ class Session:
             InvalidInputError: an unreadable image, an unknown setting, a method that does not fit the model.
             UnknownMethodError, LayerNotFoundError, InvalidTargetError: as the names say.
         """
-        if target is not None and (isinstance(target, bool) or not isinstance(target, int)):
-            raise InvalidTargetError(f"target must be a class index (int) or None; got {target!r}")
+        if target is not None:
+            if isinstance(target, bool) or not isinstance(target, numbers.Integral):
+                raise InvalidTargetError(f"target must be a class index (int) or None; got {target!r}")
+            target = int(target)
         rgb = read_image(image)
-        image_key = _hash(rgb)
+        with self._lock:
+            return self._explain(rgb, method, layer, target, settings)
+
+    def _explain(
+        self, rgb: np.ndarray, method: str, layer: str | None, target: int | None, settings: dict[str, Any]
+    ) -> LiveResult:
+        image_key = image_hash(rgb)
         key = (image_key, method, layer, target, json.dumps(settings, sort_keys=True, default=repr))
         cached = self._cache.get(key)
         if cached is not None:

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import socket
+import sys
 import urllib.request
 
 import numpy as np
@@ -20,7 +21,7 @@ gr = pytest.importorskip("gradio")
 
 from camkit.explorer import Session  # noqa: E402
 from camkit.explorer.app import TAB_LABELS, build_app  # noqa: E402
-from camkit.explorer.compare_tab import SCALE_NOTE, compare_grid  # noqa: E402
+from camkit.explorer.compare_tab import SCALE_NOTE, compare_grid, grid_columns  # noqa: E402
 from camkit.explorer.explain_tab import (  # noqa: E402
     explain_action,
     method_action,
@@ -83,7 +84,10 @@ def test_the_explain_action_writes_the_exact_map_and_redraws(session, image_file
     assert np.load(npy).dtype == np.float32 and npy.startswith(str(tmp_path))
     assert prediction["target"] == 1 and prediction["target_name"] == CLASSES[1]
     assert prediction["layer"] == "last_conv" and prediction["method"] == "gradcam"
-    assert overlay is result.overlay
+    assert overlay.startswith(str(tmp_path)) and np.array_equal(camkit.read_rgb(overlay), result.overlay)
+    assert save_overlay(tmp_path, result, result.overlay) == overlay  # the overlay's download is that file
+    assert explain_action(session, tmp_path, image_file, "gradcam", "", "1")[1] == npy  # one file per explanation
+    assert explain_action(session, tmp_path, image_file, "gradcam", "", "2")[1] != npy
     redrawn = rerender(session, result, 0.25, "map")
     full, _ = session.preprocess.invert_map(torch.from_numpy(result.map), 64, 64)
     assert np.array_equal(redrawn, camkit.overlay(result.image, full, alpha=0.25))
@@ -125,6 +129,7 @@ def test_the_compare_grid_is_methods_by_layers_on_one_scale(session, image_file)
     ]  # fmt: skip
     assert np.array_equal(cells[1][0], session.explain(image_file, "gradcam", layer="features.3", target=0).overlay)
     assert "one colour scale" in SCALE_NOTE.lower() and "[0, 1]" in SCALE_NOTE
+    assert (grid_columns(2, 2), grid_columns(3, 1), grid_columns(6, 1), grid_columns(1, 3)) == (2, 3, 4, 3)
 
 
 def _free_port() -> int:
@@ -164,3 +169,21 @@ def test_the_explain_endpoint_through_gradio_client(session, blocks, image_file)
         assert any(p.suffix == ".npy" for p in written)
     finally:
         blocks.close()
+
+
+def test_the_audit_and_evaluate_tabs_get_the_session_and_their_folders(session, monkeypatch, tmp_path):
+    import types
+
+    seen = {}
+    for module, builder in (("audit_tab", "build_audit_tab"), ("evaluate_tab", "build_evaluate_tab")):
+        fake = types.ModuleType(f"camkit.explorer.{module}")
+
+        def build(s, folders, name=builder):
+            seen[name] = (s, folders)
+            gr.Markdown(name)
+
+        setattr(fake, builder, build)
+        monkeypatch.setitem(sys.modules, f"camkit.explorer.{module}", fake)
+    build_app(session, audits=[str(tmp_path / "a")], evaluations=[tmp_path / "e"])
+    assert seen["build_audit_tab"][0] is session and seen["build_audit_tab"][1] == [tmp_path / "a"]
+    assert seen["build_evaluate_tab"] == (session, [tmp_path / "e"])

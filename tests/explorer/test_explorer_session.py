@@ -92,6 +92,7 @@ def test_image_forms_agree_and_the_cache_returns_the_same_object(session, image,
     assert session.explain(Image.fromarray(image), "gradcam", target=1) is first
     assert session.explain(image.copy(), "gradcam", target=1) is first
     assert session.explain(image, "gradcam", target=2) is not first
+    assert session.explain(image, "gradcam", target=np.int64(1)) is first
     assert session.explain(image, "gradcam", target=1, eigen_smooth=True) is not first
 
 
@@ -182,3 +183,23 @@ def test_the_session_leaves_the_model_as_it_was(image):
 def test_a_preprocess_that_is_not_camkits_is_refused():
     with pytest.raises(InvalidInputError, match="Preprocess"):
         Session("demo", preprocess=lambda image: image, device="cpu")
+
+
+def test_concurrent_calls_give_the_maps_of_calls_one_by_one(image):
+    from concurrent.futures import ThreadPoolExecutor
+
+    session = Session("demo", device="cpu")
+    jobs = [("gradcam", 0), ("gradcam++", 1), ("saliency", 2), ("layercam", 3)] * 2
+    with ThreadPoolExecutor(4) as pool:
+        maps = list(pool.map(lambda job: session.explain(image, job[0], target=job[1]).map, jobs))
+    x = _x(session, image)
+    for (method, target), got in zip(jobs, maps):
+        assert np.array_equal(got, camkit.get_method(method)(session.model)(x, target)[0].numpy()), method
+
+
+@pytest.mark.parametrize("method", ["gradcam", "saliency"])
+def test_a_model_that_is_not_a_classifier_is_refused_clearly(method):
+    dense = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3, padding=1), torch.nn.ReLU())  # [B, 2, H, W] out
+    session = Session(dense, Preprocess(size=(8, 8), mean=(0.0,) * 3, std=(1.0,) * 3), device="cpu")
+    with pytest.raises(InvalidInputError, match=r"classifiers returning logits \[B, classes\]; got \[1, 2, 8, 8\]"):
+        session.explain(np.zeros((8, 8, 3), np.uint8), method, layer="1" if method == "gradcam" else None)
