@@ -26,6 +26,7 @@ from .errors import (
 )
 from .evaluation import evaluate
 from .explanation import Explanation
+from .explorer.entry import app
 from .functional.views import attribution_view
 from .hooks import HookScope, LayerCapture
 from .io import denormalize, load_image, read_rgb, save_png, to_tensor, to_uint8_rgb
@@ -182,6 +183,7 @@ __all__ = [
     "UnknownMethodError",
     "XGradCAM",
     "__version__",
+    "app",
     "attribution_view",
     "audit",
     "auto_layer",

@@ -150,7 +150,8 @@ def test_the_root_holds_a_handful_of_modules():
     root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__", "_version"))
     assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules directly under camkit/: {root}; put new ones in a wing"
     wings = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    assert {"layers", "targets", "viz", "functional", "methods", "metrics", "audit", "evaluation", "debug", "cli"} <= wings
+    assert {"layers", "targets", "viz", "functional", "methods", "metrics", "audit", "evaluation", "debug", "cli",
+            "explorer"} <= wings
 
 
 # Who may not import whom: (importer prefix, imported prefixes it must not reach, why).
@@ -175,6 +176,7 @@ FORBIDDEN = [
     ("camkit.demo", ("camkit.cli",), "the demo knows no command line"),
     ("camkit.debug", ("camkit.cli",), "the debugging tools know no command line"),
     ("camkit.compat", ("camkit.cli",), "the compatibility layers know no command line"),
+    ("camkit.explorer", ("camkit.cli",), "the explorer knows no command line"),
 ]
 
 
@@ -201,6 +203,40 @@ def test_wings_keep_to_their_side(importer, banned, why):
         if any(target == b or target.startswith(b + ".") for b in banned)
     )
     assert wrong == [], f"{why}: {wrong}"
+
+
+def test_only_the_cli_and_camkit_app_import_the_explorer():
+    graph = import_graph()
+    users = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if not module.startswith(("camkit.explorer", "camkit.cli"))
+        for target in targets
+        if target.startswith("camkit.explorer") and (module, target) != ("camkit", "camkit.explorer.entry")
+    )
+    assert users == [], f"the explorer is the top of the package: only camkit.cli and camkit.app reach it: {users}"
+
+
+def _imports_module(path: Path, top: str) -> bool:
+    return any(
+        (isinstance(node, ast.Import) and any(a.name.split(".")[0] == top for a in node.names))
+        or (isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == top)
+        for node in ast.walk(ast.parse(path.read_text()))
+    )
+
+
+def test_only_the_explorer_imports_gradio():
+    users = sorted(name for name, path in _modules(PACKAGE).items() if _imports_module(path, "gradio"))
+    assert users and all(name.startswith("camkit.explorer.") for name in users), users
+    # the modules that import camkit.explorer at `import camkit` time never import gradio at module level
+    for name in ("camkit.explorer", "camkit.explorer.entry", "camkit.explorer.session"):
+        path = _modules(PACKAGE)[name]
+        top_level = [n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not any(
+            (isinstance(n, ast.Import) and any(a.name.startswith("gradio") for a in n.names))
+            or (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("gradio"))
+            for n in top_level
+        ), name
 
 
 def test_only_the_cli_package_parses_arguments():

@@ -1,6 +1,7 @@
-"""The ``camkit`` command line: ``camkit demo``, ``camkit explain``, ``camkit audit``, ``camkit evaluate``, ``camkit layers``.
+"""The ``camkit`` command line: ``camkit demo``, ``camkit explain``, ``camkit audit``, ``camkit evaluate``, ``camkit layers``,
+``camkit app``.
 
-One module per subcommand (:mod:`camkit.cli.audit`, :mod:`camkit.cli.debug`, :mod:`camkit.cli.demo`),
+One module per subcommand (:mod:`camkit.cli.app`, :mod:`camkit.cli.audit`, :mod:`camkit.cli.debug`, :mod:`camkit.cli.demo`),
 the model options they share in :mod:`camkit.cli.models`. Only this package knows argparse: the
 audit, the demo and the debugging tools are called from here and never call back.
 
@@ -29,7 +30,7 @@ __all__ = ["main"]
 def _load_commands() -> None:
     # Each subcommand module registers itself with @command when imported. A module whose own
     # import is missing (a trimmed install) leaves its command out; any other error is raised.
-    for optional in ("camkit.cli.audit", "camkit.cli.debug", "camkit.cli.demo", "camkit.cli.evaluate"):
+    for optional in ("camkit.cli.app", "camkit.cli.audit", "camkit.cli.debug", "camkit.cli.demo", "camkit.cli.evaluate"):
         try:
             __import__(optional)
         except ModuleNotFoundError as err:
