@@ -28,7 +28,7 @@ from ..modelload.video import video_preprocess
 from ..viz.overlay import overlay as blend
 from .session import Session
 
-__all__ = ["MediaResult", "explain_media", "media_kind", "media_positions", "media_view"]
+__all__ = ["MediaResult", "explain_media", "media_kind", "media_peak", "media_positions", "media_view"]
 
 MAX_VOXELS = 64 * 1024 * 1024  # what one live explanation reads at most (voxels, frame pixels or values)
 _MAP_RANK = {"volume": 3, "video": 3, "signal": 1}
@@ -141,6 +141,24 @@ def media_positions(result: MediaResult, axis: int = 0) -> int:
     return int(result.map.shape[0]) if result.kind == "video" else 1
 
 
+def media_peak(result: MediaResult, axis: int = 0) -> int:
+    """The position :func:`media_view` shows by default: a volume's slice along ``axis`` through the
+    map's peak, a video's frame holding the most map (0 for a signal).
+
+    Example:
+        >>> import numpy as np
+        >>> from camkit.explorer.media import MediaResult, media_peak
+        >>> heat = np.zeros((4, 5, 6), np.float32); heat[2, 1, 3] = 1.0
+        >>> [media_peak(MediaResult("volume", heat, heat, {}, None), a) for a in (0, 1, 2)]
+        [2, 1, 3]
+    """
+    if result.kind == "signal":
+        return 0
+    heat = np.moveaxis(result.map, _axis(axis), 0) if result.kind == "volume" else result.map
+    per = heat.reshape(heat.shape[0], -1)
+    return int((per.max(axis=1) if result.kind == "volume" else per.sum(axis=1)).argmax())
+
+
 def _axis(axis: Any) -> int:
     if isinstance(axis, bool) or axis not in (0, 1, 2):
         raise InvalidInputError(f"the axis of a volume is 0, 1 or 2; got {axis!r}")
@@ -172,8 +190,7 @@ def media_view(result: MediaResult, axis: int = 0, index: int | None = None, alp
     heat = np.moveaxis(result.map, along, 0)
     count = heat.shape[0]
     if index is None:
-        index = int(heat.reshape(count, -1).max(axis=1).argmax()) if result.kind == "volume" else int(
-            heat.reshape(count, -1).sum(axis=1).argmax())  # fmt: skip
+        index = media_peak(result, along)
     if isinstance(index, bool) or not 0 <= int(index) < count:
         raise InvalidInputError(f"position {index!r} is outside 0 to {count - 1} along this axis")
     index = int(index)

@@ -92,3 +92,25 @@ def test_a_model_that_does_not_take_the_file_says_so(tmp_path):
         explain_media(Session(model, device="cpu"), path, "gradcam")
     with pytest.raises(InvalidInputError, match="not a volume"):
         explain_media(Session(model, device="cpu"), tmp_path / "a.png", "gradcam")
+
+
+def test_the_explain_tab_callbacks_take_a_volume(tmp_path):
+    pytest.importorskip("gradio")
+    from camkit.explorer.explain_tab import explain_action, media_positions_update, rerender, upload_action
+
+    model = _net(nn.Conv3d, nn.AdaptiveAvgPool3d, 1)
+    session = Session(model, device="cpu")
+    path = tmp_path / "scan.nii"
+    write_volume(path, np.random.default_rng(3).normal(size=(5, 6, 7)).astype(np.float32), np.eye(4))
+    picture, classes, layers, target = upload_action(session, str(path), "gradcam")
+    assert picture is None and classes["choices"] == [] and layers["choices"][0] == ("automatic", "") and target == ""
+    png, npy, prediction, result = explain_action(session, tmp_path / "out", str(path), "gradcam", "", "1")
+    assert prediction["kind"] == "volume" and prediction["target"] == 1
+    assert np.array_equal(np.load(npy), result.map) and result.map.shape == (5, 6, 7)
+    assert np.array_equal(camkit.read_rgb(png), media_view(result))  # the picture: the slice through the peak
+    slider, top = media_positions_update(result, 1)
+    peak = int(np.unravel_index(int(result.map.argmax()), result.map.shape)[1])
+    assert slider["maximum"] == 5 and slider["value"] == peak and slider["visible"] is True
+    assert top["value"] == "1" and len(top["choices"]) == 3
+    assert np.array_equal(rerender(session, result, 0.5, "map", 1, peak), media_view(result, axis=1))
+    assert rerender(session, result, 0.5, "map", 2, 0).shape == (5, 6, 3)
