@@ -23,13 +23,20 @@ __all__ = ["explain_detections", "is_detector"]
 
 
 def is_detector(session: Session) -> bool:
-    """Whether the session's model is a detector camkit knows (torchvision, ultralytics, DETR)."""
+    """Whether the session's model is a detector camkit knows (torchvision, ultralytics, DETR).
+
+    Example:
+        >>> from camkit.explorer import Session
+        >>> from camkit.explorer.detect import is_detector
+        >>> is_detector(Session("demo", device="cpu"))
+        False
+    """
     return task_of(session.model) == "detect"
 
 
 def explain_detections(
     session: Session, out: str | Path, image: Any, method: str = "gradcam", layer: str | None = None,
-    *, score_threshold: float = 0.5, top: int | None = 10,
+    *, score_threshold: float = 0.5, top: int | None = 10, **settings: Any,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Explain every detection of one image: ``[{"label", "label_name", "box", "score", "overlay", "map"}...]``.
 
@@ -41,6 +48,7 @@ def explain_detections(
         method, layer: as for :meth:`Session.explain`.
         score_threshold: detections scoring below are left out.
         top: at most this many detections, best first (``None``: all).
+        **settings: the method's settings, as for :meth:`Session.explain`.
 
     Returns:
         One record per detection, best first; ``box`` is ``[x1, y1, x2, y2]`` in the image's pixels
@@ -49,7 +57,7 @@ def explain_detections(
     Raises:
         InvalidInputError: the model is not a detector, or no detection reaches ``score_threshold``.
 
-    Example:
+    Example (run in tests/explorer/test_explorer_detect.py, which checks the maps against GradCAM):
         >>> import tempfile
         >>> import numpy as np
         >>> from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn
@@ -58,8 +66,8 @@ def explain_detections(
         >>> net = fasterrcnn_mobilenet_v3_large_320_fpn(weights=None, weights_backbone=None, num_classes=3,
         ...                                             min_size=64, max_size=96, box_score_thresh=0.0)
         >>> found = explain_detections(Session(net, device="cpu"), tempfile.mkdtemp(),
-        ...                            np.full((48, 64, 3), 128, np.uint8), score_threshold=0.0, top=2)
-        >>> len(found), sorted(found[0])
+        ...                            np.full((48, 64, 3), 128, np.uint8), score_threshold=0.0, top=2)  # doctest: +SKIP
+        >>> len(found), sorted(found[0])  # doctest: +SKIP
         (2, ['box', 'label', 'label_name', 'map', 'overlay', 'score'])
     """
     if not is_detector(session):
@@ -72,7 +80,7 @@ def explain_detections(
     folder = Path(out) / "detections" / hashlib.sha256(key.encode()).hexdigest()[:16]
     entry: dict[str, Any] = {"path": "image.png"}
     with session._lock:
-        explainer = session._explainer(method, layer, {})
+        explainer = session._explainer(method, layer, dict(settings))
         explain_dense(session.loaded, explainer, entry, rgb, folder, score_threshold=score_threshold, top=top)
     if "error" in entry:
         raise InvalidInputError(entry["error"])

@@ -19,12 +19,15 @@ import numpy as np
 
 from ..errors import CamkitError, InvalidInputError, InvalidTargetError
 from ..io import save_png
+from .detect import explain_detections, is_detector
 from .inputs import image_hash, method_settings, read_image
 from .media import MediaResult, explain_media, media_kind, media_peak, media_positions, media_view
 from .session import LiveResult, Session
 
 __all__ = [
     "build_explain_tab",
+    "detection_select",
+    "detections_update",
     "explain_action",
     "layer_choices",
     "media_positions_update",
@@ -99,8 +102,8 @@ def _path(file: Any) -> str:
 
 def layer_choices(session: Session, image: Any, method: str) -> tuple[list[tuple[str, str]], str]:
     """The layer dropdown: ``[(label, value)...]`` with the automatic choice first, and its value ``""``."""
-    if isinstance(image, (str, Path)) and media_kind(image) is not None:  # volumes, videos, signals: no preview pass
-        image = None
+    if is_detector(session) or (isinstance(image, (str, Path)) and media_kind(image) is not None):
+        image = None  # detectors, volumes, videos, signals: no preview pass
     auto = session.auto_layer(image, method) if image is not None else None
     if auto is None and image is not None:
         return [("none: this method works on the input pixels", AUTOMATIC)], AUTOMATIC
@@ -114,9 +117,10 @@ def upload_action(session: Session, file: Any, method: str) -> tuple[Any, Any, A
         return None, gr.update(choices=[], value=None), gr.update(), ""
     try:
         path = _path(file)
-        if media_kind(path) is not None:  # a volume, video or signal: its classes come with its explanation
+        if media_kind(path) is not None or is_detector(session):  # classes (detections) come with the explanation
             choices, value = layer_choices(session, None, method)
-            return None, gr.update(choices=[], value=None), gr.update(choices=choices, value=value), ""
+            picture = None if media_kind(path) is not None else read_image(path)
+            return picture, gr.update(choices=[], value=None), gr.update(choices=choices, value=value), ""
         top = session.topk(path, k=5)
         choices, value = layer_choices(session, path, method)
         rgb = read_image(path)
@@ -150,7 +154,7 @@ def _file_for(folder: Path, result: LiveResult | MediaResult, suffix: str, extra
 
 def explain_action(
     session: Session, out: Path, file: Any, method: str, layer: Any, target: Any, settings: Any = ""
-) -> tuple[str, str, dict[str, Any], LiveResult | MediaResult]:
+) -> tuple[str, str, dict[str, Any], LiveResult | MediaResult | list[dict[str, Any]]]:
     """The ``explain`` endpoint: ``(path of the overlay .png, path of the map .npy, prediction, result)``.
 
     A volume, video or signal file (:func:`camkit.explorer.media.media_kind`) is explained through
@@ -163,6 +167,8 @@ def explain_action(
     """
     try:
         path = _path(file)
+        if is_detector(session) and media_kind(path) is None:
+            return _detections(session, out, path, method, layer, parse_settings(settings))
         explain = explain_media if media_kind(path) is not None else Session.explain
         result = explain(
             session, path, method, layer=str(layer) if layer else None, target=parse_target(target),
@@ -177,12 +183,45 @@ def explain_action(
     return str(png), str(npy), result.prediction, result
 
 
+def _detections(
+    session: Session, out: Path, path: str, method: str, layer: Any, settings: dict[str, Any]
+) -> tuple[str, str, dict[str, Any], list[dict[str, Any]]]:
+    """A detector's explanation: the best detection shown first, every detection in the result (the
+    gallery). The settings may hold ``score_threshold`` (default 0.5) and ``top`` (default 10)."""
+    threshold, top = settings.pop("score_threshold", 0.5), settings.pop("top", 10)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise InvalidInputError(f"score_threshold must be a number, got {threshold!r}")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise InvalidInputError(f"top must be a positive int or null, got {top!r}")
+    found = explain_detections(session, out, path, method, str(layer) if layer else None,
+                               score_threshold=float(threshold), top=top, **settings)  # fmt: skip
+    listed = [{k: r[k] for k in ("label", "label_name", "box", "score")} for r in found]
+    prediction = {"detections": listed, "shown": 0, "method": method, "layer": str(layer) if layer else None}
+    return found[0]["overlay"], found[0]["map"], prediction, found
+
+
+def detections_update(result: Any) -> Any:
+    """The detection gallery after an explanation: one picture per detection (hidden for other models)."""
+    if not isinstance(result, list):
+        return gr.update(value=None, visible=False)
+    return gr.update(value=[(r["overlay"], f"{j}: {r['label_name']} {r['score']:.2f}") for j, r in enumerate(result)],
+                     visible=True)  # fmt: skip
+
+
+def detection_select(result: Any, evt: gr.SelectData) -> tuple[Any, Any]:
+    """A click on a detection in the gallery: its overlay in the main picture and its map to download."""
+    if not isinstance(result, list) or not 0 <= int(evt.index) < len(result):
+        return gr.update(), gr.update()
+    chosen = result[int(evt.index)]
+    return chosen["overlay"], chosen["map"]
+
+
 def rerender(
     session: Session, result: LiveResult | MediaResult | None, alpha: float, view: str, axis: Any = 0, index: Any = None
 ) -> np.ndarray | None:
     """The overlay again at another opacity, or the signed view of a pixel attribution; for a volume
     or video, slice (or frame) ``index`` along ``axis`` (``None``: the one with the most map)."""
-    if result is None:
+    if result is None or isinstance(result, list):  # detections are drawn once, with their boxes
         return None
     try:
         if isinstance(result, MediaResult):
@@ -208,13 +247,18 @@ def media_positions_update(result: LiveResult | MediaResult | None, axis: Any) -
                      label=label), classes  # fmt: skip
 
 
-def save_overlay(out: Path, result: LiveResult | MediaResult | None, picture: np.ndarray | str | None) -> str | None:
+def save_overlay(out: Path, result: Any, picture: np.ndarray | str | None) -> str | None:
     """The overlay as it is shown, written as a PNG for download."""
     if result is None or picture is None:
         return None
     if isinstance(picture, (str, Path)):  # already a file of ours
         return str(picture)
     drawn = np.asarray(picture, dtype=np.uint8)
+    if isinstance(result, list):  # a detection's overlay, as shown
+        path = out / "overlays" / f"detection-{hashlib.sha256(drawn.tobytes()).hexdigest()[:16]}.png"
+        if not path.is_file():
+            save_png(path, drawn)
+        return str(path)
     path = _file_for(out / "overlays", result, ".png", hashlib.sha256(drawn.tobytes()).hexdigest()[:12])
     if not path.is_file():  # named after its pixels: an existing file already holds them
         save_png(path, drawn)
@@ -252,6 +296,7 @@ def build_explain_tab(session: Session, out: Path) -> gr.File:
             view = gr.Radio(["map", "signed"], value="map", label="view (signed: pixel attributions' signs)")
             axis = gr.Radio([("0", 0), ("1", 1), ("2", 2)], value=0, label="volume axis (slices across it)")
             position = gr.Slider(0, 1, value=0, step=1, label="slice or frame", visible=False)
+            boxes = gr.Gallery(label="detections (click one to show it)", visible=False, columns=4, height=200)
             npy = gr.File(label="map (.npy, float32 at the model input's size)")
             png = gr.File(label="overlay (.png, as shown)")
             prediction = gr.JSON(label="prediction")
@@ -263,7 +308,8 @@ def build_explain_tab(session: Session, out: Path) -> gr.File:
     )  # fmt: skip
     reset: dict[str, Any] = dict(fn=lambda: (0.5, "map"), inputs=None, outputs=[alpha, view], **PRIVATE)
     keep: dict[str, Any] = dict(fn=lambda r, p: save_overlay(out, r, p), inputs=[state, shown], outputs=[png], **PRIVATE)
-    redraw: dict[str, Any] = dict(fn=lambda r, a, v, ax, i: save_overlay(out, r, rerender(session, r, a, v, ax, i)),
+    redraw: dict[str, Any] = dict(fn=lambda r, a, v, ax, i: gr.update() if isinstance(r, list) else save_overlay(
+                                      out, r, rerender(session, r, a, v, ax, i)),
                                   inputs=[state, alpha, view, axis, position], outputs=[shown])  # fmt: skip
     slider: dict[str, Any] = dict(fn=media_positions_update, inputs=[state, axis], outputs=[position, classes],
                                   **PRIVATE)  # fmt: skip
@@ -271,11 +317,13 @@ def build_explain_tab(session: Session, out: Path) -> gr.File:
     file.change(lambda f, m: upload_action(session, f, m), [file, method], [picture, classes, layer, target],
                 **PRIVATE)  # fmt: skip
     method.change(lambda f, m: method_action(session, f, m), [file, method], [settings, layer], **PRIVATE)
-    go.click(**explain, api_name="explain").then(**reset).then(**keep).then(**slider)
+    listing: dict[str, Any] = dict(fn=detections_update, inputs=[state], outputs=[boxes], **PRIVATE)
+    go.click(**explain, api_name="explain").then(**reset).then(**keep).then(**slider).then(**listing)
     # a click on a top class explains that class at once
     classes.input(lambda c: c or "", [classes], [target], **PRIVATE).then(
         **explain, **PRIVATE
-    ).then(**reset).then(**keep).then(**slider)
+    ).then(**reset).then(**keep).then(**slider).then(**listing)
+    boxes.select(detection_select, [state], [shown, npy], **PRIVATE).then(**keep)
     alpha.release(**redraw, **PRIVATE).then(**keep)
     axis.input(**slider).then(**redraw, **PRIVATE).then(**keep)
     position.release(**redraw, **PRIVATE).then(**keep)

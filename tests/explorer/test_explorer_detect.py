@@ -53,3 +53,27 @@ def test_a_threshold_nothing_reaches_and_a_classifier_say_so(detector, tmp_path)
         explain_detections(Session(detector, device="cpu"), tmp_path, rgb, score_threshold=0.999)
     with pytest.raises(InvalidInputError, match="not a detector"):
         explain_detections(Session("demo", device="cpu"), tmp_path, rgb)
+
+
+@pytest.mark.slow
+def test_the_explain_tab_callbacks_list_one_clickable_per_detection(detector, tmp_path):
+    gr = pytest.importorskip("gradio")
+    from camkit.explorer.explain_tab import detection_select, detections_update, explain_action, upload_action
+
+    path = tmp_path / "street.png"
+    camkit.save_png(path, np.random.default_rng(1).integers(0, 256, size=(48, 64, 3), dtype=np.uint8))
+    session = Session(detector, device="cpu")
+    picture, classes, _, _ = upload_action(session, str(path), "gradcam")
+    assert picture.shape == (48, 64, 3) and classes["choices"] == []
+    with pytest.raises(gr.Error, match=r"no detection with score >= 0\.5"):  # the default threshold, random weights
+        explain_action(session, tmp_path / "out", str(path), "gradcam", "", "")
+    settings = '{"score_threshold": 0.0, "top": 3}'
+    png, npy, prediction, found = explain_action(session, tmp_path / "out", str(path), "gradcam", "", "", settings)
+    assert (png, npy) == (found[0]["overlay"], found[0]["map"]) and prediction["shown"] == 0
+    assert [d["score"] for d in prediction["detections"]] == [r["score"] for r in found]
+    assert len(found) == 3 and np.load(npy).shape == (48, 64)
+    gallery = detections_update(found)
+    assert gallery["visible"] is True and [p for p, _ in gallery["value"]] == [r["overlay"] for r in found]
+    last = len(found) - 1
+    assert detection_select(found, gr.SelectData(None, {"index": last, "value": None})) == (found[last]["overlay"], found[last]["map"])
+    assert detections_update(None)["visible"] is False
