@@ -17,6 +17,10 @@ __all__ = ["run_app"]
 
 def _app_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    for action in parser._actions:  # --model may be given twice here: the second model joins the Compare tab
+        if action.dest == "model":
+            action.__class__ = argparse._AppendAction
+            action.help = f"{action.help} (give it twice to compare two models in the Compare tab)"
     parser.add_argument("--classes", help="text file with one class name per line, in the model's output order")
     parser.add_argument(
         "--audit", action="append", default=[], metavar="DIR",
@@ -50,7 +54,10 @@ def run_app(args: argparse.Namespace) -> int:
     from ..explorer.session import Session
     from .models import model_from_args
 
-    session = Session(model_from_args(args), class_names=read_class_names(args.classes))
-    blocks = build_app(session, args.audit, args.evaluate)
+    names = read_class_names(args.classes)
+    sessions = [Session(model_from_args(argparse.Namespace(**{**vars(args), "model": spec})), class_names=names)
+                for spec in args.model]  # fmt: skip
+    more = {"compare_with": sessions[1:]} if len(sessions) > 1 else {}
+    blocks = build_app(sessions[0], args.audit, args.evaluate, **more)
     blocks.launch(server_name=args.host, server_port=args.port, share=False, inbrowser=False)
     return 0

@@ -72,9 +72,13 @@ def _optional_tab(module: str, builder: str, label: str, session: Session, folde
 
 
 def build_app(
-    session: Session, audits: Sequence[str | os.PathLike[str]] = (), evaluations: Sequence[str | os.PathLike[str]] = ()
+    session: Session, audits: Sequence[str | os.PathLike[str]] = (), evaluations: Sequence[str | os.PathLike[str]] = (),
+    *, compare_with: Sequence[Session] = (),
 ) -> ExplorerBlocks:
     """The explorer page for ``session``, with the audit and evaluation folders to browse.
+
+    ``compare_with``: more models' sessions; the Compare tab then shows the same methods on every
+    model in one grid (one column per model, one colour scale).
 
     Example:
         >>> from camkit.explorer import Session
@@ -91,7 +95,7 @@ def build_app(
         with gr.Tab(TAB_LABELS[0]):
             upload = build_explain_tab(session, temp)
         with gr.Tab(TAB_LABELS[1]):
-            build_compare_tab(session, follow=upload)
+            build_compare_tab(session, follow=upload, others=compare_with)
         with gr.Tab(TAB_LABELS[2]):
             _optional_tab("audit_tab", "build_audit_tab", "Audit", session, audit_paths)
         with gr.Tab(TAB_LABELS[3]):

@@ -187,3 +187,21 @@ def test_the_audit_and_evaluate_tabs_get_the_session_and_their_folders(session, 
     build_app(session, audits=[str(tmp_path / "a")], evaluations=[tmp_path / "e"])
     assert seen["build_audit_tab"][0] is session and seen["build_audit_tab"][1] == [tmp_path / "a"]
     assert seen["build_evaluate_tab"] == (session, [tmp_path / "e"])
+
+
+def test_two_models_share_one_grid_with_the_same_methods(session, image_file):
+    from camkit.explorer.compare_tab import compare_models_grid
+
+    torch.manual_seed(1)
+    other_net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                    torch.nn.Flatten(), torch.nn.Linear(4, len(CLASSES)))  # fmt: skip
+    other = Session(other_net, device="cpu")
+    cells = compare_models_grid([session, other], image_file, ["gradcam", "saliency"], target="2")
+    assert [caption.split(":")[1].split(",")[0].strip() for _, caption in cells] == ["gradcam"] * 2 + ["saliency"] * 2
+    expected = [session.explain(image_file, "gradcam", target=2), other.explain(image_file, "gradcam", target=2),
+                session.explain(image_file, "saliency", target=2), other.explain(image_file, "saliency", target=2)]
+    assert all(np.array_equal(picture, r.overlay) for (picture, _), r in zip(cells, expected, strict=True))
+    assert not np.array_equal(cells[0][0], cells[1][0])  # two models, two maps
+    assert cells[1][1].endswith("gradcam, automatic (1)") and cells[3][1].endswith("saliency, input pixels")
+    blocks = build_app(session, compare_with=[other])
+    assert "compare" in {d.api_name for d in blocks.fns.values()}

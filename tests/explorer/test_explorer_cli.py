@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_command_and_its_options_are_registered():
     parser = build_parser()
     args = parser.parse_args(["app", "--model", "demo", "--audit", "a", "--audit", "b", "--evaluate", "e"])
-    assert (args.model, args.audit, args.evaluate, args.port, args.host) == ("demo", ["a", "b"], ["e"], None, "127.0.0.1")
+    assert (args.model, args.audit, args.evaluate, args.port, args.host) == (["demo"], ["a", "b"], ["e"], None, "127.0.0.1")
+    assert parser.parse_args(["app", "--model", "demo", "--model", "timm:x"]).model == ["demo", "timm:x"]
+    assert parser.parse_args(["explain", "--model", "demo", "--out", "o", "a.png"]).model == "demo"  # only the app takes two
     sub = next(a for a in parser._subparsers._group_actions if a.dest == "command")
     text = sub.choices["app"].format_help()
     for option in ("--model", "--audit", "--evaluate", "--port", "--host", "--classes", "--weights"):
@@ -40,9 +42,10 @@ def test_the_command_launches_locally_with_the_folders_given(monkeypatch, tmp_pa
     seen: dict = {}
     real = app_module.build_app
 
-    def build(session, audits=(), evaluations=()):
+    def build(session, audits=(), evaluations=(), compare_with=()):
         seen["session"], seen["audits"], seen["evaluations"] = session, list(audits), list(evaluations)
-        blocks = real(session, audits, evaluations)
+        seen["compare_with"] = list(compare_with)
+        blocks = real(session, audits, evaluations, compare_with=compare_with)
         monkeypatch.setattr(blocks, "launch", lambda **kwargs: seen.update(launch=kwargs))
         return blocks
 
@@ -54,7 +57,11 @@ def test_the_command_launches_locally_with_the_folders_given(monkeypatch, tmp_pa
     assert seen["audits"] == ["x"] and seen["evaluations"] == []
     assert seen["session"].class_names == ["a", "b", "c", "d"]
     assert seen["launch"]["server_name"] == "127.0.0.1" and seen["launch"]["server_port"] == 7999
-    assert seen["launch"]["share"] is False
+    assert seen["launch"]["share"] is False and seen["compare_with"] == []
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))  # tests/tinyfactory.py
+    code = main(["app", "--model", "demo", "--model", "tinyfactory:tiny", "--device", "cpu", "--port", "7999"])
+    assert code == 0 and seen["session"].loaded.spec == "demo"
+    assert [s.loaded.spec for s in seen["compare_with"]] == ["tinyfactory:tiny"]
 
 
 def test_launch_defaults_stay_on_this_machine(monkeypatch):
