@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import CamkitError
 from ..registry import list_methods
+from .inputs import IMAGE_BUTTONS
 from .tables import (
     AuditFolder,
     audit_findings,
@@ -35,8 +36,6 @@ SHOWN_ROWS = 1000
 """Rows the table shows at once (the first of the filtered, sorted rows)."""
 ALL = "(all)"
 CORRECTNESS = (ALL, "correct", "incorrect")
-IMAGE_BUTTONS: tuple[Literal["download", "fullscreen"], ...] = ("download", "fullscreen")
-"""The image corner buttons: no "share" (it posts to Hugging Face; nothing leaves the machine)."""
 _EXPLAIN_ERRORS = (CamkitError, ValueError, KeyError, TypeError, RuntimeError, OSError)
 
 

@@ -15,7 +15,7 @@ import gradio as gr
 import numpy as np
 
 from .explain_tab import AUTOMATIC, PRIVATE, _path, parse_target, shown_error
-from .inputs import takes_layer
+from .inputs import IMAGE_BUTTONS, takes_layer
 from .session import Session
 
 __all__ = ["SCALE_NOTE", "build_compare_tab", "compare_grid", "compare_models_grid", "grid_columns"]
@@ -113,7 +113,7 @@ def build_compare_tab(session: Session, follow: gr.File | None = None, others: S
             go = gr.Button("Compare", variant="primary")
         with gr.Column(scale=3):
             grid = gr.Gallery(label="methods x layers", columns=3, object_fit="contain", height=560, preview=False,
-                              elem_classes=["camkit-cells"])  # fmt: skip
+                              buttons=list(IMAGE_BUTTONS), elem_classes=["camkit-cells"])  # fmt: skip
             gr.Markdown(SCALE_NOTE)
 
     def run(file_: Any, methods_: list[str], layers_: list[str], target_: Any) -> Any:

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import CamkitError, InvalidInputError, InvalidTargetError
 from ..io import save_png
 from .detect import explain_detections, is_detector
-from .inputs import image_hash, method_settings, read_image
+from .inputs import IMAGE_BUTTONS, image_hash, method_settings, read_image
 from .media import MediaResult, explain_media, media_kind, media_peak, media_positions, media_view
 from .session import LiveResult, Session
 
@@ -278,7 +278,7 @@ def build_explain_tab(session: Session, out: Path) -> gr.File:
     with gr.Row():
         with gr.Column(scale=1):
             file = gr.File(label="image file", file_count="single", type="filepath")
-            picture = gr.Image(label="image", interactive=False, format="png", height=240,
+            picture = gr.Image(label="image", interactive=False, format="png", height=240, buttons=list(IMAGE_BUTTONS),
                                elem_classes=["camkit-picture"])  # fmt: skip
             classes = gr.Radio(label="top classes (click one to explain it)", choices=[])
             target = gr.Textbox(label="target class index (empty: the predicted class)", value="")
@@ -290,13 +290,14 @@ def build_explain_tab(session: Session, out: Path) -> gr.File:
             )  # fmt: skip
             go = gr.Button("Explain", variant="primary")
         with gr.Column(scale=2):
-            shown = gr.Image(label="overlay", interactive=False, format="png", height=420,
+            shown = gr.Image(label="overlay", interactive=False, format="png", height=420, buttons=list(IMAGE_BUTTONS),
                              elem_classes=["camkit-picture"])  # fmt: skip
             alpha = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="opacity of the map")
             view = gr.Radio(["map", "signed"], value="map", label="view (signed: pixel attributions' signs)")
             axis = gr.Radio([("0", 0), ("1", 1), ("2", 2)], value=0, label="volume axis (slices across it)")
             position = gr.Slider(0, 1, value=0, step=1, label="slice or frame", visible=False)
-            boxes = gr.Gallery(label="detections (click one to show it)", visible=False, columns=4, height=200)
+            boxes = gr.Gallery(label="detections (click one to show it)", visible=False, columns=4, height=200,
+                               buttons=list(IMAGE_BUTTONS))
             npy = gr.File(label="map (.npy, float32 at the model input's size)")
             png = gr.File(label="overlay (.png, as shown)")
             prediction = gr.JSON(label="prediction")

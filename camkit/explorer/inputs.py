@@ -5,13 +5,16 @@ from __future__ import annotations
 import hashlib
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ..errors import InvalidInputError
 from ..io import read_rgb
 from ..registry import get_method
+
+IMAGE_BUTTONS: tuple[Literal["download", "fullscreen"], ...] = ("download", "fullscreen")
+"""The corner buttons of every picture in the app: no "share" (it posts to Hugging Face; nothing leaves the machine)."""
 
 __all__ = ["image_hash", "method_settings", "read_image", "takes_layer"]
 
