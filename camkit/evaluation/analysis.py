@@ -76,6 +76,18 @@ def _metric_part(
     return info, per_method
 
 
+def _unranked(table: np.ndarray, spec: MetricSpec, methods: Sequence[str], seed: int) -> dict[str, Any]:
+    """A metric without a better direction: per method, the mean and its 95% bootstrap interval only."""
+    per_method = {}
+    for j, method in enumerate(methods):
+        column = table[:, j]
+        scored = column[~np.isnan(column)]
+        low, high = bootstrap_interval(column, seed + j) if scored.size else (math.nan, math.nan)
+        per_method[method] = {"mean": _num(float(scored.mean())) if scored.size else None, "low": _num(low),
+                              "high": _num(high)}  # fmt: skip
+    return {"family": spec.family, "summary": spec.summary, "scores": per_method}
+
+
 def _leader(per_method: Mapping[str, Mapping[str, Any]], higher: bool) -> dict[str, Any]:
     """The method with the best mean, and whether its interval is apart from every other's."""
     scored = {m: v for m, v in per_method.items() if v["mean"] is not None}
@@ -118,9 +130,11 @@ def analyse(
         seed: seeds every bootstrap and the split-half shuffle.
 
     Returns:
-        ``{"methods", "controls", "metrics", "scores", "overall", "agreement", "gates", "verdict"}``;
+        ``{"methods", "controls", "metrics", "scores", "overall", "agreement", "gates", "unranked", "verdict"}``;
         ``scores[method][metric]`` holds ``mean``, ``low``, ``high`` (95% bootstrap), ``mean_rank`` and
-        ``prob_first``.
+        ``prob_first``. A metric without a better direction (``higher_is_better=None``) is not ranked:
+        it is left out of ``metrics`` and ``scores`` and summarised in ``unranked[metric]`` (family,
+        summary, and per method the mean and its interval).
 
     Example:
         >>> import numpy as np
@@ -135,6 +149,9 @@ def analyse(
     gates = gates or {}
     metrics: dict[str, Any] = {}
     scores: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    unranked = {name: _unranked(np.asarray(t, dtype=float), specs[name], methods, seed)
+                for name, t in tables.items() if specs[name].higher_is_better is None}  # fmt: skip
+    tables = {name: t for name, t in tables.items() if name not in unranked}
     for name, table in tables.items():
         info, per_method = _metric_part(np.asarray(table, dtype=float), specs[name], methods, seed)
         metrics[name] = info
@@ -158,6 +175,7 @@ def analyse(
     summary = {
         "methods": list(methods), "controls": list(controls), "metrics": metrics, "scores": scores,
         "overall": overall, "agreement": agreement, "gates": {m: dict(g) for m, g in gates.items()},
+        "unranked": unranked,
     }  # fmt: skip
     summary["verdict"] = verdict(summary)
     return summary
