@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from .stats import (
     bootstrap_interval,
     complete_rows,
@@ -48,6 +49,9 @@ def _num(value: float) -> float | None:
 def _metric_part(
     table: np.ndarray, spec: MetricSpec, methods: Sequence[str], seed: int
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    higher = spec.higher_is_better
+    if higher is None:  # analyse() summarises these apart (_unranked)
+        raise InvalidInputError(f"metric {spec.name!r} has no better direction and cannot be ranked")
     rows = complete_rows(table)
     n, k = rows.shape
     per_method: dict[str, dict[str, Any]] = {}
@@ -55,11 +59,11 @@ def _metric_part(
         "family": spec.family, "higher_is_better": spec.higher_is_better, "images": int(n),
         "images_scored": int((~np.isnan(table)).any(axis=1).sum()), "summary": spec.summary,
     }  # fmt: skip
-    ranks = image_ranks(rows, spec.higher_is_better) if n else np.zeros((0, k))
+    ranks = image_ranks(rows, higher) if n else np.zeros((0, k))
     chi2, p = friedman(rows)
     alpha = rank_alpha(ranks)
     rho, sb = split_half(ranks, seed)
-    wins = prob_first(rows, spec.higher_is_better, seed) if n else np.full(k, math.nan)
+    wins = prob_first(rows, higher, seed) if n else np.full(k, math.nan)
     for j, method in enumerate(methods):
         low, high = bootstrap_interval(rows[:, j], seed + j) if n else (math.nan, math.nan)
         per_method[method] = {
@@ -72,7 +76,7 @@ def _metric_part(
         split_half={"rho": _num(rho), "spearman_brown": _num(sb)}, reliable=reliable,
         separates=not math.isnan(p) and p < P_MAX,
     )  # fmt: skip
-    info.update(_leader(per_method, spec.higher_is_better))
+    info.update(_leader(per_method, higher))
     return info, per_method
 
 
