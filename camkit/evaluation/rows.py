@@ -112,7 +112,9 @@ def mosaics(x: Tensor) -> tuple[Tensor, Tensor]:
     batch, spatial = x.shape[0], x.shape[2:]
     if any(s < 2 for s in spatial):
         raise InvalidInputError(f"a mosaic halves every spatial axis, which needs at least 2 positions, got {list(x.shape)}")
-    pool = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}.get(len(spatial))
+    pools: dict[int, Callable[..., Tensor]] = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d,
+                                               3: F.adaptive_avg_pool3d}  # fmt: skip
+    pool = pools.get(len(spatial))
     if pool is None:
         raise InvalidInputError(f"mosaics take inputs [B, C, T], [B, C, H, W] or [B, C, D, H, W], got {list(x.shape)}")
     out = torch.empty_like(x)
@@ -121,7 +123,7 @@ def mosaics(x: Tensor) -> tuple[Tensor, Tensor]:
     for p, bits in enumerate(parts):
         window = tuple(slice(0, s // 2) if b == 0 else slice(s // 2, s) for b, s in zip(bits, spatial))
         size = tuple(s // 2 if b == 0 else s - s // 2 for b, s in zip(bits, spatial))
-        out[(slice(None), slice(None), *window)] = pool(x[sources[:, p].to(x.device)], size)  # type: ignore[operator]
+        out[(slice(None), slice(None), *window)] = pool(x[sources[:, p].to(x.device)], size)
     return out, sources
 
 
