@@ -275,10 +275,10 @@ class EfficientMPRT(_Randomisation):
             raise InvalidInputError(
                 "camkit.compat.quantus.EfficientMPRT computes the discrete entropy only: leave complexity_func unset"
             )
-        self.rule = options.get("rule")
-        if self.rule is not None and "n_bins" not in options and self.rule not in _BIN_RULES:
+        self.rule: str = str(options.get("rule") or "")
+        if self.rule and "n_bins" not in options and self.rule not in _BIN_RULES:
             raise InvalidInputError(f"complexity_func_kwargs['rule'] must be one of {list(_BIN_RULES)}, got {self.rule!r}")
-        self.fixed_bins = "n_bins" in options or self.rule is None
+        self.fixed_bins = "n_bins" in options or not self.rule
         self.n_bins = int(options.get("n_bins", options.get("n_bins_default", 100)))
         self.bin_limits = (int(options.get("min_n_bins", 10)), int(options.get("max_n_bins", 200)))
         self.similarity_func = similarity_func
@@ -288,7 +288,7 @@ class EfficientMPRT(_Randomisation):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         a_batch = kwargs.get("a_batch", args[3] if len(args) > 3 else None)
-        self._rule_bins = None
+        self._rule_bins: int | None = None
         if not self.fixed_bins and a_batch is not None:  # Quantus reads the rule off a_batch as given
             self._rule_bins = bins_by_rule(np.asarray(a_batch), self.rule, *self.bin_limits)
         self._extra: list[dict[str, Tensor]] = []
