@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from .stats import (
     bootstrap_interval,
     complete_rows,
@@ -48,6 +49,9 @@ def _num(value: float) -> float | None:
 def _metric_part(
     table: np.ndarray, spec: MetricSpec, methods: Sequence[str], seed: int
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    higher = spec.higher_is_better
+    if higher is None:  # analyse() summarises these apart (_unranked)
+        raise InvalidInputError(f"metric {spec.name!r} has no better direction and cannot be ranked")
     rows = complete_rows(table)
     n, k = rows.shape
     per_method: dict[str, dict[str, Any]] = {}
@@ -55,11 +59,11 @@ def _metric_part(
         "family": spec.family, "higher_is_better": spec.higher_is_better, "images": int(n),
         "images_scored": int((~np.isnan(table)).any(axis=1).sum()), "summary": spec.summary,
     }  # fmt: skip
-    ranks = image_ranks(rows, spec.higher_is_better) if n else np.zeros((0, k))
+    ranks = image_ranks(rows, higher) if n else np.zeros((0, k))
     chi2, p = friedman(rows)
     alpha = rank_alpha(ranks)
     rho, sb = split_half(ranks, seed)
-    wins = prob_first(rows, spec.higher_is_better, seed) if n else np.full(k, math.nan)
+    wins = prob_first(rows, higher, seed) if n else np.full(k, math.nan)
     for j, method in enumerate(methods):
         low, high = bootstrap_interval(rows[:, j], seed + j) if n else (math.nan, math.nan)
         per_method[method] = {
@@ -72,8 +76,20 @@ def _metric_part(
         split_half={"rho": _num(rho), "spearman_brown": _num(sb)}, reliable=reliable,
         separates=not math.isnan(p) and p < P_MAX,
     )  # fmt: skip
-    info.update(_leader(per_method, spec.higher_is_better))
+    info.update(_leader(per_method, higher))
     return info, per_method
+
+
+def _unranked(table: np.ndarray, spec: MetricSpec, methods: Sequence[str], seed: int) -> dict[str, Any]:
+    """A metric without a better direction: per method, the mean and its 95% bootstrap interval only."""
+    per_method = {}
+    for j, method in enumerate(methods):
+        column = table[:, j]
+        scored = column[~np.isnan(column)]
+        low, high = bootstrap_interval(column, seed + j) if scored.size else (math.nan, math.nan)
+        per_method[method] = {"mean": _num(float(scored.mean())) if scored.size else None, "low": _num(low),
+                              "high": _num(high)}  # fmt: skip
+    return {"family": spec.family, "summary": spec.summary, "scores": per_method}
 
 
 def _leader(per_method: Mapping[str, Mapping[str, Any]], higher: bool) -> dict[str, Any]:
@@ -118,9 +134,11 @@ def analyse(
         seed: seeds every bootstrap and the split-half shuffle.
 
     Returns:
-        ``{"methods", "controls", "metrics", "scores", "overall", "agreement", "gates", "verdict"}``;
+        ``{"methods", "controls", "metrics", "scores", "overall", "agreement", "gates", "unranked", "verdict"}``;
         ``scores[method][metric]`` holds ``mean``, ``low``, ``high`` (95% bootstrap), ``mean_rank`` and
-        ``prob_first``.
+        ``prob_first``. A metric without a better direction (``higher_is_better=None``) is not ranked:
+        it is left out of ``metrics`` and ``scores`` and summarised in ``unranked[metric]`` (family,
+        summary, and per method the mean and its interval).
 
     Example:
         >>> import numpy as np
@@ -135,6 +153,9 @@ def analyse(
     gates = gates or {}
     metrics: dict[str, Any] = {}
     scores: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    unranked = {name: _unranked(np.asarray(t, dtype=float), specs[name], methods, seed)
+                for name, t in tables.items() if specs[name].higher_is_better is None}  # fmt: skip
+    tables = {name: t for name, t in tables.items() if name not in unranked}
     for name, table in tables.items():
         info, per_method = _metric_part(np.asarray(table, dtype=float), specs[name], methods, seed)
         metrics[name] = info
@@ -158,6 +179,7 @@ def analyse(
     summary = {
         "methods": list(methods), "controls": list(controls), "metrics": metrics, "scores": scores,
         "overall": overall, "agreement": agreement, "gates": {m: dict(g) for m, g in gates.items()},
+        "unranked": unranked,
     }  # fmt: skip
     summary["verdict"] = verdict(summary)
     return summary

@@ -130,6 +130,19 @@ def _scores_table(s: Mapping[str, Any]) -> str:
     return _table(head, rows)
 
 
+def _unranked_table(s: Mapping[str, Any]) -> str:
+    unranked = s.get("unranked") or {}
+    if not unranked:
+        return ""
+    rows = [[_name(method, s["controls"]), *[
+        f"{_f(u['scores'][method]['mean'])} <span class=small>[{_f(u['scores'][method]['low'])}, "
+        f"{_f(u['scores'][method]['high'])}]</span>" for u in unranked.values()]] for method in s["methods"]]  # fmt: skip
+    notes = "".join(f"<li>{_e(m)}: {_e(u['summary'])}</li>" for m, u in unranked.items())
+    return ("<h2>Not ranked</h2><p>Metrics without a better direction: mean and 95% bootstrap interval, kept out "
+            f"of the ranks and the verdict.</p><ul class=small>{notes}</ul>"
+            + _table(["method", *[_e(m) for m in unranked]], rows))  # fmt: skip
+
+
 def _gates_table(s: Mapping[str, Any]) -> str:
     rows = []
     for method in s["methods"]:
@@ -223,7 +236,7 @@ def render(summary: Mapping[str, Any]) -> str:
         f'<h2>Verdict</h2><p class="verdict">{_e(s["verdict"]["text"])}</p>'
         "<h2>Methods by metric</h2><p>Mean score, its 95% bootstrap interval and the mean rank over images (1 = best; "
         "&uarr; higher is better, &darr; lower is better). The best mean per metric is highlighted. Controls need no "
-        f"model: a method that does not beat them says little.</p>{_scores_table(s)}"
+        f"model: a method that does not beat them says little.</p>{_scores_table(s)}{_unranked_table(s)}"
         f"<h2>Sanity gates</h2><p>Spearman correlation of each method's maps with the maps of a fully re-initialised "
         "model copy, and with the maps of a random other class, on the first images; above 0.5 fails (the map does "
         f"not depend on what it claims to explain).</p>{_gates_table(s)}"

@@ -44,6 +44,7 @@ from ..registry import get_method, list_methods
 from .controls import CONTROLS, centre_map, edge_map, gate_checks
 from .inputs import check_masks
 from .outputs import GATES, finish
+from .rows import layer_features
 from .table import MetricInput, MetricSpec, select_metrics
 
 __all__ = ["DEFAULT_METHODS", "Plan", "evaluate"]
@@ -73,6 +74,7 @@ class Plan:
     factories: dict[str, Factory]
     metrics: list[MetricSpec]
     region: str | None
+    layer: str | None = None
     steps: int = 20
     chunk_size: int = 64
     seed: int = 0
@@ -121,7 +123,8 @@ def _plan(methods: list[str], metrics: Any, have_masks: bool, region: str | None
         else:
             factories[c] = partial(_random_cam, layer=layer, seed=seed)
     chosen = select_metrics(metrics, have_masks=have_masks)
-    return Plan([*methods, *added], added, factories, chosen, region if have_masks else None, steps, chunk_size, seed)
+    return Plan([*methods, *added], added, factories, chosen, region if have_masks else None, layer, steps, chunk_size,
+                seed)  # fmt: skip
 
 
 def evaluate(
@@ -320,6 +323,7 @@ def _loop(plan: Plan, loaded: LoadedModel, loader: Any, spec: Any, labels: Seque
     generator = torch.Generator().manual_seed(plan.seed + 1000 * ctx.rank)
     seconds = plan.seconds
     explainers = {name: plan.factories[name](loaded.model) for name in plan.methods}
+    features = layer_features(loaded.model, plan.layer)  # resolved on first use only
     with tqdm(total=total, unit="img", disable=not (progress and ctx.main), dynamic_ncols=True,
               desc="evaluate" if ctx.world == 1 else f"evaluate (rank 0 of {ctx.world})") as bar:  # fmt: skip
         for seq, batch in enumerate(loader):
@@ -335,7 +339,7 @@ def _loop(plan: Plan, loaded: LoadedModel, loader: Any, spec: Any, labels: Seque
                 for metric in plan.metrics:
                     tic = time.perf_counter()
                     view = MetricInput(loaded.model, x, maps, target, masks, generator, plan.steps, plan.chunk_size,
-                                       explainers[name])  # fmt: skip
+                                       explainers[name], plan.factories[name], features)  # fmt: skip
                     scores[name][metric.name] = metric.compute(view).detach().float().cpu()
                     seconds[f"metric.{metric.name}"] = seconds.get(f"metric.{metric.name}", 0.0) + time.perf_counter() - tic
             rows = _rows(batch, dataset, ok, logits, target, scores)

@@ -66,6 +66,10 @@ class MetricInput:
         steps: steps of the perturbation curves.
         chunk_size: perturbed images per forward pass.
         explain: ``f(x, target) -> maps`` of the same method, for metrics that re-explain.
+        factory: ``f(model) -> explainer``, the same method built on another model (a randomised
+            or shifted copy), for the randomisation and input invariance rows.
+        representation: ``f(inputs) -> features`` of an inner layer (the CAM layer), for
+            relative representation stability.
     """
 
     model: nn.Module
@@ -77,6 +81,8 @@ class MetricInput:
     steps: int = 20
     chunk_size: int = 64
     explain: Callable[[Tensor, Tensor], Tensor] | None = None
+    factory: Callable[[nn.Module], Callable[[Tensor, Tensor], Tensor]] | None = None
+    representation: Callable[[Tensor], Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,9 @@ class MetricSpec:
         name: the key used on the command line and in ``scores.csv``.
         family: one of :data:`FAMILIES`.
         compute: ``f(MetricInput) -> Tensor [B]``, one score per image.
-        higher_is_better: the direction used for ranks (rank 1 is the best method).
+        higher_is_better: the direction used for ranks (rank 1 is the best method); ``None`` for a
+            metric without one (completeness: 0 is best), kept out of the ranks but written to
+            ``scores.csv`` and summarised.
         needs_model: runs the model (perturbation metrics); a model-free metric only reads maps.
         needs_masks: needs a localisation region per image (a manifest region).
         needs_reexplain: explains perturbed inputs again (robustness metrics; costly).
@@ -99,7 +107,7 @@ class MetricSpec:
     name: str
     family: str
     compute: Callable[[MetricInput], Tensor]
-    higher_is_better: bool
+    higher_is_better: bool | None
     needs_model: bool = True
     needs_masks: bool = False
     needs_reexplain: bool = False

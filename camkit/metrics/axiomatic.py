@@ -132,11 +132,11 @@ class _Shifted(nn.Module):
 
     def __init__(self, model: nn.Module, shift: float) -> None:
         super().__init__()
-        self.model = model
+        self.module = model  # named as DataParallel names its model: camkit's layer names resolve on it
         self.shift = shift
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.model(x - self.shift)
+        return self.module(x - self.shift)
 
 
 def input_invariance(
@@ -155,7 +155,8 @@ def input_invariance(
     it gives exactly the same outputs (and activations) as the first on ``x``; a method is
     input invariant when ``explain(model2, x', target)`` equals ``explain(model, x, target)``
     within ``atol``. Gradients pass unchanged; input times gradient does not. The second model
-    wraps the first (its modules are reached as ``model.<name>``); neither is modified. Cost:
+    wraps the first (its modules are reached as ``module.<name>``, so camkit explainers resolve the
+    first model's layer names on it); neither is modified. Cost:
     two explanations.
 
     Args:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from camkit import metrics
 from camkit.compat import quantus as cq
 from tests.models import RankNet, rank_input
 
@@ -56,6 +57,19 @@ def test_equals_quantus_on_the_same_draws(name: str, init: dict) -> None:
     call = setup()
     init = {"normalise": False, **init}
     np.testing.assert_allclose(run(cq, name, init=init, **call), run(quantus, name, init=init, **call), rtol=2e-4)
+
+
+def test_continuity_number_baseline_fills_every_channel_quantus_only_the_first() -> None:
+    call = setup()
+    init = {"nr_steps": 5, "abs": False, "normalise": False, "perturb_baseline": 0.5}
+    ours = run(cq, "Continuity", init=init, **call)
+    x, y = torch.as_tensor(call["x_batch"]), torch.as_tensor(call["y_batch"])
+    explain = lambda inputs, t: torch.as_tensor(q_explain(call["model"], inputs.numpy(), t.numpy()))[:, 0]  # noqa: E731
+    native = metrics.continuity(explain, x, y, model=call["model"], steps=5, fill=0.5)
+    np.testing.assert_allclose(ours, native.numpy(), rtol=1e-5)
+    # Quantus passes the number to cv2.warpAffine as one scalar border value: channel 0 gets 0.5, the others 0
+    theirs = run(quantus, "Continuity", init=init, **call)
+    assert not np.allclose(ours, theirs, rtol=1e-2)
 
 
 def test_defaults_equal_quantus() -> None:

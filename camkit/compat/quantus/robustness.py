@@ -148,8 +148,8 @@ class Continuity(_Robustness):
     """Quantus's ``Continuity`` on :func:`camkit.metrics.continuity`.
 
     ``max_k ||e(x) - e(x_k)||_1 / ||x - x_k||_2`` over ``nr_steps`` translations along the last
-    axis, filled with each input's minimum (``perturb_baseline="black"``, the only one
-    supported). As Quantus, the inputs are re-explained (``a_batch`` is not used). Equal to
+    axis, filled with each input's minimum (``perturb_baseline="black"``) or a number (the
+    other fills Quantus offers are refused: call the native function). As Quantus, the inputs are re-explained (``a_batch`` is not used). Equal to
     Quantus on images with ``normalise=False``; camkit also takes signals and volumes.
     Translations that change nothing are left out (Quantus divides 0 by 1e-9).
     """
@@ -160,18 +160,23 @@ class Continuity(_Robustness):
         abs: bool = True, normalise: bool = True, **kwargs: Any,
     ) -> None:  # fmt: skip
         _only_defaults("Continuity", perturb_func=perturb_func, perturb_func_kwargs=perturb_func_kwargs or None)
-        if perturb_baseline != "black":
-            raise InvalidInputError(f"Continuity supports perturb_baseline='black' only, got {perturb_baseline!r}")
+        number = isinstance(perturb_baseline, (int, float)) and not isinstance(perturb_baseline, bool)
+        if perturb_baseline != "black" and not number:
+            raise InvalidInputError(
+                f"Continuity supports perturb_baseline='black' (each sample's minimum) or a number, got "
+                f"{perturb_baseline!r}; call camkit.metrics.continuity(fill=...) for another fill"
+            )
         super().__init__(abs=abs, normalise=normalise, **kwargs)
         self.nr_steps = nr_steps
+        self.fill = float(perturb_baseline) if number else None
         self.skip_changed = return_nan_when_prediction_changes
 
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Any:
         scores = metrics.continuity(
-            self.explainer(model), x, y, model=model, steps=self.nr_steps, skip_changed=self.skip_changed,
-            chunk_size=chunk_size,
+            self.explainer(model), x, y, model=model, steps=self.nr_steps, fill=self.fill,
+            skip_changed=self.skip_changed, chunk_size=chunk_size,
         )  # fmt: skip
         return rows(scores)
 
