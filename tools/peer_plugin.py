@@ -80,6 +80,6 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = os.environ.get("CAMKIT_PEER_REPORT")
-    if path:
+    if path and not hasattr(session.config, "workerinput"):  # pytest-xdist: the controller writes the report
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(_OUTCOMES, handle, indent=1, sort_keys=True)
