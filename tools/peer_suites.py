@@ -20,6 +20,7 @@ runs, are listed in ``SUITES`` with the reason, printed, and not counted.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -40,6 +41,8 @@ class Suite:
     folder: str  # under peer-suites/
     original: str  # the import name of the original package
     compat: str  # camkit's module that installs itself under that name
+    distribution: str  # the original's name on the package index
+    version: str  # the release whose tests the folder holds
     #: tests that read the original's source text or replace internals of its loops that camkit's
     #: translation does not run through: no translation can pass them; node id -> the reason
     exceptions: dict[str, str] = field(default_factory=dict)
@@ -51,6 +54,8 @@ SUITES = {
         "grad-cam-1.5.7",
         "pytorch_grad_cam",
         "camkit.compat.pytorch_grad_cam",
+        "grad-cam",
+        "1.5.7",
         {
             "tests/test_finer_cam_correctness.py::test_finercam_htcore_is_single_underscore": (
                 "reads FinerCAM's source with inspect.getsource and looks for 'self.base_cam._htcore', "
@@ -63,6 +68,8 @@ SUITES = {
         "torchcam-0.5.0",
         "torchcam",
         "camkit.compat.torchcam",
+        "torchcam",
+        "0.5.0",
         {
             **{
                 f"tests/test_methods_activation.py::test_scorecam_restores_state_on_error[{name}]": (
@@ -118,8 +125,8 @@ def _workdir() -> Path:
 
 
 def run_once(suite: Suite, base: Path, files: list[str], keyword: str | None, compat: bool, timeout: float,
-             workers: int = 0) -> tuple[dict[str, str], float, str]:
-    """One pytest run of ``suite``; ``({nodeid: outcome}, seconds, output tail)``."""
+             workers: int = 0) -> tuple[dict[str, str], float, str, dict[str, float]]:
+    """One pytest run of ``suite``; ``({nodeid: outcome}, seconds, output tail, {nodeid: seconds})``."""
     work = _workdir()
     report = work / "outcomes.json"
     tests = [str(base / "tests" / f) for f in files] if files else [str(base / "tests")]
@@ -145,7 +152,15 @@ def run_once(suite: Suite, base: Path, files: list[str], keyword: str | None, co
         tail = f"timed out after {timeout:.0f} s\n" + str(expired.stdout or "")[-2000:]
     seconds = time.perf_counter() - start
     outcomes = json.loads(report.read_text()) if report.exists() else {}
-    return outcomes, seconds, tail
+    durations_file = Path(str(report) + ".durations")
+    durations = json.loads(durations_file.read_text()) if durations_file.exists() else {}
+    return outcomes, seconds, tail, durations
+
+
+def slowest(durations: dict[str, float], count: int = 8) -> str:
+    """The ``count`` slowest tests, one per line with their seconds."""
+    ranked = sorted(durations.items(), key=lambda item: -item[1])[:count]
+    return "\n".join(f"  {seconds:8.1f} s  {nodeid}" for nodeid, seconds in ranked)
 
 
 def compare(suite: Suite, original: dict[str, str], ours: dict[str, str] | None) -> tuple[list[str], list[str]]:
@@ -204,20 +219,25 @@ def main(argv: list[str] | None = None) -> int:
         if importlib.util.find_spec(suite.original) is None:
             print(f"{suite.name}: the original package '{suite.original}' is not installed: skipped")
             continue
+        installed = importlib.metadata.version(suite.distribution)
+        if installed != suite.version:
+            print(f"{suite.name}: {suite.distribution} {installed} is installed, the tests are {suite.version}'s: "
+                  f"skipped (pip install {suite.distribution}=={suite.version}, or `make peer-suites`)")
+            continue
         files = [f for f in args.files if (base / "tests" / f).is_file()] if args.files else []
         if args.files and not files:
             print(f"{suite.name}: none of {args.files} is in this suite: skipped")
             continue
-        original, t_orig, tail_orig = run_once(suite, base, files, args.keyword, False, args.timeout, args.workers)
+        original, t_orig, tail_orig, d_orig = run_once(suite, base, files, args.keyword, False, args.timeout, args.workers)
         if importlib.util.find_spec(suite.compat) is None:
             print(f"{suite.name}: compat module missing ({suite.compat}); the camkit run is skipped")
-            ours, t_ours, tail_ours = None, 0.0, ""
+            ours, t_ours, tail_ours, d_ours = None, 0.0, "", {}
         else:
-            ours, t_ours, tail_ours = run_once(suite, base, files, args.keyword, True, args.timeout, args.workers)
+            ours, t_ours, tail_ours, d_ours = run_once(suite, base, files, args.keyword, True, args.timeout, args.workers)
         regressions, excepted = compare(suite, original, ours)
-        print(f"\n{suite.name} original: {tally(original)} in {t_orig:.0f} s")
+        print(f"\n{suite.name} original: {tally(original)} in {t_orig:.0f} s; slowest:\n{slowest(d_orig)}")
         if ours is not None:
-            print(f"{suite.name} camkit:   {tally(ours)} in {t_ours:.0f} s")
+            print(f"{suite.name} camkit:   {tally(ours)} in {t_ours:.0f} s; slowest:\n{slowest(d_ours)}")
         for nodeid in excepted:
             print(f"not counted: {nodeid}: {suite.exceptions[nodeid]}")
         if not original:
@@ -226,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             failed = True
             print(f"{suite.name}: {len(regressions)} test(s) pass on the original and not on camkit; camkit run output:\n{tail_ours}")
         summary[name] = {"original": original, "camkit": ours, "seconds": [round(t_orig), round(t_ours)],
-                         "regressions": regressions, "exceptions": excepted}
+                         "regressions": regressions, "exceptions": excepted,
+                         "durations": {"original": d_orig, "camkit": d_ours}}
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1, sort_keys=True))
     return 1 if failed else 0

@@ -58,7 +58,7 @@ def test_torchcam_file_runs_or_says_the_compat_module_is_missing(peers, tmp_path
 
 
 def test_compare_counts_regressions_and_leaves_listed_exceptions_out(capsys):
-    suite = peer_suites.Suite("demo", "demo", "demo", "camkit.compat.demo", {"t::listed": "reads the source"})
+    suite = peer_suites.Suite("demo", "demo", "demo", "camkit.compat.demo", "demo", "1.0", {"t::listed": "reads the source"})
     original = {"t::a": "passed", "t::b": "passed", "t::c": "failed", "t::listed": "passed", "t::d": "skipped"}
     ours = {"t::a": "passed", "t::b": "failed", "t::c": "failed", "t::listed": "failed", "t::d": "passed"}
     regressions, excepted = peer_suites.compare(suite, original, ours)
@@ -75,3 +75,8 @@ def test_every_listed_exception_names_a_test_of_its_suite_and_a_reason():
         for nodeid, reason in suite.exceptions.items():
             assert nodeid.startswith("tests/test_") and "::" in nodeid
             assert len(reason) > 40
+
+
+def test_the_suites_are_the_pinned_releases():
+    assert (peer_suites.SUITES["grad-cam"].distribution, peer_suites.SUITES["grad-cam"].version) == ("grad-cam", "1.5.7")
+    assert (peer_suites.SUITES["torchcam"].distribution, peer_suites.SUITES["torchcam"].version) == ("torchcam", "0.5.0")
