@@ -192,3 +192,31 @@ def test_the_originals_multilayer_ablation_cam_cannot_run_and_this_one_is_the_ma
     low = mean.min(axis=(1, 2), keepdims=True)
     expected = (mean - low) / (1e-7 + (mean - low).max(axis=(1, 2), keepdims=True))
     np.testing.assert_allclose(maps, expected, rtol=0, atol=1e-5)
+
+
+def test_a_layer_of_one_position_gives_the_originals_zero_map_with_a_warning():
+    # a ResNet's last block on a 32 x 32 image is 1 x 1: pytorch-grad-cam scales the constant map to zeros
+    from pytorch_grad_cam import GradCAM as TheirGradCAM
+
+    from camkit.errors import CamkitWarning
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 8, stride=8), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)).eval()
+    x = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))  # net[3] is 1 x 1 here
+    targets = [ClassifierOutputTarget(0), ClassifierOutputTarget(2)]
+    theirs = TheirGradCAM(net, [net[3]])(x, targets)
+    their_both = TheirGradCAM(net, [net[1], net[3]])(x, targets)
+    net.zero_grad(set_to_none=True)  # the original fills param.grad; camkit must leave it empty
+    with pytest.warns(CamkitWarning, match="1 of 1 target layer"):
+        mine = ours.GradCAM(net, [net[3]])(x, targets)
+    assert mine.shape == (2, 8, 8) and mine.dtype == np.float32
+    np.testing.assert_array_equal(mine, theirs)
+    np.testing.assert_array_equal(mine, 0)
+    # with a layer that has a grid, the one-position layer's zero map leaves the others' normalised mean as is
+    with pytest.warns(CamkitWarning, match="1 of 2 target layer"):
+        both = ours.GradCAM(net, [net[1], net[3]])(x, targets)
+    np.testing.assert_allclose(both, their_both, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(both, ours.GradCAM(net, [net[1]])(x, targets), rtol=0, atol=1e-6)
+    assert all(p.grad is None for p in net.parameters())
+    assert sum(len(m._forward_hooks) for m in net.modules()) == 0
