@@ -80,3 +80,9 @@ def test_every_listed_exception_names_a_test_of_its_suite_and_a_reason():
 def test_the_suites_are_the_pinned_releases():
     assert (peer_suites.SUITES["grad-cam"].distribution, peer_suites.SUITES["grad-cam"].version) == ("grad-cam", "1.5.7")
     assert (peer_suites.SUITES["torchcam"].distribution, peer_suites.SUITES["torchcam"].version) == ("torchcam", "0.5.0")
+
+
+def test_ci_subset_is_a_fixed_selection_of_the_heavy_grad_cam_cases():
+    keyword = peer_suites.SUITES["grad-cam"].ci_keyword
+    assert keyword is not None and "vgg11" in keyword and "ScoreCAM" in keyword
+    assert peer_suites.SUITES["torchcam"].ci_keyword is None  # torchcam's suite runs whole in CI
