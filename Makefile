@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.camkit-installed
 
-.PHONY: venv test test-slow demo lint typecheck bench bench-smoke docs clean
+.PHONY: venv test test-slow peer-suites demo lint typecheck bench bench-smoke docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,15 @@ test: $(STAMP)
 # The heavier cases that `make test` leaves out (marker `slow`); CI runs them after `make test`.
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -n auto -m slow
+
+# pytorch-grad-cam's and torchcam's own test files (../shared/peer-suites, beside the checkout) run
+# against the originals at the versions those files belong to and against camkit's compat layers
+# (tools/peer_suites.py); skipped with a message where ../shared/peer-suites is absent.
+# PEER_ARGS passes options: `make peer-suites PEER_ARGS="--suite torchcam"`; `--ci` is the default.
+PEER_ARGS ?= --ci
+peer-suites: $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt grad-cam==1.5.7 torchcam==0.5.0
+	$(PY) tools/peer_suites.py $(PEER_ARGS)
 
 demo: $(STAMP)
 	$(PY) -m camkit demo

@@ -5,7 +5,8 @@ Loaded with ``-p peer_plugin`` (``tools/`` on ``PYTHONPATH``). Environment:
 * ``CAMKIT_PEER_COMPAT``: a compat module (``camkit.compat.pytorch_grad_cam``) whose
   ``install()`` runs before collection, so the suite's ``import pytorch_grad_cam`` loads camkit's
   translation; unset: the real package is tested.
-* ``CAMKIT_PEER_REPORT``: a JSON file that receives ``{nodeid: outcome}``.
+* ``CAMKIT_PEER_REPORT``: a JSON file that receives ``{nodeid: outcome}``; the file of the same
+  name with ``.durations`` added receives ``{nodeid: seconds}`` (setup, call and teardown).
 
 In both runs pretrained torchvision weights (``weights="DEFAULT"``, ``pretrained=True``) are
 not downloaded: the model keeps its random initialisation, seeded identically before every
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 _OUTCOMES: dict[str, str] = {}
+_SECONDS: dict[str, float] = {}
 
 
 class _RandomWeights(dict):
@@ -65,6 +67,7 @@ def _same_random_state() -> None:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _SECONDS[report.nodeid] = round(_SECONDS.get(report.nodeid, 0.0) + report.duration, 3)
     if report.when == "call":
         _OUTCOMES[report.nodeid] = report.outcome  # passed, failed or skipped (xfail)
     elif report.failed:
@@ -80,6 +83,8 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = os.environ.get("CAMKIT_PEER_REPORT")
-    if path:
+    if path and not hasattr(session.config, "workerinput"):  # pytest-xdist: the controller writes the report
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(_OUTCOMES, handle, indent=1, sort_keys=True)
+        with open(path + ".durations", "w", encoding="utf-8") as handle:
+            json.dump(_SECONDS, handle, indent=1, sort_keys=True)

@@ -50,7 +50,11 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
         if count == 0:
             flags = [(m, m.training) for m in _modules(model)]
             if any(flag for _, flag in flags):
-                model.eval()  # the model's own train()/eval() overrides run, as for a plain model.eval()
+                try:
+                    model.eval()  # the model's own train()/eval() overrides run, as for a plain model.eval()
+                except BaseException:
+                    _restore(flags)  # an eval() override that raises part-way leaves no flag changed
+                    raise
         _ACTIVE[key] = (count + 1, flags)
     try:
         yield model
@@ -59,11 +63,16 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
             count, flags = _ACTIVE[key]
             if count == 1:
                 del _ACTIVE[key]
-                for module, flag in flags:
-                    if module.training != flag:
-                        module.training = flag
+                _restore(flags)
             else:
                 _ACTIVE[key] = (count - 1, flags)
+
+
+def _restore(flags: list[tuple[nn.Module, bool]]) -> None:
+    """Write back the saved ``training`` flags that changed."""
+    for module, flag in flags:
+        if module.training != flag:
+            module.training = flag
 
 
 def _modules(model: nn.Module) -> list[nn.Module]:

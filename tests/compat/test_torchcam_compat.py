@@ -259,3 +259,69 @@ def test_video_maps_equal_torchcam(name):
     assert mine[0].shape == theirs[0].shape == (2, 4, 6, 6)
     torch.testing.assert_close(mine[0], theirs[0], atol=1e-5, rtol=0)
     assert theirs[0].amax() > 0.99
+
+
+class _FailsOnCall(nn.Module):
+    """The test model, raising from its ``fail_at``-th forward on (counting from 1)."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.net, self.calls, self.fail_at = _model(), 0, fail_at
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls >= self.fail_at:
+            raise RuntimeError("boom")
+        return self.net(x)
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [
+    ("ScoreCAM", {"batch_size": 4}),
+    ("SSCAM", {"batch_size": 4, "num_samples": 2}),
+    ("ISCAM", {"batch_size": 4, "num_samples": 2}),
+    ("SmoothGradCAMpp", {"num_samples": 2}),
+])
+def test_an_error_inside_the_extraction_restores_hooks_and_training_flags(name, kwargs):
+    # torchcam's own tests check this by replacing private steps of its loops; here the model raises
+    # on the forward after the user's and the explainer's first one (a masked or a noisy input)
+    model = _FailsOnCall(fail_at=3).train()
+    model.net[0][1].eval()
+    flags = [m.training for m in model.modules()]
+    x = _x()
+    with getattr(ours, name)(model, "net.0.3", **kwargs) as extractor:
+        scores = model(x)
+        with pytest.raises(RuntimeError, match="boom"):
+            extractor(1, scores)
+        assert extractor._hooks_enabled
+        assert [m.training for m in model.modules()] == flags
+        model.fail_at = 10**6
+        x2 = x.flip(0)
+        model(x2)  # the hooks record again: the next call explains x2
+        assert torch.equal(extractor._input, x2)
+    assert _hooks(model) == 0
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_eval_mode_restores_every_flag_when_the_models_eval_raises(monkeypatch):
+    from camkit._internal.state import eval_mode
+
+    model = _model().train()
+    model[0][1].eval()
+    flags = [m.training for m in model.modules()]
+
+    def failing_eval():
+        for module in model.modules():
+            module.training = False
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(model, "eval", failing_eval)
+    with pytest.raises(RuntimeError, match="boom"), eval_mode(model):
+        pass
+    assert [m.training for m in model.modules()] == flags
+    monkeypatch.undo()
+    with eval_mode(model):  # nothing left half-saved: the next block saves and restores as usual
+        assert not any(m.training for m in model.modules())
+    assert [m.training for m in model.modules()] == flags
+    with ours.GradCAM(model, "0.3") as extractor, extractor._eval_mode():
+        assert not model.training
+    assert [m.training for m in model.modules()] == flags

@@ -11,7 +11,26 @@ mean over layers) is applied to camkit's raw maps. The differences from the orig
 in the migration guide (docs/migration/pytorch-grad-cam.md).
 """
 
-from . import metrics, utils
+from . import (
+    ablation_cam,
+    eigen_cam,
+    eigen_grad_cam,
+    fem,
+    fullgrad_cam,
+    grad_cam,
+    grad_cam_elementwise,
+    grad_cam_plusplus,
+    hirescam,
+    kpca_cam,
+    layer_cam,
+    metrics,
+    random_cam,
+    score_cam,
+    seg_eigen_cam,
+    shapley_cam,
+    utils,
+    xgrad_cam,
+)
 from ._cams import (
     FEM,
     KPCA_CAM,
@@ -41,6 +60,8 @@ from .metrics import arcc, cam_mult_image, road
 from .refine_cam import RefineCAM
 from .sess import SESS
 from .utils import model_targets, reshape_transforms
+from .utils.image import deprocess_image
+from .utils.svd_on_activations import get_2d_projection
 
 __all__ = [
     "FEM",
@@ -70,15 +91,33 @@ __all__ = [
     "SegEigenCAM",
     "ShapleyCAM",
     "XGradCAM",
+    "ablation_cam",
     "arcc",
     "cam_mult_image",
+    "deprocess_image",
+    "eigen_cam",
+    "eigen_grad_cam",
+    "fem",
+    "fullgrad_cam",
+    "get_2d_projection",
+    "grad_cam",
+    "grad_cam_elementwise",
+    "grad_cam_plusplus",
+    "hirescam",
     "install",
     "installed",
+    "kpca_cam",
+    "layer_cam",
     "metrics",
     "model_targets",
+    "random_cam",
     "reshape_transforms",
     "road",
     "run_dff_on_image",
+    "score_cam",
+    "seg_eigen_cam",
+    "shapley_cam",
     "uninstall",
     "utils",
+    "xgrad_cam",
 ]

@@ -10,6 +10,8 @@ applied to the channels by camkit's Grad-CAM pipeline.
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -17,6 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..._internal.state import eval_mode
+from ...errors import CamkitWarning, InvalidInputError
+from ...hooks import HookScope
 from ...methods.base import CAMExplainer, Explainer, GradientCAM
 from ._support import augmented, camkit_target, category_targets, dress_maps, layer_list, model_device, pop_legacy
 
@@ -112,11 +117,64 @@ class BaseCAM:
         raise NotImplementedError(f"{type(self).__name__} defines no channel weights")
 
     def forward(self, input_tensor: Tensor, targets: Any = None, eigen_smooth: bool = False) -> np.ndarray:
-        """Maps float32 [B, *S] in [0, 1] for a batch [B, C, *S]; ``targets=None``: each image's top class."""
+        """Maps float32 [B, *S] in [0, 1] for a batch [B, C, *S]; ``targets=None``: each image's top class.
+
+        A target layer whose output has one position for this input (a ResNet's last block on a
+        32 x 32 image) gives the original a constant map, which its scaling turns into zeros:
+        camkit refuses such a layer, so here it is left out with a :class:`~camkit.CamkitWarning`
+        (its zero map does not change the others' normalised mean), and a call whose every layer
+        is such a layer returns zero maps, as the original does.
+        """
         x = input_tensor.detach().to(self.device)
-        explanation = self._build(eigen_smooth).explain(x, camkit_target(targets, x.shape[0]))
+        target = camkit_target(targets, x.shape[0])
+        try:
+            explanation = self._build(eigen_smooth).explain(x, target)
+        except InvalidInputError:
+            points = self._single_position_layers(x)
+            if not points:
+                raise
+            warnings.warn(
+                f"{type(self).__name__}: {len(points)} of {len(self.target_layers)} target layer(s) have one position "
+                f"for this {'x'.join(map(str, x.shape[2:]))} input; their maps are constant (zero after scaling, as in "
+                "pytorch-grad-cam). Pick earlier layers or a larger input for maps that say where.",
+                CamkitWarning,
+                stacklevel=3,
+            )
+            layers = self.target_layers
+            kept = [layer for layer in layers if all(layer is not p for p in points)]
+            if not kept:
+                return np.zeros((x.shape[0], *x.shape[2:]), dtype=np.float32)
+            self.target_layers = kept
+            try:
+                explanation = self._build(eigen_smooth).explain(x, target)
+            finally:
+                self.target_layers = layers
         self.outputs = explanation.scores
         return self.finish(explanation, x)
+
+    def _single_position_layers(self, x: Tensor) -> list[nn.Module]:
+        """The target layers whose output (after ``reshape_transform``) is a map of one position for ``x``."""
+        spatial = x.dim() - 2
+        outputs: dict[int, Any] = {}
+
+        def record(index: int) -> Callable[..., None]:
+            def hook(_: nn.Module, _args: Any, out: Any) -> None:
+                outputs.setdefault(index, out)
+
+            return hook
+
+        with torch.no_grad(), eval_mode(self.model), HookScope() as hooks:
+            for index, layer in enumerate(self.target_layers):
+                hooks.forward(layer, record(index))
+            self.model(x)
+        points = []
+        for index, layer in enumerate(self.target_layers):
+            out = outputs.get(index)
+            if isinstance(out, Tensor) and self.reshape_transform is not None:
+                out = self.reshape_transform(out)
+            if isinstance(out, Tensor) and out.dim() == spatial + 2 and math.prod(out.shape[2:]) == 1:
+                points.append(layer)
+        return points
 
     def finish(self, explanation: Any, x: Tensor) -> np.ndarray:
         """The original's map dressing of the explanation's raw maps."""

@@ -14,13 +14,16 @@ from ...targets.classes import select_output
 from ._cams import GradCAM
 from ._support import augmented, dress_maps, pop_legacy
 
-__all__ = ["FinerCAM"]
+__all__ = ["DEFAULT_COMPARISON_CATEGORIES", "FinerCAM"]
+
+#: the rank positions of the rivals compared with by default: the three nearest classes
+DEFAULT_COMPARISON_CATEGORIES = (1, 2, 3)
 
 
 def _comparison_count(categories: Any) -> int:
     """The number of nearest rivals meant by the original's rank positions ``[1, 2, ..., n]``."""
     if categories is None:
-        return 3
+        return len(DEFAULT_COMPARISON_CATEGORIES)
     ranks = [int(c) for c in categories]
     if ranks != list(range(1, len(ranks) + 1)):
         raise InvalidInputError(

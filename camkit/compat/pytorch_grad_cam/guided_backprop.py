@@ -9,9 +9,51 @@ import torch
 from torch import Tensor, nn
 
 from ... import methods as _m
+from ...functional.attribution import guided_relu_grad
 from ._support import model_device, to_numpy
 
-__all__ = ["GuidedBackpropReLUModel"]
+__all__ = ["GuidedBackpropReLU", "GuidedBackpropReLUModel", "GuidedBackpropReLUasModule"]
+
+
+class GuidedBackpropReLU(torch.autograd.Function):
+    """A ReLU whose backward is guided backpropagation's rule (:func:`camkit.functional.guided_relu_grad`).
+
+    ``GuidedBackpropReLU.apply(x)`` is ``relu(x)`` forward; backward passes ``max(grad, 0)``
+    where ``x > 0``. The input is not modified.
+
+    Example:
+        >>> import torch
+        >>> from camkit.compat.pytorch_grad_cam.guided_backprop import GuidedBackpropReLU
+        >>> x = torch.tensor([1.0, -1.0, 2.0], requires_grad=True)
+        >>> (GuidedBackpropReLU.apply(x) * torch.tensor([1.0, 1.0, -1.0])).sum().backward()
+        >>> x.grad
+        tensor([1., 0., 0.])
+    """
+
+    @staticmethod
+    def forward(ctx: Any, input_img: Tensor) -> Tensor:
+        output = torch.relu(input_img)
+        ctx.save_for_backward(output)
+        return output
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Tensor) -> Tensor:
+        (output,) = ctx.saved_tensors
+        return guided_relu_grad(grad_output, output)
+
+
+class GuidedBackpropReLUasModule(nn.Module):
+    """:class:`GuidedBackpropReLU` as a module (the original swaps it in for ``nn.ReLU``; camkit needs no swap).
+
+    Example:
+        >>> import torch
+        >>> from camkit.compat.pytorch_grad_cam.guided_backprop import GuidedBackpropReLUasModule
+        >>> GuidedBackpropReLUasModule()(torch.tensor([-1.0, 3.0]))
+        tensor([0., 3.])
+    """
+
+    def forward(self, input_img: Tensor) -> Tensor:
+        return GuidedBackpropReLU.apply(input_img)
 
 
 class GuidedBackpropReLUModel:

@@ -8,11 +8,22 @@ import numpy as np
 from torch import Tensor, nn
 
 from ... import methods as _m
-from ...methods.sess import window_starts
+from ...methods.sess import window_starts as _window_starts
 from ._cams import GradCAM
 from ._support import augmented, camkit_target, pop_legacy, to_numpy
 
-__all__ = ["SESS", "sliding_window"]
+__all__ = ["SESS", "sliding_window", "window_starts"]
+
+
+def window_starts(length: int, step_size: int, window_size: int) -> list[int]:
+    """Starts of windows of ``window_size`` every ``step_size`` along ``length``; the last one flush with the end.
+
+    Example:
+        >>> from camkit.compat.pytorch_grad_cam.sess import window_starts
+        >>> window_starts(10, step_size=4, window_size=4)
+        [0, 4, 6]
+    """
+    return _window_starts(length, step_size, window_size)
 
 
 def sliding_window(height: int, width: int, step_size: int, window_size: int) -> list[tuple[int, int]]:

@@ -15,11 +15,50 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ....errors import InvalidInputError
+from ....functional.cam_extra import nmf
 from ....methods import DeepFeatureFactorization as _DFF
 from .._support import to_numpy
 from ..utils.image import create_labels_legend, show_factorization_on_image
 
-__all__ = ["DeepFeatureFactorization", "run_dff_on_image"]
+__all__ = ["DeepFeatureFactorization", "dff", "run_dff_on_image"]
+
+
+def dff(activations: np.ndarray, n_components: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Deep Feature Factorization of a batch's activations jointly, by :func:`camkit.functional.cam_extra.nmf`.
+
+    Each channel's minimum over the batch is subtracted, the non-negative matrix [C, B*H*W]
+    is factorised into ``n_components`` concepts, and the minimum is added back to the concepts.
+    NaNs count as zeros. camkit's NMF starts deterministically (NNDSVDa), the original's from
+    scikit-learn's seeded random start, so the two find factorisations of about the same error,
+    not the same factors. The activations are not modified (the original zeroes their NaNs).
+
+    Args:
+        activations: [B, C, H, W].
+        n_components: the number of concepts ``n``.
+
+    Returns:
+        ``(concepts, explanations)``: [C, n] and [B, n, H, W], in the activations' float dtype.
+
+    Example:
+        >>> import numpy as np
+        >>> from camkit.compat.pytorch_grad_cam.feature_factorization.deep_feature_factorization import dff
+        >>> concepts, maps = dff(np.random.default_rng(0).random((2, 6, 4, 4)), n_components=3)
+        >>> concepts.shape, maps.shape
+        ((6, 3), (2, 3, 4, 4))
+    """
+    arr = np.asarray(activations)
+    if arr.ndim != 4:
+        raise InvalidInputError(f"dff expects activations [B, C, H, W], got shape {arr.shape}")
+    batch, channels, h, w = arr.shape
+    x = torch.nan_to_num(torch.from_numpy(np.array(arr, dtype=np.float64)), nan=0.0)
+    rows = x.transpose(0, 1).reshape(channels, -1)
+    offset = rows.amin(dim=1, keepdim=True)
+    concepts, explanations = nmf((rows - offset)[None], n_components)
+    dtype = arr.dtype if np.issubdtype(arr.dtype, np.floating) else np.float64
+    concepts_np = (concepts[0] + offset).numpy().astype(dtype)
+    maps = explanations[0].reshape(n_components, batch, h, w).transpose(0, 1).numpy().astype(dtype)
+    return concepts_np, maps
 
 
 class DeepFeatureFactorization:

@@ -9,11 +9,30 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ....metrics.arcc import arcc, arcc_complexity, coherency
+from ....metrics.arcc import _pearson, arcc, arcc_complexity, coherency
 from .._support import camkit_target, to_numpy
 from ..utils.model_targets import ClassifierOutputTarget
 
-__all__ = ["ARCC", "Coherency", "Complexity"]
+__all__ = ["ARCC", "Coherency", "Complexity", "batch_pearson_coherency"]
+
+
+def batch_pearson_coherency(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """The Pearson correlation of each pair of maps ``A[i]``, ``B[i]`` (any shape after the batch axis) [B].
+
+    camkit's correlation (:mod:`camkit.metrics.arcc`), ``cov / (std_a std_b + 1e-8)`` with the
+    unbiased estimates, returned in the inputs' float dtype.
+
+    Example:
+        >>> import numpy as np
+        >>> from camkit.compat.pytorch_grad_cam.metrics.arcc import batch_pearson_coherency
+        >>> a = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0]], np.float32)
+        >>> batch_pearson_coherency(a, 2 * a).round(4).tolist()
+        [1.0, 1.0]
+    """
+    a, b = np.asarray(A), np.asarray(B)
+    rho = _pearson(torch.from_numpy(a.reshape(a.shape[0], -1)), torch.from_numpy(b.reshape(b.shape[0], -1)))
+    dtype = np.result_type(a, b)
+    return rho.numpy().astype(dtype if np.issubdtype(dtype, np.floating) else np.float64)
 
 
 def _explainer(cam: Callable[..., np.ndarray]) -> Callable[[Tensor, Any], Tensor]:

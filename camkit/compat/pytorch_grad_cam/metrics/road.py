@@ -23,9 +23,16 @@ __all__ = [
     "ROADLeastRelevantFirstAverage",
     "ROADMostRelevantFirst",
     "ROADMostRelevantFirstAverage",
+    "neighbors_weights",
 ]
 
 _PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
+
+#: ROAD's neighbour weights ``((dy, dx), weight)``: 1/6 for the four direct neighbours, 1/12 for the diagonals
+neighbors_weights = [
+    ((1, 1), 1 / 12), ((0, 1), 1 / 6), ((-1, 1), 1 / 12), ((1, -1), 1 / 12),
+    ((0, -1), 1 / 6), ((-1, -1), 1 / 12), ((1, 0), 1 / 6), ((-1, 0), 1 / 6),
+]
 
 
 class NoisyLinearImputer:

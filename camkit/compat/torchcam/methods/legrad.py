@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 import torch
@@ -100,8 +101,8 @@ class LeGrad(_CAM):
                 if not isinstance(attention, nn.MultiheadAttention):
                     raise TypeError(f"target block '{name}' must expose `self_attention: nn.MultiheadAttention`")
                 _check_attention(attention, name)
-                self.hook_handles.append(self._scope.forward_pre(attention, self._before(idx), with_kwargs=True))
-                self.hook_handles.append(self._scope.forward(attention, self._after(idx), with_kwargs=True))
+                self.hook_handles.append(self._scope.forward_pre(attention, partial(self._prepare_attention, idx=idx), with_kwargs=True))
+                self.hook_handles.append(self._scope.forward(attention, partial(self._capture_attention, idx=idx), with_kwargs=True))
         except Exception:
             self.remove_hooks()
             raise
@@ -128,69 +129,74 @@ class LeGrad(_CAM):
 
         return hook
 
-    def _before(self, idx: int) -> Callable[..., Any]:
-        def hook(module: nn.MultiheadAttention, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            if not self._hooks_enabled:
-                return None
-            if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
-                raise RuntimeError("LeGrad requires a forward pass with gradient tracking enabled")
-            if module.training and module.dropout > 0:
-                raise ValueError("LeGrad does not support active attention dropout: call model.eval()")
-            if len(args) < 3 or any(not isinstance(a, Tensor) for a in args[:3]):
-                raise ValueError("LeGrad requires tensor query, key, and value inputs passed positionally")
-            query, key, value = args[:3]
-            if query is not key or query is not value:
-                raise ValueError("LeGrad only supports self-attention (query, key and value the same tensor)")
-            if query.ndim != 3:
-                raise ValueError("LeGrad requires attention inputs shaped (batch, tokens, embedding)")
-            args_l = list(args)
-            bias = module.in_proj_bias
-            if not (query.requires_grad or module.in_proj_weight.requires_grad or (bias is not None and bias.requires_grad)):
-                query = query.detach().requires_grad_()  # a graph to the probabilities, parameters untouched
-                args_l[:3] = [query, query, query]
-            self._weight_options[idx] = (
-                bool(args_l[4] if len(args_l) > 4 else kwargs.get("need_weights", True)),
-                bool(args_l[6] if len(args_l) > 6 else kwargs.get("average_attn_weights", True)),
+    def _prepare_attention(
+        self, module: nn.MultiheadAttention, args: tuple[Any, ...], kwargs: dict[str, Any], idx: int = 0
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The attention's forward-pre hook: per-head probabilities asked for, the caller's request remembered."""
+        if not self._hooks_enabled:
+            return None
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            raise RuntimeError("LeGrad requires a forward pass with gradient tracking enabled")
+        if module.training and module.dropout > 0:
+            raise ValueError("LeGrad does not support active attention dropout: call model.eval()")
+        if len(args) < 3 or any(not isinstance(a, Tensor) for a in args[:3]):
+            raise ValueError("LeGrad requires tensor query, key, and value inputs passed positionally")
+        query, key, value = args[:3]
+        if query is not key or query is not value:
+            raise ValueError("LeGrad only supports self-attention (query, key and value the same tensor)")
+        if query.ndim != 3:
+            raise ValueError("LeGrad requires attention inputs shaped (batch, tokens, embedding)")
+        args_l = list(args)
+        bias = module.in_proj_bias
+        if not (query.requires_grad or module.in_proj_weight.requires_grad or (bias is not None and bias.requires_grad)):
+            query = query.detach().requires_grad_()  # a graph to the probabilities, parameters untouched
+            args_l[:3] = [query, query, query]
+        self._weight_options[idx] = (
+            bool(args_l[4] if len(args_l) > 4 else kwargs.get("need_weights", True)),
+            bool(args_l[6] if len(args_l) > 6 else kwargs.get("average_attn_weights", True)),
+        )
+        kwargs = dict(kwargs)
+        for position, key_name, forced in ((4, "need_weights", True), (6, "average_attn_weights", False)):
+            if len(args_l) > position:
+                args_l[position] = forced
+            else:
+                kwargs[key_name] = forced
+        return tuple(args_l), kwargs
+
+    def _capture_attention(
+        self,
+        module: nn.MultiheadAttention,
+        args: tuple[Any, ...],
+        _kwargs: dict[str, Any],
+        output: Any,
+        idx: int = 0,
+    ) -> tuple[Tensor, Tensor | None] | None:
+        """The attention's forward hook: keeps the probabilities on the score's path, returns what the caller asked for."""
+        if not self._hooks_enabled:
+            return None
+        if not isinstance(output, tuple) or len(output) != 2 or not isinstance(output[1], Tensor):
+            raise ValueError("LeGrad requires per-head attention probabilities from `nn.MultiheadAttention`")
+        attention, value = output[1], args[2]
+        if not isinstance(value, Tensor) or attention.ndim != 4:
+            raise ValueError("LeGrad requires attention probabilities shaped (batch, heads, queries, keys)")
+        batch, length, _ = value.shape
+        if attention.shape[0] != batch or attention.shape[1] != module.num_heads or attention.shape[-1] != length:
+            raise ValueError(
+                f"incompatible attention probability shape {tuple(attention.shape)} for values {tuple(value.shape)}"
             )
-            kwargs = dict(kwargs)
-            for position, key_name, forced in ((4, "need_weights", True), (6, "average_attn_weights", False)):
-                if len(args_l) > position:
-                    args_l[position] = forced
-                else:
-                    kwargs[key_name] = forced
-            return tuple(args_l), kwargs
-
-        return hook
-
-    def _after(self, idx: int) -> Callable[..., Any]:
-        def hook(module: nn.MultiheadAttention, args: tuple[Any, ...], _kwargs: dict[str, Any], output: Any) -> Any:
-            if not self._hooks_enabled:
-                return None
-            if not isinstance(output, tuple) or len(output) != 2 or not isinstance(output[1], Tensor):
-                raise ValueError("LeGrad requires per-head attention probabilities from `nn.MultiheadAttention`")
-            attention, value = output[1], args[2]
-            if not isinstance(value, Tensor) or attention.ndim != 4:
-                raise ValueError("LeGrad requires attention probabilities shaped (batch, heads, queries, keys)")
-            batch, length, _ = value.shape
-            if attention.shape[0] != batch or attention.shape[1] != module.num_heads or attention.shape[-1] != length:
-                raise ValueError(
-                    f"incompatible attention probability shape {tuple(attention.shape)} for values {tuple(value.shape)}"
-                )
-            # the block's output recomputed from the captured probabilities, so they are on the score's path
-            e = module.embed_dim
-            bias = None if module.in_proj_bias is None else module.in_proj_bias[2 * e :]
-            v = F.linear(value, module.in_proj_weight[2 * e :], bias)
-            v = v.reshape(batch, length, module.num_heads, e // module.num_heads).transpose(1, 2)
-            mixed = torch.matmul(attention, v).transpose(1, 2).reshape(batch, attention.shape[-2], e)
-            self.hook_attn[idx] = attention
-            options = self._weight_options[idx]
-            if options is None:
-                raise RuntimeError("missing original attention return options: the pre-forward hook did not run")
-            requested, averaged = options
-            weights = (attention.mean(dim=1) if averaged else attention) if requested else None
-            return module.out_proj(mixed), weights
-
-        return hook
+        # the block's output recomputed from the captured probabilities, so they are on the score's path
+        e = module.embed_dim
+        bias = None if module.in_proj_bias is None else module.in_proj_bias[2 * e :]
+        v = F.linear(value, module.in_proj_weight[2 * e :], bias)
+        v = v.reshape(batch, length, module.num_heads, e // module.num_heads).transpose(1, 2)
+        mixed = torch.matmul(attention, v).transpose(1, 2).reshape(batch, attention.shape[-2], e)
+        self.hook_attn[idx] = attention
+        options = self._weight_options[idx]
+        if options is None:
+            raise RuntimeError("missing original attention return options: the pre-forward hook did not run")
+        requested, averaged = options
+        weights = (attention.mean(dim=1) if averaged else attention) if requested else None
+        return module.out_proj(mixed), weights
 
     def _precheck(self, class_idx: int | list[int] | None, scores: Any = None, targets: Any = None) -> None:
         if targets is not None:
