@@ -279,15 +279,15 @@ class CheferRollout(AttentionExplainer):
             # what the score reads of each block's output directly (the last block's: all of it)
             read = recorder.outputs_read(columns)
             wanted = [i for i, out in enumerate(read) if out is not None]
+            leaves = [out for out in read if out is not None]
             upstream: list[list[Tensor | None]] = []
             for k, column in enumerate(columns):
-                got = torch.autograd.grad(column.sum(), [read[i] for i in wanted], retain_graph=k < last,
-                                          allow_unused=True) if wanted else ()
+                got = torch.autograd.grad(column.sum(), leaves, retain_graph=k < last, allow_unused=True) if leaves else ()
                 grads: list[Tensor | None] = [None] * len(blocks)
                 for i, grad in zip(wanted, got):
                     grads[i] = grad
                 upstream.append(grads)
-            del read, got
+            del read, leaves, got
             # a segment's graph holds `every` blocks: a micro-batch of about batch / (2 * every) samples keeps
             # it near half a block's graph for the whole batch
             parts = recorder.calls[0][0].slices(self._block_batch, 2 * every)
