@@ -19,7 +19,7 @@ would hold tens of GiB). ``--smoke``: the same families at 32 x 32 with 2 blocks
 batch 2.
 
 Goals: rollout at most 1.3x a no-grad forward; CheferRollout and LeGrad (which recompute and
-differentiate one block at a time) at most 4x a no-grad forward; camkit's LeGrad not slower than
+differentiate a few blocks at a time from a few kept block inputs) at most 4x a no-grad forward; camkit's LeGrad not slower than
 torchcam's; each method's peak memory within 2x the no-grad forward's.
 """
 

@@ -5,30 +5,39 @@ score. Keeping the graph of every block for one backward costs the activations o
 network (11 to 16 times a no-grad forward on ViT-B/16). Here instead:
 
 1. One forward runs without a graph inside the blocks; :class:`BlockRecorder` keeps each block's
-   call (its input tokens ``x_l`` [B, N, D] and its other arguments). For Chefer's rollout each
-   block's output is handed on as a fresh leaf and autograd runs between and after the blocks, so
-   the score's graph holds only what follows the blocks (final norm, head, target) and whatever
-   reads a block's output outside the chain of blocks.
-2. From the last block to the first, the block is called again on its recorded input, with its
-   attention recorded on the graph (:class:`~camkit.methods._attention.AttentionCapture`), and
-   differentiated: the gradient with respect to its input is the gradient with respect to the
-   previous block's output, added to what the score reads of that output directly. Its graph is
-   freed before the next block, so the peak holds one block's graph plus the block inputs.
+   call (its other arguments) and the input tokens ``x_l`` [B, N, D] of a few blocks only (the
+   first block of each segment for Chefer, the first block read for LeGrad): every block input
+   kept beside a forward's own activations weighs as much as the forward (13 tensors [B, N, D]
+   on ViT-S). For Chefer's rollout each block's output is handed on as a fresh leaf and autograd
+   runs between and after the blocks, so the score's graph holds only what follows the blocks
+   (final norm, head, target) and whatever reads a block's output outside the chain of blocks
+   (:meth:`BlockRecorder.outputs_read` finds those outputs on the score's graph).
+2. Chefer: from the last segment of blocks to the first, the segment's blocks are called again,
+   chained, from the segment's kept input, with their attention recorded on the graph
+   (:class:`~camkit.methods._attention.AttentionCapture`), and differentiated in one backward: the
+   gradient with respect to the segment's input is the gradient with respect to the previous
+   block's output, added to what the score reads of that output directly. Segments of about
+   ``sqrt(L)`` blocks (:func:`segment_length`) keep ``sqrt(L)`` inputs and one segment's graph.
+   LeGrad: each block's score reads its own output, so the blocks are called again in order from
+   the first block read, each differentiated and freed before the next, its output the next one's
+   input: no block input but the first is kept.
 3. A block treats each sample on its own in eval mode (layer norms per token, attention within
-   a sample), so each block is called again on a slice of the batch at a time
-   (:func:`micro_batches`): the peak holds one slice's block graph, not the whole batch's.
+   a sample), so the blocks are called again on a slice of the batch at a time
+   (:func:`micro_batches`): the peak holds one slice's graph, not the whole batch's.
 
 The blocks run the same operations on the same inputs both times, so the gradients are those of
-one backward through the whole graph (up to the order of floating-point sums). This holds when
-the model is deterministic: explainers run the model in eval mode; a model that keeps a module in
-training mode (``keep_mode=True``), a block whose input is not the previous block's output, a
-block that runs twice, or a recorded input changed in place afterwards, takes the whole-graph path
-instead (:meth:`BlockRecorder.replayable` says which).
+one backward through the whole graph (up to the rounding of sums taken on another number of
+samples). This holds when the model is deterministic: explainers run the model in eval mode; a
+model that keeps a module in training mode (``keep_mode=True``), a block whose input is not the
+previous block's output, a block that runs twice, or a kept input changed in place afterwards,
+takes the whole-graph path instead (:meth:`BlockRecorder.replayable` says which).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import weakref
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +48,15 @@ from ..errors import InvalidInputError
 from ..hooks import HookScope
 from ._attention import block_of
 
-__all__ = ["BlockCall", "BlockRecorder", "attention_blocks", "first_tensor", "micro_batches", "replace_first"]
+__all__ = [
+    "BlockCall",
+    "BlockRecorder",
+    "attention_blocks",
+    "first_tensor",
+    "micro_batches",
+    "replace_first",
+    "segment_length",
+]
 
 # a block called again on about a quarter of the batch at a time: its graph and backward (about three
 # times a no-grad forward's activations per sample on ViT-S and ViT-B) then stay below one forward's
@@ -57,20 +74,33 @@ def attention_blocks(model: nn.Module, names: Sequence[str]) -> list[nn.Module] 
     return blocks
 
 
-def micro_batches(batch: int, size: int | None = None) -> list[slice]:
-    """The slices of a batch of ``batch`` samples, ``size`` at a time (``None``: ``ceil(batch / 4)``).
+def micro_batches(batch: int, size: int | None = None, parts: int = MICRO_BATCHES) -> list[slice]:
+    """The slices of a batch of ``batch`` samples, ``size`` at a time (``None``: ``ceil(batch / parts)``).
 
     Example:
         >>> micro_batches(5, 2)
         [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
-        >>> len(micro_batches(8))
-        4
+        >>> len(micro_batches(8)), len(micro_batches(8, parts=8))
+        (4, 8)
     """
     if size is None:
-        size = -(-batch // MICRO_BATCHES)
+        size = -(-batch // max(1, parts))
     if size < 1:
         raise InvalidInputError(f"a micro-batch holds at least one sample, got {size}; pass None for the automatic size")
     return [slice(start, min(start + size, batch)) for start in range(0, batch, size)]
+
+
+def segment_length(blocks: int) -> int:
+    """Blocks per segment of Chefer's block-by-block backward: ``ceil(sqrt(blocks))``.
+
+    ``L / k`` kept inputs during the forward and ``k`` blocks' graph per backward are both about
+    ``sqrt(L)`` at ``k = sqrt(L)``.
+
+    Example:
+        >>> [segment_length(n) for n in (1, 3, 12, 24)]
+        [1, 2, 4, 5]
+    """
+    return max(1, math.ceil(math.sqrt(blocks)))
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -96,18 +126,18 @@ class BlockCall:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     where: int | str
-    tokens: Tensor
+    tokens: Tensor | None  # None where the recorder did not keep this block's input
     version: int
+    batch: int
 
     def splittable(self) -> bool:
         """Whether the block can be called on a slice of the batch: no tensor argument but the tokens."""
         others = [*(a for i, a in enumerate(self.args) if i != self.where), *(v for k, v in self.kwargs.items() if k != self.where)]
         return not any(isinstance(a, Tensor) or (isinstance(a, (tuple, list)) and any(isinstance(t, Tensor) for t in a)) for a in others)
 
-    def slices(self, size: int | None) -> list[slice]:
+    def slices(self, size: int | None, parts: int = MICRO_BATCHES) -> list[slice]:
         """The micro-batches to call the block on: :func:`micro_batches`, or the whole batch if not :meth:`splittable`."""
-        batch = self.tokens.shape[0]
-        return micro_batches(batch, size) if self.splittable() else [slice(0, batch)]
+        return micro_batches(self.batch, size, parts) if self.splittable() else [slice(0, self.batch)]
 
     def run(self, block: nn.Module, tokens: Tensor) -> Tensor:
         """Call ``block`` again with ``tokens`` for its input tokens; its output tokens [B, N, D].
@@ -143,17 +173,23 @@ class BlockRecorder:
         leaves: hand each block's output on as a fresh leaf and switch autograd on after each
             block (off again inside the next one), so that a score is differentiable with respect
             to each block's output (Chefer's rollout); ``False``: no graph anywhere (LeGrad).
+        keep: the blocks whose input tokens are kept (``None``: every block's); the others' calls
+            are recorded without their tokens.
 
     Hooks are scoped by :class:`~camkit.hooks.HookScope` and removed when the ``with`` block ends.
     While :attr:`recording` is ``False`` (the blocks being called again) the hooks do nothing.
     """
 
-    def __init__(self, blocks: Sequence[nn.Module], *, leaves: bool) -> None:
+    def __init__(self, blocks: Sequence[nn.Module], *, leaves: bool, keep: Collection[int] | None = None) -> None:
         self.blocks = list(blocks)
         self.leaves = leaves
+        self.keep = None if keep is None else set(keep)
         self.recording = True
         self.calls: list[list[BlockCall]] = [[] for _ in self.blocks]
-        self.outputs: list[list[Tensor]] = [[] for _ in self.blocks]
+        self.runs = [0] * len(self.blocks)
+        self.chained = [False] * len(self.blocks)  # block i's input was block i - 1's output
+        self._previous: Tensor | None = None
+        self._leaves: dict[int, tuple[int, weakref.ref[Tensor]]] = {}
         self._scope = HookScope()
 
     def __enter__(self) -> BlockRecorder:
@@ -168,6 +204,12 @@ class BlockRecorder:
 
     def __exit__(self, *exc: object) -> None:
         self._scope.remove()
+        self._previous = None
+
+    def stop(self) -> None:
+        """Stop recording (the blocks are about to be called again) and let go of the last output."""
+        self.recording = False
+        self._previous = None
 
     def _before(self, index: int) -> Any:
         def hook(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -180,7 +222,14 @@ class BlockRecorder:
                 where = "hidden_states"
             if where is not None:
                 tokens = args[0] if where == 0 else kwargs["hidden_states"]
-                self.calls[index].append(BlockCall(args, dict(kwargs), where, tokens, tokens._version))
+                self.chained[index] = index > 0 and tokens is self._previous
+                kept = self.keep is None or index in self.keep
+                if not kept:  # the call without its tokens: the tensor is not held here
+                    args = (None, *args[1:]) if where == 0 else args
+                    kwargs = {**kwargs, "hidden_states": None} if where != 0 else kwargs
+                call = BlockCall(args, dict(kwargs), where, tokens if kept else None, tokens._version, tokens.shape[0])
+                self.calls[index].append(call)
+            self._previous = None
             torch.set_grad_enabled(False)
 
         return hook
@@ -192,23 +241,55 @@ class BlockRecorder:
             tokens = first_tensor(output)
             if tokens is None:
                 return None
+            self.runs[index] += 1
             if not self.leaves:
-                self.outputs[index].append(tokens)
+                self._previous = tokens
                 return None
             leaf = tokens.detach().requires_grad_(True)
-            self.outputs[index].append(leaf)
+            self._previous = leaf
+            self._leaves[id(leaf)] = (index, weakref.ref(leaf))
             torch.set_grad_enabled(True)
             return replace_first(output, leaf)
 
         return hook
 
     def replayable(self, *, chain: bool) -> bool:
-        """Whether every block ran once, with its recorded input unchanged since (and, with ``chain``,
+        """Whether every block ran once, with its kept input unchanged since (and, with ``chain``,
         each block's input being the previous block's output)."""
-        if any(len(calls) != 1 or len(outs) != 1 for calls, outs in zip(self.calls, self.outputs)):
+        if any(len(calls) != 1 or runs != 1 for calls, runs in zip(self.calls, self.runs)):
             return False
-        if any(calls[0].tokens._version != calls[0].version for calls in self.calls):
+        kept = [calls[0] for calls in self.calls if calls[0].tokens is not None]
+        if any(call.tokens is not None and call.tokens._version != call.version for call in kept):
             return False
-        if chain:
-            return all(self.calls[i + 1][0].tokens is self.outputs[i][0] for i in range(len(self.blocks) - 1))
-        return True
+        return all(self.chained[1:]) if chain else True
+
+    def outputs_read(self, roots: Sequence[Tensor]) -> list[Tensor | None]:
+        """Each block's output leaf (``leaves=True``) that the graph of ``roots`` reads, else ``None``, per block.
+
+        The leaves are found on the graph itself (its leaf nodes), so the recorder keeps none of them:
+        an output that nothing but the next block read is freed once that block has run.
+        """
+        found: list[Tensor | None] = [None] * len(self.blocks)
+
+        def match(tensor: Tensor) -> None:
+            entry = self._leaves.get(id(tensor))
+            if entry is not None and entry[1]() is tensor:
+                found[entry[0]] = tensor
+
+        stack = []
+        for root in roots:
+            if root.grad_fn is None:
+                match(root)
+            else:
+                stack.append(root.grad_fn)
+        seen: dict[int, Any] = {}  # holding the nodes keeps their ids unique
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen[id(node)] = node
+            variable = getattr(node, "variable", None)
+            if isinstance(variable, Tensor):
+                match(variable)
+            stack.extend(following for following, _ in node.next_functions if following is not None)
+        return found

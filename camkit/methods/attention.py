@@ -38,7 +38,7 @@ from ..targets.classes import OutputSelector, Target, select_output
 from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
 from ._binding import InputIndex
-from ._blockwise import BlockRecorder, attention_blocks
+from ._blockwise import BlockRecorder, attention_blocks, segment_length
 from ._output import make_explanation
 from .base import Explainer
 
@@ -82,6 +82,8 @@ class AttentionExplainer(Explainer):
     _blockwise: bool = True
     # samples per block call in that path (camkit.methods._blockwise.micro_batches); None: about a quarter of the batch
     _block_batch: int | None = None
+    # blocks per segment of CheferRollout's backward (camkit.methods._blockwise.segment_length); None: ceil(sqrt(L))
+    _segment: int | None = None
 
     def __init__(
         self,
@@ -221,12 +223,12 @@ class CheferRollout(AttentionExplainer):
     of the target's score with respect to the layer's attention probabilities; the map is the
     class token's row of ``R`` over the patch tokens (see :func:`camkit.functional.gradient_rollout`).
 
-    The gradients come one block at a time: a forward without graph keeps each block's input,
-    then from the last block to the first the block is called again on its input and
-    differentiated, the gradient with respect to its input going on to the previous block; each
-    block is called on about a quarter of the batch at a time (samples are independent in a block
-    in eval mode). The peak memory is the block inputs plus one such call's graph, not the graph of
-    every block. A model
+    The gradients come a few blocks at a time: a forward without graph keeps the input of every
+    ``ceil(sqrt(L))``-th block, then from the last segment of blocks to the first the segment is
+    called again from its input and differentiated, the gradient with respect to its input going
+    on to the previous segment; each segment is called on a few samples at a time (samples are
+    independent in a block in eval mode). The peak memory is about ``sqrt(L)`` block inputs plus
+    one such call's graph, not the graph of every block. A model
     with a module in training mode (``keep_mode=True``), a target read inside the model
     (:class:`~camkit.NeuronTarget`) or blocks that do not feed each other directly take one
     backward through the whole graph instead; the maps are the same either way.
@@ -242,8 +244,9 @@ class CheferRollout(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "1 forward with the attention unfused and no graph, then each block recomputed and differentiated, last to "
-        "first: about 1 more forward + 1 backward; peak memory the block inputs + one block's graph for a quarter of the batch"
+        "1 forward with the attention unfused and no graph, then the blocks recomputed and differentiated a segment of "
+        "about sqrt(L) at a time, last to first: about 1 more forward + 1 backward; peak memory sqrt(L) block inputs "
+        "+ one segment's graph for a few samples"
     )
     use_when: ClassVar[str] = (
         "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."
@@ -256,65 +259,91 @@ class CheferRollout(AttentionExplainer):
 
     def _by_block(self, x: Tensor, target: Target, blocks: list[nn.Module]) -> Explanation | None:
         names = self.layer_names()
-        with AttentionCapture(self.model, gradients=True) as capture, BlockRecorder(blocks, leaves=True) as recorder:
+        every = self._segment or segment_length(len(blocks))
+        firsts = list(range(0, len(blocks), every))
+        with (
+            AttentionCapture(self.model, gradients=True) as capture,
+            BlockRecorder(blocks, leaves=True, keep=firsts) as recorder,
+        ):
             capture.live = False
             classes, scores = self._target_scores(x, target)
             if not recorder.replayable(chain=True):
                 return None
-            recorder.recording, capture.live = False, True
+            recorder.stop()
+            capture.live = True
             columns = self._columns(scores)
             if not all(column.requires_grad for column in columns):
                 raise LayerNotReachedError("the score does not depend on the model's attention: no graph links them")
             torch.set_grad_enabled(True)  # AttentionCapture puts the caller's mode back
-            outputs = [out.pop() for out in recorder.outputs]
             last = len(columns) - 1
             # what the score reads of each block's output directly (the last block's: all of it)
-            upstream: list[list[Tensor | None]] = [
-                list(torch.autograd.grad(c.sum(), outputs, retain_graph=k < last, allow_unused=True))
-                for k, c in enumerate(columns)
-            ]
-            del outputs
+            read = recorder.outputs_read(columns)
+            wanted = [i for i, out in enumerate(read) if out is not None]
+            leaves = [out for out in read if out is not None]
+            upstream: list[list[Tensor | None]] = []
+            for k, column in enumerate(columns):
+                got = torch.autograd.grad(column.sum(), leaves, retain_graph=k < last, allow_unused=True) if leaves else ()
+                grads: list[Tensor | None] = [None] * len(blocks)
+                for i, grad in zip(wanted, got):
+                    grads[i] = grad
+                upstream.append(grads)
+            del read, leaves, got
+            # a segment's graph holds `every` blocks: a micro-batch of about batch / (2 * every) samples keeps
+            # it near half a block's graph for the whole batch
+            parts = recorder.calls[0][0].slices(self._block_batch, 2 * every)
             # R = (I + C_L) ··· (I + C_1) is only read through one query row v (token_relevance's): from the
             # last layer down, w <- w + w C_l, kept as d = w - v (v + d at the end: the identity's share
             # is not rounded into each step), a [b, 1, N] per micro-batch and column
             rows_of: list[list[Tensor]] = [[] for _ in columns]
             starts: list[Tensor] = []  # v per column [1, 1, N]
-            for index in reversed(range(len(blocks))):
-                call = recorder.calls[index].pop()  # the block input is freed with its step
+            for first in reversed(firsts):
+                stop = min(first + every, len(blocks))
                 inputs: list[list[Tensor]] = [[] for _ in columns]
-                for j, part in enumerate(call.slices(self._block_batch)):
-                    tokens = call.tokens[part].detach().requires_grad_(index > 0)
+                for j, part in enumerate(parts):
+                    kept = recorder.calls[first][0].tokens
+                    assert kept is not None  # kept for every segment's first block
+                    tokens = kept[part].detach().requires_grad_(first > 0)
                     torch.set_grad_enabled(True)
-                    out = call.run(blocks[index], tokens)
-                    attention = capture.take(index)
-                    wrt = [attention, tokens] if index > 0 else [attention]
+                    outs, attentions = [], []
+                    current = tokens
+                    for index in range(first, stop):
+                        current = recorder.calls[index][0].run(blocks[index], current)
+                        outs.append(current)
+                        attentions.append(capture.take(index))
+                    del current
+                    wrt = [*attentions, tokens] if first > 0 else attentions
                     for k, grads in enumerate(upstream):
-                        upper = grads[index]
-                        if upper is None or not out.requires_grad:
-                            raise LayerNotReachedError(f"the score does not depend on the attention of '{names[index]}'")
-                        got = torch.autograd.grad(out, wrt, grad_outputs=upper[part], retain_graph=k < last, allow_unused=True)
-                        grad = self._grads_of(got[0], attention, names[index])
-                        with torch.no_grad():
-                            cam = weighted_attention(attention.detach(), grad)
-                            if len(rows_of[k]) == j:
-                                prefix, grid, query = self._layout(cam.shape[-1], x)
-                                start = _query_row(cam, query)
-                                rows_of[k].append(start @ cam)
-                                if j == 0:
-                                    starts.append(start[:1])
-                            else:
-                                rows_of[k][j] = rows_of[k][j] + (starts[k] + rows_of[k][j]) @ cam
-                        if index > 0:
-                            inputs[k].append(got[1] if got[1] is not None else torch.zeros_like(tokens))
-                        del got, grad, cam
-                    del out, attention, wrt, tokens
+                        if grads[stop - 1] is None or not outs[-1].requires_grad:
+                            raise LayerNotReachedError(f"the score does not depend on the attention of '{names[stop - 1]}'")
+                        pairs = [(out, grads[i]) for i, out in zip(range(first, stop), outs) if grads[i] is not None]
+                        got = torch.autograd.grad([out for out, _ in pairs], wrt, retain_graph=k < last, allow_unused=True,
+                                                  grad_outputs=[grad[part] for _, grad in pairs if grad is not None])
+                        for offset in reversed(range(stop - first)):
+                            grad = self._grads_of(got[offset], attentions[offset], names[first + offset])
+                            with torch.no_grad():
+                                cam = weighted_attention(attentions[offset].detach(), grad)
+                                if len(rows_of[k]) == j:
+                                    prefix, grid, query = self._layout(cam.shape[-1], x)
+                                    start = _query_row(cam, query)
+                                    rows_of[k].append(start @ cam)
+                                    if j == 0:
+                                        starts.append(start[:1])
+                                else:
+                                    rows_of[k][j] = rows_of[k][j] + (starts[k] + rows_of[k][j]) @ cam
+                        if first > 0:
+                            inputs[k].append(got[-1] if got[-1] is not None else torch.zeros_like(tokens))
+                        del got, pairs, grad, cam
+                    del outs, attentions, wrt, tokens
                 for k, grads in enumerate(upstream):
-                    grads[index] = None
-                    if index > 0:
+                    for index in range(first, stop):
+                        grads[index] = None
+                    if first > 0:
                         below = torch.cat(inputs[k]) if len(inputs[k]) > 1 else inputs[k][0]
-                        previous = grads[index - 1]
-                        grads[index - 1] = below if previous is None else previous + below
-                del inputs, call
+                        previous = grads[first - 1]
+                        grads[first - 1] = below if previous is None else previous + below
+                for index in range(first, stop):
+                    recorder.calls[index].clear()  # the kept input is freed with its segment
+                del inputs
             rows = [(start + torch.cat(parts))[:, 0, prefix:] for start, parts in zip(starts, rows_of)]
         return self._finish(rows, x, grid, classes, scores)
 
@@ -343,9 +372,11 @@ class LeGrad(AttentionExplainer):
     ``E_l`` is the mean over heads and queries of ``ReLU(ds_l / dA_l)``, keys without the prefix
     tokens; the map is the mean of ``E_l`` over the layers (:func:`camkit.functional.legrad_relevance`).
     Each block's score reaches its own attention only, so after a forward without graph that
-    keeps each block's input, each block is called again on it, about a quarter of the batch at a
-    time, and differentiated alone: the peak memory is the block inputs plus one such call's graph. (A module in training mode,
-    ``keep_mode=True``, takes one forward with every block's graph, cut at each block's input.)
+    keeps the first read block's input, the blocks are called again in order, about a quarter of
+    the batch at a time, each differentiated alone and its output handed to the next: the peak
+    memory is one block input plus one such call's graph. (A module in training mode,
+    ``keep_mode=True``, or blocks that do not feed each other directly, take one forward with
+    every block's graph, cut at each block's input.)
 
     Args:
         model: a vision transformer whose head camkit knows (timm's and torchvision's
@@ -368,8 +399,9 @@ class LeGrad(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "1 forward with the attention unfused and no graph, then each block recomputed and differentiated for its own "
-        "score: about 1 more forward + 1 backward; peak memory the block inputs + one block's graph for a quarter of the batch"
+        "1 forward with the attention unfused and no graph, then each block recomputed in order and differentiated for "
+        "its own score: about 1 more forward + 1 backward; peak memory one block input + one block's graph for a "
+        "quarter of the batch"
     )
     use_when: ClassVar[str] = (
         "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
@@ -417,37 +449,52 @@ class LeGrad(AttentionExplainer):
         names = self.layer_names()
         head = self.head
         assert head is not None
-        with AttentionCapture(self.model, gradients=True, local=True) as capture, BlockRecorder(blocks, leaves=False) as recorder:
+        first, final = self.layers[0], self.layers[-1]
+        with (
+            AttentionCapture(self.model, gradients=True, local=True) as capture,
+            BlockRecorder(blocks, leaves=False, keep=[first]) as recorder,
+        ):
             capture.live = False
             classes, scores = self._target_scores(x, target)
-            if not recorder.replayable(chain=False):
+            if not recorder.replayable(chain=True):
                 return None
-            recorder.recording, capture.live = False, True
+            recorder.stop()
+            capture.live = True
             columns = self._columns(scores)
             multi = scores.dim() == 2
-            per_layer: list[list[Tensor]] = [[] for _ in columns]
+            read_layers = set(self.layers)
+            # per column, per layer read: its relevance per micro-batch
+            per_layer: list[list[list[Tensor]]] = [[[] for _ in self.layers] for _ in columns]
             # a known head and a class target score each sample alone: the blocks run on slices of the batch
             split = classes is not None and self._known_head
-            for index in self.layers:
-                call = recorder.calls[index][0]
-                parts: list[list[Tensor]] = [[] for _ in columns]
-                for part in call.slices(self._block_batch) if split else [slice(None)]:
+            call = recorder.calls[first][0]
+            kept = call.tokens
+            assert kept is not None  # the first block read keeps its input
+            for part in call.slices(self._block_batch) if split else [slice(None)]:
+                tokens = kept[part].detach()
+                picked = None if classes is None else classes[part]
+                # from the first block read on, each block called again on the previous one's output, its
+                # own score differentiated and its graph freed before the next
+                for index in range(first, final + 1):
                     torch.set_grad_enabled(True)
-                    read = head(call.run(blocks[index], call.tokens[part].detach()))
+                    out = recorder.calls[index][0].run(blocks[index], tokens)
                     attention = capture.take(index)
-                    picked = None if classes is None else classes[part]
-                    for k in range(len(columns)):
-                        score = self._layer_score(read, picked, target, k, multi)
-                        total = torch.stack([score.sum()])  # as the whole-graph path
-                        (grad,) = self._grads(total, [attention], [names[index]], k < len(columns) - 1)
-                        with torch.no_grad():
-                            prefix, grid, _ = self._layout(grad.shape[-1], x)
-                            parts[k].append(legrad_relevance([grad], prefix))
-                    del read, attention
-                for k, got in enumerate(parts):
-                    per_layer[k].append(torch.cat(got) if len(got) > 1 else got[0])
+                    if index in read_layers:
+                        read = head(out)
+                        for k in range(len(columns)):
+                            score = self._layer_score(read, picked, target, k, multi)
+                            total = torch.stack([score.sum()])  # as the whole-graph path
+                            (grad,) = self._grads(total, [attention], [names[index]], k < len(columns) - 1)
+                            with torch.no_grad():
+                                prefix, grid, _ = self._layout(grad.shape[-1], x)
+                                per_layer[k][self.layers.index(index)].append(legrad_relevance([grad], prefix))
+                        del read
+                    tokens = out.detach()
+                    del out, attention
+                del tokens
             with torch.no_grad():
-                rows = [torch.stack(layers).mean(dim=0) for layers in per_layer]
+                rows = [torch.stack([torch.cat(got) if len(got) > 1 else got[0] for got in layers]).mean(dim=0)
+                        for layers in per_layer]
         return self._finish(rows, x, grid, classes, scores)
 
     def _whole_graph(self, x: Tensor, target: Target) -> Explanation:

@@ -38,15 +38,34 @@ def _x(batch: int) -> Tensor:
     return torch.rand(batch, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(7 + batch))
 
 
+class _Replays(list):
+    """The blocks called again, in the order first called, each once; :attr:`samples` counts samples per block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.samples: list[int] = []
+
+    def add(self, block: nn.Module, samples: int) -> None:
+        for i, seen in enumerate(self):
+            if seen is block:
+                self.samples[i] += samples
+                return
+        self.append(block)
+        self.samples.append(samples)
+
+    def clear(self) -> None:
+        super().clear()
+        self.samples.clear()
+
+
 @pytest.fixture
 def replays(monkeypatch):
-    """The blocks called again on their recorded input, in order (a block's micro-batches counted once)."""
-    calls = []
+    """The blocks called again (each listed once) and how many samples each was called on in all."""
+    calls = _Replays()
     run = _blockwise.BlockCall.run
 
     def counted(self, block, tokens):
-        if not calls or calls[-1] is not block:
-            calls.append(block)
+        calls.add(block, tokens.shape[0])
         return run(self, block, tokens)
 
     monkeypatch.setattr(_blockwise.BlockCall, "run", counted)
@@ -74,7 +93,7 @@ def test_block_by_block_equals_the_whole_graph(family, key, replays):
     x = _x(3)
     target = torch.tensor([[0, 3], [2, 1], [1, 1]])  # two classes per image: two backward passes per block
     new, old = _both(METHODS[key], model, x, target)
-    assert len(replays) == 3  # each of the 3 blocks called again once
+    assert len(replays) == 3 and replays.samples == [3, 3, 3]  # each block called again once on each sample
     assert not new.flat.any()
     _assert_equal(new, old)
 
@@ -88,37 +107,90 @@ def test_clip_similarity_block_by_block(key, replays):
     _assert_equal(new, old)
 
 
-def test_legrad_some_layers_replays_those_blocks_only(replays):
+def test_legrad_some_layers_replays_from_the_first_read_block_on(replays):
     model = timm_vit()
+    new, old = _both(camkit.LeGrad, model, _x(2), None, layers=[1, -1])
+    assert replays == [model.blocks[1], model.blocks[2]]  # block 0 is not called again
+    _assert_equal(new, old)
+    replays.clear()
     new, old = _both(camkit.LeGrad, model, _x(2), None, layers=[0, -1])
-    assert replays == [model.blocks[0], model.blocks[2]]
+    assert replays == list(model.blocks)  # block 1 runs to hand its output to block 2
     _assert_equal(new, old)
 
 
 class _ReadsMiddle(nn.Module):
-    """A timm ViT whose output also reads the second block's class token: a path around the last block."""
+    """A timm ViT whose output also reads the second block's class token: a path around the last block.
 
-    def __init__(self) -> None:
+    ``early``: the side branch is computed as soon as the block has run and the model keeps no
+    reference to the block's output (only the side branch's graph does).
+    """
+
+    def __init__(self, early: bool = False) -> None:
         super().__init__()
         self.vit = timm_vit()
         self.side = nn.Linear(16, 4)
+        self.early = early
 
     def forward(self, x: Tensor) -> Tensor:
         tokens = self.vit._pos_embed(self.vit.patch_embed(x))
-        middle = None
+        middle = side = None
         for index, block in enumerate(self.vit.blocks):
             tokens = block(tokens)
-            if index == 1:
+            if index == 1 and self.early:
+                side = self.side(tokens[:, 0] * 2.0)
+            elif index == 1:
                 middle = tokens
-        assert middle is not None
-        return self.vit.forward_head(self.vit.norm(tokens)) + self.side(middle[:, 0])
+        side = self.side(middle[:, 0]) if middle is not None else side
+        assert side is not None
+        return self.vit.forward_head(self.vit.norm(tokens)) + side
 
 
-def test_a_score_reading_a_middle_block_directly(replays):
-    model = _ReadsMiddle().eval()
-    new, old = _both(camkit.CheferRollout, model, _x(2), torch.tensor([1, 2]))
-    assert len(replays) == 3
+@pytest.mark.parametrize("segment", [None, 3])  # block 1's output kept as block 2's input, or inside one segment
+@pytest.mark.parametrize("early", [False, True])
+def test_a_score_reading_a_middle_block_directly(early, segment, replays):
+    model = _ReadsMiddle(early).eval()
+    explainer = camkit.CheferRollout(model)
+    explainer._segment = segment
+    new = explainer.explain(_x(2), torch.tensor([1, 2]))
+    whole = camkit.CheferRollout(model)
+    whole._blockwise = False
+    old = whole.explain(_x(2), torch.tensor([1, 2]))
+    assert len(replays) == 3 and replays.samples == [2, 2, 2]
     _assert_equal(new, old)
+    without = camkit.CheferRollout(model.vit).explain(_x(2), torch.tensor([1, 2]))
+    # the side branch moves the map (by ~15% of its peak here): the gradient through it was taken
+    assert (new.raw - without.raw).abs().max() > 0.05 * new.raw.abs().max()
+
+
+@pytest.mark.parametrize("segment", [1, 2, 3])
+@pytest.mark.parametrize("family", ["timm-registers", "torchvision", "hf-vit"])
+def test_chefer_segments_of_any_length_equal_the_whole_graph(family, segment, replays):
+    model = BUILDERS[family]()
+    x = _x(3)
+    target = torch.tensor([[0, 3], [2, 1], [1, 1]])
+    explainer = camkit.CheferRollout(model)
+    explainer._segment = segment
+    new = explainer.explain(x, target)
+    whole = camkit.CheferRollout(model)
+    whole._blockwise = False
+    assert replays.samples == [3, 3, 3]
+    _assert_equal(new, whole.explain(x, target))
+
+
+@pytest.mark.parametrize("key, kept", [("cheferrollout", [0, 2]), ("legrad", [0])])
+def test_only_the_segment_inputs_are_kept(key, kept, monkeypatch):
+    """Chefer keeps the input of each segment's first block (ceil(sqrt(3)) = 2 blocks a segment), LeGrad the first's."""
+    seen = []
+    stop = _blockwise.BlockRecorder.stop
+
+    def counted(self):
+        seen.append([i for i, calls in enumerate(self.calls) if calls[0].tokens is not None])
+        assert all(calls[0].args[0] is None for i, calls in enumerate(self.calls) if i not in seen[-1])
+        stop(self)
+
+    monkeypatch.setattr(_blockwise.BlockRecorder, "stop", counted)
+    METHODS[key](timm_vit()).explain(_x(2), 1)
+    assert seen == [kept]
 
 
 class _Between(nn.Module):
@@ -228,7 +300,7 @@ def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch):
     for size, expected in ((1, [1] * 9), (2, [2, 1] * 3)):
         sizes.clear()
         got = explainers[size].explain(x, target)
-        assert sizes == expected
+        assert sorted(sizes) == sorted(expected)  # each block once per micro-batch (in segment or layer order)
         torch.testing.assert_close(got.raw, whole.raw, atol=1e-7, rtol=1e-5)
         torch.testing.assert_close(got.maps, whole.maps, atol=1e-5, rtol=0)
         torch.testing.assert_close(got.scores, whole.scores, atol=0, rtol=0)
