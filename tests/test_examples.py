@@ -14,6 +14,7 @@ import camkit
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("script", "outputs"),
     [

@@ -138,6 +138,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_the_explain_endpoint_through_gradio_client(session, blocks, image_file):
     client_module = pytest.importorskip("gradio_client")
     port = _free_port()
