@@ -10,7 +10,6 @@ removed when the process exits.
 from __future__ import annotations
 
 import atexit
-import importlib
 import os
 import shutil
 import tempfile
@@ -22,7 +21,9 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: n
 
 import gradio as gr
 
+from .audit_tab import build_audit_tab
 from .compare_tab import build_compare_tab
+from .evaluate_tab import build_evaluate_tab
 from .explain_tab import PICTURE_CSS, build_explain_tab
 from .session import Session
 
@@ -61,16 +62,6 @@ def _temp_dir() -> Path:
     return folder
 
 
-def _optional_tab(module: str, builder: str, label: str, session: Session, folders: list[Path]) -> None:
-    """A tab whose module may not be there yet: its builder, else a placeholder."""
-    try:
-        found = importlib.import_module(f"{__package__}.{module}")
-    except ImportError:
-        gr.Markdown(f"The {label} tab is not built yet in this version of camkit.")
-        return
-    getattr(found, builder)(session, folders)
-
-
 def build_app(
     session: Session, audits: Sequence[str | os.PathLike[str]] = (), evaluations: Sequence[str | os.PathLike[str]] = (),
     *, compare_with: Sequence[Session] = (),
@@ -97,8 +88,8 @@ def build_app(
         with gr.Tab(TAB_LABELS[1]):
             build_compare_tab(session, follow=upload, others=compare_with)
         with gr.Tab(TAB_LABELS[2]):
-            _optional_tab("audit_tab", "build_audit_tab", "Audit", session, audit_paths)
+            build_audit_tab(session, audit_paths)
         with gr.Tab(TAB_LABELS[3]):
-            _optional_tab("evaluate_tab", "build_evaluate_tab", "Evaluate", session, evaluation_paths)
+            build_evaluate_tab(session, evaluation_paths)
     blocks.temp_dir = temp
     return blocks

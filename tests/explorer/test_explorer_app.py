@@ -7,7 +7,6 @@ import json
 import os
 import re
 import socket
-import sys
 import urllib.request
 
 import numpy as np
@@ -173,18 +172,16 @@ def test_the_explain_endpoint_through_gradio_client(session, blocks, image_file)
 
 
 def test_the_audit_and_evaluate_tabs_get_the_session_and_their_folders(session, monkeypatch, tmp_path):
-    import types
+    import camkit.explorer.app as app_module
 
     seen = {}
-    for module, builder in (("audit_tab", "build_audit_tab"), ("evaluate_tab", "build_evaluate_tab")):
-        fake = types.ModuleType(f"camkit.explorer.{module}")
+    for builder in ("build_audit_tab", "build_evaluate_tab"):
 
         def build(s, folders, name=builder):
             seen[name] = (s, folders)
             gr.Markdown(name)
 
-        setattr(fake, builder, build)
-        monkeypatch.setitem(sys.modules, f"camkit.explorer.{module}", fake)
+        monkeypatch.setattr(app_module, builder, build)
     build_app(session, audits=[str(tmp_path / "a")], evaluations=[tmp_path / "e"])
     assert seen["build_audit_tab"][0] is session and seen["build_audit_tab"][1] == [tmp_path / "a"]
     assert seen["build_evaluate_tab"] == (session, [tmp_path / "e"])
