@@ -131,7 +131,7 @@ def test_max_abs_diff_accepts_arrays_and_checks_shapes():
         max_abs_diff(torch.zeros(1, 2), torch.zeros(2))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc/self/clear_refs")
 def test_memory_probe_measures_a_known_allocation_in_a_fresh_process():
     ctx = Context(log=lambda msg: None)
@@ -293,7 +293,7 @@ def test_blas_threads_names_numpys_setting(monkeypatch):
     assert _report.describe_machine([torch.device("cpu")]).blas_threads == "OPENBLAS_NUM_THREADS=1"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_python_m_benchmarks_runs_numpys_blas_on_one_thread():
     pytest.importorskip("threadpoolctl")
     script = (

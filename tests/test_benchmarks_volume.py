@@ -79,7 +79,7 @@ class _TinyConv3d(nn.Module):
         return self.head(self.features(x))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("impl", "module"),
     [("captum", "captum"), ("torchcam", "torchcam"), ("MONAI", "monai"), ("pytorch-grad-cam", "pytorch_grad_cam")],
@@ -135,7 +135,7 @@ def test_goals_use_the_fastest_anchor_round_by_round():
     assert speed.status == NOT_MEASURED and "no anchor ran" in speed.reason
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_runner_runs_the_case_end_to_end_on_small_clips_and_volumes(tmp_path, monkeypatch):
     pytest.importorskip("monai")
     small = [

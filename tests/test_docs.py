@@ -24,7 +24,7 @@ def blocks(page: Path):
         yield (match.group("mark") or "").strip(), match.group("code")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("page", [p for p in PAGES if any(True for _ in blocks(p))], ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_snippets_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

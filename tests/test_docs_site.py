@@ -54,7 +54,7 @@ def test_the_check_finds_external_references():
     assert external_references(page) == ["https://cdn.example/x.css", "//cdn.example/a.js", "https://fonts.example/f.css"]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_built_site_references_no_external_script_or_style(site):
     offenders = {}
     for path in [*site.rglob("*.html"), *site.rglob("*.css"), *site.rglob("*.js")]:

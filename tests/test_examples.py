@@ -14,7 +14,7 @@ import camkit
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("script", "outputs"),
     [

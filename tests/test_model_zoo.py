@@ -265,7 +265,7 @@ def _params(cases: list[Case]) -> list[Any]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(("case", "batch"), _params(CASES))
 def test_default_layer_matches_hand_gradcam(case: Case, batch: int) -> None:
     model = _model(case.id)
@@ -311,7 +311,7 @@ def _container_params() -> list[Any]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(("item", "batch"), _container_params())
 def test_explicit_container_gives_its_last_block_map(item: Container, batch: int) -> None:
     case = next(c for c in CASES if c.id == item.case)
@@ -349,7 +349,7 @@ GENERIC: dict[str, tuple[str, Callable[[Any], nn.Module], Reshape]] = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_generic_rule_alone_gives_a_right_map_or_asks_for_a_layer(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(camkit.layers.families, "family_rule", lambda model: None)

@@ -180,7 +180,7 @@ FORBIDDEN = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_nothing_in_camkit_imports_the_compatibility_layers():
     graph = import_graph()
     users = sorted(
@@ -193,7 +193,7 @@ def test_nothing_in_camkit_imports_the_compatibility_layers():
     assert users == [], f"camkit.compat translates other APIs onto camkit; camkit never depends on it: {users}"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("importer, banned, why", FORBIDDEN, ids=[rule[0] for rule in FORBIDDEN])
 def test_wings_keep_to_their_side(importer, banned, why):
     graph = import_graph()
@@ -227,7 +227,7 @@ def _imports_module(path: Path, top: str) -> bool:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_only_the_explorer_imports_gradio():
     users = sorted(name for name, path in _modules(PACKAGE).items() if _imports_module(path, "gradio"))
     assert users and all(name.startswith("camkit.explorer.") for name in users), users

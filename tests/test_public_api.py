@@ -54,7 +54,7 @@ def own_docstring(package: str, name: str) -> str:
     return inspect.cleandoc(obj.__doc__ or "")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(("package", "name"), public_names(), ids=lambda v: v)
 def test_public_name_has_a_docstring_with_a_doctest_example(package, name):
     doc = own_docstring(package, name)
@@ -66,7 +66,7 @@ def test_public_name_has_a_docstring_with_a_doctest_example(package, name):
     assert any(ex.want.strip() for ex in examples), f"{package}.{name}: the example shows no expected output"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_type_alias_examples_run():
     """pytest's doctest collection does not see a type alias's docstring: run those examples here."""
     aliases = [(p, n) for p, n in public_names() if is_alias(getattr(importlib.import_module(p), n))]

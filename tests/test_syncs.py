@@ -105,7 +105,7 @@ def test_recorder_leaves_no_mode_behind():
 # --- every registered method -----------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", [1, 3])
 @pytest.mark.parametrize("key", _method_params())
 def test_explain_makes_no_host_sync_on_signals_and_volumes(key, spatial_dims, on_device):
@@ -126,7 +126,7 @@ def test_explain_makes_no_host_sync_on_signals_and_volumes(key, spatial_dims, on
     assert explanation.maps.shape == (3, *RANK_SIZES[spatial_dims])
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("key", _method_params())
 def test_explain_makes_no_host_sync(key, on_device):
     model = TinyNet().eval()

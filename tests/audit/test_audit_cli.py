@@ -19,7 +19,7 @@ from tinyfactory import Tiny
 import camkit
 from camkit.modelload import Preprocess
 
-pytestmark = pytest.mark.slow  # a module fixture runs the command-line tool in subprocesses or builds the page: tens of seconds
+pytestmark = pytest.mark.heavy  # a module fixture runs the command-line tool in subprocesses or builds the page: tens of seconds
 
 COMMON = ["--size", "32", "--device", "cpu"]
 AUDIT = ["--workers", "0", "--no-progress", "--batch-size", "4", "--alphabetical-classes"]

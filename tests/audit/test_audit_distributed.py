@@ -12,7 +12,7 @@ from audit_helpers import cli_env, make_images, read_rows
 import camkit
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_two_process_torchrun_equals_one_process(tmp_path):
     data = make_images(tmp_path / "data", per_class=4)  # 8 images; batches of 3 leave ranks uneven batches
     camkit.save_png(data / "cat" / "img9.png", camkit.read_rgb(data / "dog" / "img0.png"))  # 9 images: shards 5 / 4

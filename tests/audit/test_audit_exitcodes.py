@@ -14,7 +14,7 @@ from audit_helpers import make_images, read_rows, start_cli
 
 import camkit
 
-pytestmark = pytest.mark.slow  # a module fixture runs the command-line tool in subprocesses or builds the page: tens of seconds
+pytestmark = pytest.mark.heavy  # a module fixture runs the command-line tool in subprocesses or builds the page: tens of seconds
 
 AUDIT = ["--model", "tinyfactory:tiny", "--layer", "conv2", "--size", "32", "--device", "cpu", "--workers", "0",
          "--no-progress"]  # fmt: skip

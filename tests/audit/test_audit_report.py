@@ -15,7 +15,7 @@ import camkit
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if shutil.os.path.exists("/usr/bin/chromium") else None)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (CI: apt-get install -y chromium)")
 def test_report_renders_in_headless_chromium(tmp_path):
     make_bad_data(tmp_path / "data")

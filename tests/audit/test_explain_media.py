@@ -34,7 +34,7 @@ def _files(folder):
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @needs_nibabel
 def test_explain_a_nifti_scan_writes_the_map_with_its_affine_and_slice_pictures(tmp_path, capsys):
     scan, _ = write_scan(tmp_path / "scan.nii.gz")
@@ -104,7 +104,7 @@ def test_explain_an_mp4_writes_the_map_an_overlay_video_and_the_frame_curve(tmp_
     assert camkit.read_rgb(tmp_path / "out" / entry["pictures"][1]).shape == (200, 600, 3)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_explain_cuts_a_video_into_clips_for_one_class(tmp_path, capsys):
     write_video(tmp_path / "clip.gif", moving_clip(frames=10, height=16, width=16, size=4), fps=4)
     code, _, err = _run(capsys, tmp_path / "clip.gif", "--model", "mediafactory:video_net", "--frames", "4",

@@ -102,7 +102,7 @@ def test_too_small_class_gets_one_strategy_and_says_why():
     assert found.maps["b"].strategies[0].size == 5
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_map_strategies_find_a_fixed_tag():
     net = _trained("tag")
     x, y, cut = _images(180, 7, "tag")
@@ -123,7 +123,7 @@ def test_map_strategies_find_a_fixed_tag():
     assert peak[0] < 8 and peak[1] < 8
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_concept_strategies_find_a_patch_at_random_places():
     net = _trained("patch")
     x, y, cut = _images(180, 8, "patch")

@@ -82,7 +82,7 @@ def test_the_suites_are_the_pinned_releases():
     assert (peer_suites.SUITES["torchcam"].distribution, peer_suites.SUITES["torchcam"].version) == ("torchcam", "0.5.0")
 
 
-def test_ci_subset_is_a_fixed_selection_of_the_heavy_grad_cam_cases():
+def test_ci_subset_leaves_out_the_heavy_grad_cam_cases():
     keyword = peer_suites.SUITES["grad-cam"].ci_keyword
-    assert keyword is not None and "vgg11" in keyword and "ScoreCAM" in keyword
+    assert keyword == "not test_all_cam_models_can_run and not (test_sess and ScoreCAM)"
     assert peer_suites.SUITES["torchcam"].ci_keyword is None  # torchcam's suite runs whole in CI

@@ -116,7 +116,7 @@ def _run(code, cwd):
                           capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_install_aliases_the_package_and_refuses_after_the_real_import(tmp_path):
     done = _run(CHECKS, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -113,7 +113,7 @@ def test_non_sensitivity_quantus_fails_for_steps_above_one():
     assert len(counts) == 3 and all(0 <= c <= 36 for c in counts)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_quantus_infidelity_repeats_are_identical():
     x, y, a = data(8)
     net = conv_net(8)

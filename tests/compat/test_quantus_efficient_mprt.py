@@ -28,7 +28,7 @@ def test_bin_rules_by_hand():
         cq.EfficientMPRT(complexity_func_kwargs={"rule": "nope"})
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("rule", ["Square Root", "Sturges Formula", "Rice"])
 def test_count_rules_equal_quantus_where_both_clamp(rule):
     # 8x8 maps: camkit's counts (8, 7, 8) and Quantus's (from n = 3 axes: 1, 2, 2) all clamp to the minimum 10

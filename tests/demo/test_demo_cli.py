@@ -27,7 +27,7 @@ def test_headline_picks_the_class_with_most_watermark_energy() -> None:
         headline(summary, region="text")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_camkit_demo_writes_reports_and_prints_the_finding(tmp_path, capsys) -> None:
     assert main(["demo", "--out", str(tmp_path), "--images", "40"]) == 0
     printed = capsys.readouterr().out

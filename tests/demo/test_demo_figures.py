@@ -54,7 +54,7 @@ def formatted(value: float, written: str) -> str:
     return f"{100 * value:.{decimals}f}"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_every_quoted_figure_matches_a_fresh_demo_run(fresh_run):
     figures = fresh_run
     assert figures["images"] == 200

@@ -118,7 +118,7 @@ def test_bundled_weights_are_a_small_state_dict() -> None:
         assert meta[key] == pytest.approx(DOCUMENTED[key], abs=1e-4)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_documented_accuracy_on_fresh_images(model) -> None:
     report = evaluate(model, n=800, seed=TEST_SEED)
     for key in ("clean", "marked", "swapped", "swapped_as_marker"):

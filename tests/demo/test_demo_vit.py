@@ -23,7 +23,7 @@ def test_the_bundled_vit_is_small_and_loads():
     assert dict(model.named_modules())[VIT_CAM_LAYER] is not None
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_the_bundled_vit_is_explained_by_every_attention_method():
     model = load_shapes_vit()
     x, _ = to_batch(make_split("swapped", 4, seed=1))

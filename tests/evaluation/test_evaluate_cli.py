@@ -69,7 +69,7 @@ def test_saved_maps_are_the_explainers_maps(run, data):
         np.testing.assert_allclose(saved, explainer(x, target)[0].numpy(), atol=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_batch_size_does_not_change_the_scores(run, data, tmp_path):
     out = tmp_path / "one"
     assert main(["evaluate", str(data), *RUN, "--out", str(out), "--batch-size", "1", "--no-gates"]) == 0

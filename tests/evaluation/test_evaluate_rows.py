@@ -90,7 +90,7 @@ def run(tmp_path_factory):
     return root, model, summary
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_every_new_row_equals_its_native_function(run):
     root, model, _ = run
     model.eval()

@@ -39,7 +39,7 @@ def view(model, x, maps, target, masks, seed=0):
                        representation=layer_features(model, "relu"))  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", list(METRICS))
 def test_each_metric_gives_one_score_per_image(name):
     spec = METRICS[name]

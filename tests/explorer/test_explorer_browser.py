@@ -70,7 +70,7 @@ def _image_src(page, selector: str) -> str:
     return page.locator(f"{selector} img").first.get_attribute("src") or ""
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_explain_an_uploaded_image_then_browse_the_audit(page, served, tmp_path_factory):
     url, runs, _blocks = served
     shots = tmp_path_factory.mktemp("shots")

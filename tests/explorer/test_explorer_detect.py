@@ -23,7 +23,7 @@ def detector() -> nn.Module:
     ).eval()
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_every_detection_gets_its_own_map_overlay_and_box(detector, tmp_path):
     rgb = np.random.default_rng(0).integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
     session = Session(detector, device="cpu")

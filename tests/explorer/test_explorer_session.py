@@ -35,7 +35,7 @@ def _x(session, rgb):
     return x[None]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_the_map_is_exactly_the_python_api_map(session, image):
     x = _x(session, image)
     for method, target in (("gradcam", 2), ("gradcam++", 0), ("saliency", 1), ("eigencam", 3)):

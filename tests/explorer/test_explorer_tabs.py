@@ -16,7 +16,7 @@ from camkit.explorer import audit_tab as audit_tab_module
 from camkit.explorer.audit_tab import ALL, AuditBrowser, enlarge, markdown_text
 from camkit.explorer.evaluate_tab import EvaluationBrowser
 
-pytestmark = pytest.mark.slow  # a module fixture runs the command-line tool in subprocesses or builds the page: tens of seconds
+pytestmark = pytest.mark.heavy  # a module fixture runs the command-line tool in subprocesses or builds the page: tens of seconds
 
 gr = pytest.importorskip("gradio")
 

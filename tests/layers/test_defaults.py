@@ -64,7 +64,7 @@ CASES = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(("name", "build", "size", "layer", "grid"), CASES, ids=[c[0] for c in CASES])
 def test_classifier_gives_finite_maps_at_input_size(name, build, size, layer, grid):
     torch.manual_seed(0)
@@ -103,7 +103,7 @@ def test_vit_batch_equals_one_by_one():
         torch.testing.assert_close(batched.maps[i], single.maps[0], atol=1e-5, rtol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_fcn_segmentation_target():
     from torchvision.models.segmentation import fcn_resnet50
 
@@ -257,7 +257,7 @@ def test_multi_input_call_state_and_hooks_are_cleared_after_errors():
     assert all(not m._forward_hooks for m in vit.modules())
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_explaining_a_model_that_is_not_torchvisions_does_not_import_torchvision():
     # Importing torchvision.models to check a type pulls in torch._dynamo (hundreds of MiB of
     # resident memory in every audit of a non-torchvision model).

@@ -141,7 +141,7 @@ def test_layer_layout_only_for_the_family_default():
     assert families.layer_layout(fake_hf_vit(1), "vit.layers.0.layernorm_before") is None  # tokens
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_camkit_does_not_import_timm_or_transformers():
     code = (
         "import sys, camkit, camkit.layers.families; "

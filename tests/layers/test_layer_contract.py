@@ -54,7 +54,7 @@ def tiny_timm_vit(**kw):
     ).eval()
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("batch", [2, 3])
 def test_timm_vit_gets_the_last_norm1_not_a_module_inside_attention(batch):
     model = tiny_timm_vit()
@@ -79,7 +79,7 @@ def test_generic_rule_skips_attention_patch_embedding_and_what_follows_the_last_
     assert "patch_embed.proj" in names  # it qualifies, but later layers do too
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("batch", [2, 3])
 def test_hf_swin_is_never_explained_at_its_position_bias(batch):
     config = transformers.SwinConfig(
@@ -144,7 +144,7 @@ def test_no_qualifying_layer_raises_and_says_why():
 # --- layouts from evidence ----------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_container_layout_comes_from_what_it_returns_not_its_last_leaf():
     torch.manual_seed(0)
     model = timm.create_model("convnext_atto", pretrained=False, num_classes=3).eval()
@@ -168,7 +168,7 @@ def test_hf_convnext_stage_is_channel_first():
     torch.testing.assert_close(stage.maps, expected, atol=1e-4, rtol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_timm_dynamic_patch_embed_is_read_as_channel_last():
     model = tiny_timm_vit(dynamic_img_size=True)
     x = torch.randn(2, 3, 32, 48, generator=_seeded(6))
@@ -218,7 +218,7 @@ def test_flatness_is_decided_on_the_raw_map_with_a_relative_tolerance():
     assert flat_maps(torch.zeros(1, 2, 2)).tolist() == [True]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_one_by_one_layers_are_refused_naming_the_last_spatial_layer():
     from torchvision.models import resnet18
 

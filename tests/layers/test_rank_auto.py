@@ -116,7 +116,7 @@ def clip(batch: int, channels: int, *size: int, seed: int = 0) -> Tensor:
 VIDEO_RESNETS = [("r3d_18", 16, (2, 2, 2)), ("mc3_18", 8, (8, 2, 2)), ("r2plus1d_18", 8, (1, 2, 2))]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(("name", "frames", "grid"), VIDEO_RESNETS, ids=[n for n, _, _ in VIDEO_RESNETS])
 def test_torchvision_video_resnets_explain_layer4(name, frames, grid):
     # r3d_18 and r2plus1d_18 stride time by 8, mc3_18 keeps it (3-D convolutions in its stem only)
@@ -135,7 +135,7 @@ def test_torchvision_s3d_explains_its_features():
     check_auto_matches_hand(model, clip(2, 3, 16, 64, 64), "features", (2, 2, 2), channels_first)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_torchvision_swin3d_explains_its_last_stage_channel_last():
     torch.manual_seed(0)
     model = tvv.swin3d_t(num_classes=5)
@@ -180,7 +180,7 @@ MONAI_CLASSIFIERS = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(("name", "build", "side", "layer"), MONAI_CLASSIFIERS, ids=[c[0] for c in MONAI_CLASSIFIERS])
 @needs_monai
 def test_monai_3d_classifiers_explain_their_last_map(name, build, side, layer):

@@ -182,7 +182,7 @@ def test_low_precision_and_channels_last_models():
     assert (explanation.maps - reference).abs().max() < 0.1
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_no_memory_growth_over_repeated_calls():
     model = TinyNet().eval()
     explainer = camkit.GradCAMPlusPlus(model, "conv2")

@@ -246,7 +246,7 @@ def _detector_case(name: str, yolo: Any) -> tuple[nn.Module, Tensor, Any, Callab
     return model, x, camkit.DetectionTarget(refs, labels, iou_threshold=0.5), _yolo_detection_score(refs, labels, 0.5), None, "model.1"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("family", [pytest.param("faster_rcnn", marks=pytest.mark.slow), "yolov8n"])
 @pytest.mark.parametrize("method", ["scorecam", "ablationcam"])
 def test_perturbation_cams_on_detectors_by_hand(method: str, family: str, yolo_env: Any, one_thread: None) -> None:  # noqa: F811
@@ -274,7 +274,7 @@ def test_fullgrad_on_detectors_by_hand(family: str, yolo_env: Any, one_thread: N
 # ---------------------------------------------------------------- the narrowed backward (R-CNN)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "build", [_faster_rcnn, pytest.param(_faster_rcnn_resnet18, marks=pytest.mark.slow)], ids=["mobilenet", "resnet18"]
 )
@@ -329,7 +329,7 @@ def _state(model: nn.Module) -> tuple[Any, ...]:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("family", [pytest.param("faster_rcnn", marks=pytest.mark.slow), "yolov8n"])
 def test_detector_methods_leave_no_trace(family: str, yolo_env: Any, one_thread: None) -> None:  # noqa: F811
     model, x, target, _, _, layer = _detector_case(family, yolo_env)

@@ -60,7 +60,7 @@ def _grad_calls(model: nn.Module) -> tuple[list[tuple[int, ...]], Callable[[], N
 _SLOW = pytest.mark.slow
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("yaml", "layer", "on_host"),
     [
@@ -98,7 +98,7 @@ def test_yolo_gradcam_narrowed_to_the_picked_candidates_equals_the_full_graph(
         assert bool(explanation.flat[0, 0]) and not bool(explanation.flat[1, 0])
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("on_host", [True, False], ids=["host", "device"])
 def test_yolo_narrowed_reruns_only_the_levels_that_hold_a_candidate_on_the_host(
     on_host: bool, yolo_env: Any, monkeypatch: pytest.MonkeyPatch  # noqa: F811
@@ -190,7 +190,7 @@ def test_yolo_narrowed_leaves_no_trace_also_after_an_error(yolo_env: Any) -> Non
         )
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_yolo_narrowed_rescoring_makes_no_host_sync_on_a_device(
     yolo_env: Any, monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:

@@ -140,7 +140,7 @@ TORCHVISION = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", list(TORCHVISION))
 def test_torchvision_detectors(name: str, one_thread: None) -> None:
     build, layer, documented = TORCHVISION[name]
@@ -161,7 +161,7 @@ def test_torchvision_detectors(name: str, one_thread: None) -> None:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_ssd_vgg_default_layer_is_documented() -> None:
     from torchvision.models.detection import ssd300_vgg16
 
@@ -239,7 +239,7 @@ def _candidate_score(refs: Tensor, labels: Tensor) -> Callable[[Any], Tensor]:
     return score
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(("yaml", "stages"), [("yolov8n.yaml", [15, 18, 21]), ("yolo11n.yaml", [16, 19, 22]),
                                               ("yolov8n-seg.yaml", [15, 18, 21]), ("yolov8n-pose.yaml", [15, 18, 21])])
 def test_ultralytics_detectors(yaml: str, stages: list[int], yolo_env: Any) -> None:
@@ -342,7 +342,7 @@ def test_hf_segformer_mask_at_image_size() -> None:
                  one_by_one=lambda i: camkit.SegmentationTarget(1, mask=mask))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("method", ["eigencam", "fem", "kpcacam", "randomcam", "layeractivation"])
 def test_target_free_methods_run_on_detector_outputs(method: str, yolo_env: Any) -> None:
     cls = camkit.get_method(method)

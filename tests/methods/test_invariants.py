@@ -54,7 +54,7 @@ def test_every_method_has_a_factory():
     assert sorted(FACTORIES) == METHODS
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("key", method_params(METHODS))
 def test_contract_and_hygiene(key):
     model = _messy_model()
@@ -87,7 +87,7 @@ def test_hygiene_after_exception_in_forward(key):
     _assert_same_state(before, _state(model))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("key", method_params(METHODS))
 def test_hygiene_after_bad_target(key):
     model = _messy_model()
@@ -101,7 +101,7 @@ def test_hygiene_after_bad_target(key):
     _assert_same_state(before, _state(model))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("key", method_params(METHODS))
 def test_batch_equals_one_by_one(key):
     model = TinyNet().eval()
@@ -114,7 +114,7 @@ def test_batch_equals_one_by_one(key):
         torch.testing.assert_close(batched.scores[i], single.scores[0], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("key", method_params(METHODS))
 def test_k_targets_equal_single_calls(key):
     model = TinyNet().eval()
@@ -127,7 +127,7 @@ def test_k_targets_equal_single_calls(key):
         torch.testing.assert_close(multi.maps[:, k], single.maps, atol=1e-5, rtol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("key", method_params(METHODS))
 def test_works_under_outer_no_grad_and_refuses_inference_mode(key):
     model = TinyNet().eval()

@@ -93,7 +93,7 @@ def test_wrapped_module_sees_moved_inputs_and_results_come_home(mover):
     torch.testing.assert_close(got.scores, bare.scores, atol=0, rtol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("key", method_params(sorted(FACTORIES)))
 def test_every_method_returns_home(key, mover):
     model = TinyNet().eval()

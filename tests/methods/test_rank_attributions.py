@@ -206,7 +206,7 @@ def _integrated_by_hand(model: nn.Module, x: Tensor, x0: Tensor, classes: Tensor
     return (x - x0) * total
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", RANKS)
 def test_integrated_gradients_by_hand_and_complete(spatial_dims):
     model = SmoothNet(spatial_dims).eval()

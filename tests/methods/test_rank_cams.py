@@ -384,7 +384,7 @@ def _raws(e: camkit.Explanation) -> torch.Tensor:
     return e.raw[-1] if isinstance(e.raw, tuple) else e.raw  # LayerCAM fuses two layers: conv2's is last
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("n", RANKS)
 @pytest.mark.parametrize("key", sorted(MAKERS))
 def test_batch_equals_one_by_one_with_raw_maps_at_the_layer_grid(key, n):
@@ -404,7 +404,7 @@ def test_batch_equals_one_by_one_with_raw_maps_at_the_layer_grid(key, n):
         assert batched.extras["concept_maps"].shape == (3, 3, *SIZES[n])
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("n", RANKS)
 @pytest.mark.parametrize("key", sorted(set(MAKERS) - {"sess"}))  # SESS takes one class per image
 def test_k_targets_give_k_maps_at_the_layer_grid(key, n):

@@ -47,7 +47,7 @@ def test_ranknet_2d_is_tinynet():
     assert torch.equal(rank_input(2), x)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", RANKS)
 @pytest.mark.parametrize("key", method_params(METHODS))
 def test_contract_and_hygiene_any_rank(key, spatial_dims):
@@ -70,7 +70,7 @@ def test_contract_and_hygiene_any_rank(key, spatial_dims):
     _assert_same_state(before, _state(model))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", RANKS)
 @pytest.mark.parametrize("key", method_params(METHODS))
 def test_hygiene_after_exception_any_rank(key, spatial_dims):
@@ -85,7 +85,7 @@ def test_hygiene_after_exception_any_rank(key, spatial_dims):
     _assert_same_state(before, _state(model))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", RANKS)
 @pytest.mark.parametrize("key", method_params(METHODS))
 def test_batch_equals_one_by_one_any_rank(key, spatial_dims):
@@ -99,7 +99,7 @@ def test_batch_equals_one_by_one_any_rank(key, spatial_dims):
         torch.testing.assert_close(batched.scores[i], single.scores[0], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", RANKS)
 @pytest.mark.parametrize("key", method_params(METHODS))
 def test_k_targets_equal_single_calls_any_rank(key, spatial_dims):

@@ -331,7 +331,7 @@ FACTORIES = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", [1, 3])
 @pytest.mark.parametrize("key", sorted(FACTORIES))
 def test_batch_equals_one_by_one(key, spatial_dims):
@@ -347,7 +347,7 @@ def test_batch_equals_one_by_one(key, spatial_dims):
         torch.testing.assert_close(one.raw, whole.raw[b : b + 1], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", [1, 3])
 def test_every_method_on_the_device(device, spatial_dims):
     # the windows, masks and region ids are built on the host and moved once: same maps on a GPU

@@ -118,7 +118,7 @@ def test_deeplift_batch_equals_one_by_one(spatial_dims):
         torch.testing.assert_close(batched.maps[i], single.maps[0], atol=1e-5, rtol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", RANKS)
 @pytest.mark.parametrize("max_batch", [3, 32])  # one baseline per pass, all in one pass
 def test_deepliftshap_is_the_mean_of_deeplift_over_its_baselines(spatial_dims, max_batch):
@@ -167,7 +167,7 @@ def test_lrp_epsilon_conserves_through_batch_norm_of_the_rank(spatial_dims):
     assert (_sum(shifted.raw) - shifted.scores).abs().max() > 1e-3
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("spatial_dims", RANKS)
 @pytest.mark.parametrize("rule", ["zplus", "gamma", "alphabeta", "epsilongammabox"])
 def test_lrp_rules_run_on_every_rank(spatial_dims, rule):

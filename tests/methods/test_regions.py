@@ -124,7 +124,7 @@ def test_superpixels_and_ragged_region_counts():
             assert inside[0].item() == pytest.approx(drop.item(), abs=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("cls", [camkit.ShapleyValueSampling, camkit.KernelShap, camkit.Lime])
 def test_seeds_and_chunking(cls):
     model = TinyNet().eval()
@@ -191,7 +191,7 @@ def test_feature_ablation_matches_captum():
         torch.testing.assert_close(ours, theirs[:, c], atol=1e-4, rtol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_shapley_methods_agree_with_exact_values_and_captum():
     model = TinyNet().eval()
     x = tiny_input(batch=1)

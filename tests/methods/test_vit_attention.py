@@ -71,7 +71,7 @@ def test_hand_forward_is_the_model(key, batch):
     assert len(attentions) == 3 and attentions[0].shape == (batch, 2, 16 + PREFIX[key], 16 + PREFIX[key])
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("fusion", ["mean", "max", "min"])
 @pytest.mark.parametrize("batch", [2, 3])
 @pytest.mark.parametrize("key", list(BUILDERS))
@@ -107,7 +107,7 @@ def test_rollout_discard_ratio_by_hand():
     torch.testing.assert_close(e.raw, r[:, 0, 1:].reshape(2, 4, 4), atol=1e-6, rtol=1e-4)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("batch", [2, 3])
 @pytest.mark.parametrize("key", list(BUILDERS))
 def test_chefer_is_its_formula(key, batch):
@@ -142,7 +142,7 @@ def _head(model, key):
     return lambda t: model.classifier(torch.cat([z(t), z(t)], dim=1))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("batch", [2, 3])
 @pytest.mark.parametrize("key", list(BUILDERS))
 def test_legrad_is_its_formula(key, batch):

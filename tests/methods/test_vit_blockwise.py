@@ -86,7 +86,7 @@ def _assert_equal(new, old) -> None:
     assert torch.equal(new.flat, old.flat)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("key", list(METHODS))
 @pytest.mark.parametrize("family", list(BUILDERS))
 def test_block_by_block_equals_the_whole_graph(family, key, replays):
@@ -279,7 +279,7 @@ def test_batch_equals_one_by_one_block_by_block(key, replays):
         torch.testing.assert_close(batched.maps[i], single.maps[0], atol=1e-5, rtol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("key", list(METHODS))
 @pytest.mark.parametrize("family", ["timm-registers", "torchvision", "hf-dinov2-registers"])
 def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch):

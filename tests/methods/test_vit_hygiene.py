@@ -130,7 +130,7 @@ def test_hygiene_after_bad_target(key):
     _assert_same_state(before, _state(model))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("family", list(MODELS))
 @pytest.mark.parametrize("key", list(METHODS))
 def test_batch_equals_one_by_one(key, family):
@@ -171,7 +171,7 @@ def test_outer_no_grad_and_inference_mode(key):
             explainer.explain(x)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("family", list(MODELS))
 @pytest.mark.parametrize("key", list(METHODS))
 def test_no_host_sync(key, family, monkeypatch):

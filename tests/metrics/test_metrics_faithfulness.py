@@ -108,7 +108,7 @@ def test_monotonicity_correlation_by_hand():
     assert monotonicity_correlation(net, x, w[None], 0, fill=fill, features_in_step=2).item() == pytest.approx(1.0)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("dims", [1, 2, 3])
 def test_every_rank_and_batch_equals_one_by_one(dims):
     net, x = RankNet(dims), rank_input(dims, batch=2)

@@ -121,7 +121,7 @@ def test_consistency_by_hand() -> None:
 # ---- every rank, batch equals one by one, hygiene ------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("dims", [1, pytest.param(2, marks=pytest.mark.slow), 3])
 def test_batch_equals_one_by_one_every_rank(dims: int) -> None:
     net, x = _nets(dims)
@@ -222,7 +222,7 @@ def test_sensitivity_and_lipschitz_parity_with_quantus() -> None:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_relative_stability_parity_with_quantus() -> None:
     net, x = _nets(2)
     y = torch.tensor([0, 1, 2])

@@ -52,7 +52,7 @@ def _agree(reference_logits, camkit_x, camkit_model, manifest):
     assert entry["confidence"] == pytest.approx(float(probs.max()), abs=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["test_resnet", "test_vit"])  # bilinear and bicubic; mean/std 0.5, crop_pct 0.95
 def test_timm_safetensors_matches_timms_own_pipeline(name, photo, tmp_path):
     timm = pytest.importorskip("timm")
@@ -192,7 +192,7 @@ def test_timm_pretrained_offline_without_cache_is_one_line(tmp_path, monkeypatch
         load_model("timm:test_resnt", device="cpu")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_torchvision_state_dict_gets_the_default_weights_preset(photo, tmp_path):
     torch.manual_seed(2)
     net = torchvision.models.resnet18(weights=None, num_classes=4).eval()

@@ -87,7 +87,7 @@ def _faster_rcnn(**kwargs: float) -> nn.Module:
     ).eval()
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_bad_inputs_on_a_detector():
     x = torch.rand(1, 3, 48, 64, generator=torch.Generator().manual_seed(0))
     model = _faster_rcnn(box_score_thresh=0.0)

@@ -63,7 +63,7 @@ class ScoresNet(DictNet):
         return {"scores": logits, "probs": logits.softmax(dim=1)}
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.filterwarnings("ignore:AblationCAM:UserWarning")
 def test_every_explainer_takes_output_and_explains_the_missing_one():
     x = tiny_input()

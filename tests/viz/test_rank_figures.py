@@ -166,7 +166,7 @@ def test_signal_figure_puts_the_map_under_the_waveform_on_one_scale():
         signal_figure(signal, maps, channels=["I"])
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_figure_and_show_choose_by_rank():
     from models import RankNet, rank_input
 

@@ -196,7 +196,7 @@ def test_anchor_colormaps_are_256_entry_tables_through_their_anchors():
         colormap_lut("nope")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_anchor_colormaps_need_no_plotting_library():
     import subprocess
     import sys

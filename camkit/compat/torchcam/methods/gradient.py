@@ -16,6 +16,9 @@ from .core import _CAM, OutputTarget
 from .finer import FinerCAM
 from .legrad import LeGrad
 
+for _public in (GradCAM, GradCAMpp, LayerCAM, XGradCAM):
+    _public.__module__ = __name__  # where torchcam defines them: torchcam.methods.gradient
+
 __all__ = ["FinerCAM", "GradCAM", "GradCAMpp", "LayerCAM", "LeGrad", "RefineCAM", "SmoothGradCAMpp", "XGradCAM"]
 
 
