@@ -54,13 +54,31 @@ def test_segeigencam_matches_the_original():
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 
-def test_refinecam_matches_the_original():
+@pytest.mark.parametrize("base", ["GradCAM", "XGradCAM", "LayerCAM"])
+def test_refinecam_matches_the_original(base):
     model, x = SmallCNN(scale=1e3).eval(), inputs()
-    theirs = pgc.RefineCAM(model, [model.bn1, model.bn2], base_method=pgc.GradCAM)(
+    theirs = pgc.RefineCAM(model, [model.bn1, model.bn2], base_method=getattr(pgc, base))(
         x, [ot.ClassifierOutputTarget(t) for t in TARGETS])
-    ours = compat.RefineCAM(model, [model.bn1, model.bn2], base_method=compat.GradCAM)(
+    ours = compat.RefineCAM(model, [model.bn1, model.bn2], base_method=getattr(compat, base))(
         x, [ct.ClassifierOutputTarget(t) for t in TARGETS])
+    assert ours.shape == (3, 20, 16) and ours.max() > 0.99
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+@pytest.mark.parametrize("base", ["GradCAMPlusPlus", "EigenGradCAM", "EigenCAM", "ScoreCAM", "KPCA_CAM", "FEM", "SegEigenCAM"])
+def test_refinecam_takes_every_base_class_and_multiplies_its_maps(base):
+    """Every CAM class is a base (the original's test_refine_cam.py passes ScoreCAM and EigenCAM). Where the
+    base differs from the original's (the migration guide's table), RefineCAM is the product of the compat
+    base's own per-layer maps, rescaled to [0, 1] per image as the original does."""
+    model, x = SmallCNN(scale=1e3).eval(), inputs()
+    targets = [ct.ClassifierOutputTarget(t) for t in TARGETS]
+    ours = compat.RefineCAM(model, [model.bn1, model.bn2], base_method=getattr(compat, base))(x, targets)
+    per_layer = [getattr(compat, base)(model, [layer])(x, targets) for layer in (model.bn1, model.bn2)]
+    product = per_layer[0] * per_layer[1]
+    low = product.min(axis=(1, 2), keepdims=True)
+    expected = (product - low) / np.maximum(product.max(axis=(1, 2), keepdims=True) - low, 1e-12)
+    assert ours.shape == (3, 20, 16)
+    np.testing.assert_allclose(ours, expected, atol=1e-5)
 
 
 def test_shapleycam_matches_the_original_on_one_layer_and_runs_on_two():

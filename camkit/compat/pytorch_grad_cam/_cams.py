@@ -119,6 +119,8 @@ class EigenGradCAM(_Simple):
 class SegEigenCAM(_Simple):
     """Seg-Eigen-CAM on :class:`camkit.SegEigenCAM`: the first component of ``|dS/dA| * A``, sign by its larger extreme."""
 
+    camkit_class = _m.SegEigenCAM
+
     ignores_eigen_smooth = True
 
     def explainer(self, eigen_smooth: bool) -> Explainer:
@@ -134,6 +136,8 @@ class ShapleyCAM(_Simple):
 class EigenCAM(_Simple):
     """Eigen-CAM on :class:`camkit.EigenCAM`; ``eigen_smooth`` changes nothing (it is the projection)."""
 
+    camkit_class = _m.EigenCAM
+
     uses_gradients_default = False
     ignores_eigen_smooth = True
 
@@ -143,6 +147,8 @@ class EigenCAM(_Simple):
 
 class KPCA_CAM(_Simple):
     """Kernel PCA CAM on :class:`camkit.KPCACAM` (``kernel``, ``gamma`` as in the original)."""
+
+    camkit_class = _m.KPCACAM
 
     uses_gradients_default = False
     ignores_eigen_smooth = True
@@ -167,6 +173,8 @@ class KPCA_CAM(_Simple):
 class FEM(_Simple):
     """FEM on :class:`camkit.FEM` (``k``: the threshold is mean + k std)."""
 
+    camkit_class = _m.FEM
+
     uses_gradients_default = False
     ignores_eigen_smooth = True
 
@@ -183,6 +191,8 @@ class FEM(_Simple):
 class RandomCAM(_Simple):
     """Random channel weights in U(-1, 1) on :class:`camkit.RandomCAM`, a fresh draw each call."""
 
+    camkit_class = _m.RandomCAM
+
     ignores_eigen_smooth = True
 
     def explainer(self, eigen_smooth: bool) -> Explainer:
@@ -194,6 +204,8 @@ class RandomCAM(_Simple):
 
 class ScoreCAM(_Simple):
     """Score-CAM on :class:`camkit.ScoreCAM`; the ``batch_size`` attribute sets the masked images per forward."""
+
+    camkit_class = _m.ScoreCAM
 
     uses_gradients_default = False
 
@@ -212,6 +224,8 @@ class AblationCAM(_Simple):
     detector features itself); ``ratio_channels_to_ablate`` below 1 is ignored with a warning:
     every channel is ablated, so no channel keeps the original score by default.
     """
+
+    camkit_class = _m.AblationCAM
 
     uses_gradients_default = False
 

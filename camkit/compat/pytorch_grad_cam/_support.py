@@ -153,6 +153,22 @@ def dress_maps(raws: Tensor | Sequence[Tensor], size: Sequence[int]) -> np.ndarr
     return to_numpy(maps)
 
 
+def multiply_dressed(raws: Sequence[Tensor], size: Sequence[int]) -> np.ndarray:
+    """pytorch-grad-cam's RefineCAM fusion: each layer's map dressed alone, their product min-max scaled.
+
+    Each raw map [B, *s] is dressed as a one-layer CAM's (:func:`dress_maps`: ReLU, min-max
+    scaled, resized, scaled again); the product over layers is min-max scaled per image.
+    Returns float32 numpy [B, *size] in [0, 1].
+    """
+    dressed = []
+    for raw in raws:
+        maps, _ = normalize_maps(_finish(raw, size), spatial_dims=len(size))
+        dressed.append(maps)
+    product = torch.stack(dressed).prod(dim=0)
+    maps, _ = normalize_maps(product, spatial_dims=len(size))
+    return to_numpy(maps)
+
+
 def to_numpy(tensor: Tensor) -> np.ndarray:
     """A float32 numpy copy of ``tensor`` (on the host)."""
     return tensor.detach().to("cpu", torch.float32).numpy()

@@ -10,13 +10,17 @@ from torch import Tensor, nn
 from ... import methods as _m
 from ...errors import InvalidInputError
 from ._cams import GradCAMPlusPlus
-from ._support import augmented, camkit_target, layer_list, model_device, pop_legacy, to_numpy
+from ._support import augmented, camkit_target, layer_list, model_device, multiply_dressed, pop_legacy
 
 __all__ = ["RefineCAM"]
 
 
 class RefineCAM:
     """The product of ``base_method``'s maps at each target layer (each in [0, 1]), as float32 [B, H, W].
+
+    As in the original, each layer's map is the one-layer CAM's (ReLU, min-max scaled at the
+    layer's size, resized, scaled again) and the product is min-max scaled. ``camkit.RefineCAM``
+    scales each layer once, after resizing, so its maps differ slightly from these.
 
     ``base_method`` is one of this package's CAM classes; extra keywords are accepted as the
     original passes them to it (``compute_input_gradient``, ``uses_gradients``), and ignored.
@@ -68,7 +72,8 @@ class RefineCAM:
 
         def run(x: Tensor) -> np.ndarray:
             x = x.detach().to(self.device)
-            return to_numpy(explainer(x, camkit_target(targets, x.shape[0])))
+            raw = explainer.explain(x, camkit_target(targets, x.shape[0])).raw
+            return multiply_dressed(raw if isinstance(raw, tuple) else (raw,), tuple(x.shape[2:]))
 
         return augmented(run, input_tensor) if aug_smooth else run(input_tensor)
 
