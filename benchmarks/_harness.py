@@ -370,8 +370,11 @@ class Context:
             self.log(f"    {name:<28} median {t.median * 1e3:9.1f} ms  (min-max {t.min * 1e3:.1f}-{t.max * 1e3:.1f})")
         return timings
 
-    def peak_memory(self, job: str, **params: Any) -> float:
+    def peak_memory(self, job: str, *, probe_env: Mapping[str, str] | None = None, **params: Any) -> float:
         """Peak memory (MiB) of one call of ``job`` above its loaded state, in a fresh process.
+
+        ``probe_env``: environment variables for the probe process only (for instance glibc's
+        ``MALLOC_MMAP_THRESHOLD_``, to measure without the allocator keeping freed memory).
 
         Args:
             job: ``"module:function"``; ``function(device: torch.device, **params)`` builds
@@ -383,7 +386,7 @@ class Context:
             BenchmarkError: the probe process failed; the message holds its stderr tail.
         """
         spec = {"job": job, "params": params, "device": str(self.device), "threads": self.threads}
-        env = dict(os.environ)
+        env = {**os.environ, **(probe_env or {})}
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         proc = subprocess.run(
             [sys.executable, "-m", "benchmarks._probe", json.dumps(spec)],

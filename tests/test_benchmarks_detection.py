@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import _runner  # noqa: E402
 
 
-@pytest.mark.heavy
+@pytest.mark.slow  # CI's `make bench-smoke` runs this case on the same tiny inputs (68 s here as a test)
 def test_runner_runs_the_detection_case_on_tiny_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("YOLO_OFFLINE", "1")
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "yolo"))

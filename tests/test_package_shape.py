@@ -9,6 +9,7 @@ rules checked here.
 from __future__ import annotations
 
 import ast
+import functools
 import textwrap
 from pathlib import Path
 
@@ -72,8 +73,9 @@ def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
+@functools.cache
 def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
-    """``{module: modules it imports}`` for every module of the package at ``root``."""
+    """``{module: modules it imports}`` for every module of the package at ``root`` (parsed once per root)."""
     modules = _modules(root)
     return {name: _imported(name, path, modules) for name, path in modules.items()}
 

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..audit.explain_media import media_kind
 from ..errors import CamkitError
 from ..registry import list_methods
 from .inputs import IMAGE_BUTTONS
+from .media import explain_media, media_view
 from .tables import (
     AuditFolder,
     audit_findings,
@@ -140,6 +142,9 @@ class AuditBrowser:
     def explain(self, label: str, key: str, method: str, layer: str = "") -> tuple[Any, str]:
         """The live overlay (uint8 [H, W, 3]) of the row ``key`` with ``method``, for the class the audit explained.
 
+        A volume's row shows the slice along axis 0 through the map's peak, a video's the frame
+        with the most map, as the audit's saved overlay does.
+
         Returns ``(None, why)`` when it cannot be made (no image, a method that does not fit the model...).
         """
         audit = self._audit(label)
@@ -151,11 +156,15 @@ class AuditBrowser:
         row = next(r for r in audit.rows if r.get("key") == key)
         target = row.get("target") if isinstance(row.get("target"), int) else None
         try:
-            live = self.session.explain(image, method, layer=layer.strip() or None, target=target)
+            if media_kind(image) is not None:  # a volume or video audit: the slice or frame its overlay shows
+                result = explain_media(self.session, image, method, layer.strip() or None, target)
+                picture = media_view(result)
+            else:
+                picture = self.session.explain(image, method, layer=layer.strip() or None, target=target).overlay
         except _EXPLAIN_ERRORS as err:
             return None, f"**{markdown_text(method)} could not explain this image:** {markdown_text(str(err))}"
         used = f"class {target}" if target is not None else "the predicted class"
-        return enlarge(live.overlay), f"live: {markdown_text(method)}, layer {markdown_text(layer.strip() or 'auto')}, {used}"
+        return enlarge(picture), f"live: {markdown_text(method)}, layer {markdown_text(layer.strip() or 'auto')}, {used}"
 
 
 def enlarge(rgb: Any, side: int = 256) -> Any:

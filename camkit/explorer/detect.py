@@ -17,7 +17,7 @@ from typing import Any
 from ..audit.explain_detect import explain_dense, task_of
 from ..errors import InvalidInputError
 from .inputs import image_hash, read_image
-from .session import Session
+from .session import Session, settings_key
 
 __all__ = ["explain_detections", "is_detector"]
 
@@ -45,14 +45,16 @@ def explain_detections(
         out: the folder the overlays (``.png``) and maps (``.npy``, float32 [H, W] in [0, 1] at the
             image's size) are written under.
         image: a file path, PIL image or uint8 array [H, W, 3].
-        method, layer: as for :meth:`Session.explain`.
+        method: a registry key, as for :meth:`Session.explain`.
+        layer: the dotted layer name; ``None`` for the method's automatic choice.
         score_threshold: detections scoring below are left out.
         top: at most this many detections, best first (``None``: all).
         **settings: the method's settings, as for :meth:`Session.explain`.
 
     Returns:
         One record per detection, best first; ``box`` is ``[x1, y1, x2, y2]`` in the image's pixels
-        and ``overlay``/``map`` are absolute paths.
+        and ``overlay``/``map`` are absolute paths. The same image, method, layer, threshold, top
+        and settings again are served from the session's cache while their files exist.
 
     Raises:
         InvalidInputError: the model is not a detector, or no detection reaches ``score_threshold``.
@@ -76,12 +78,19 @@ def explain_detections(
             "classifiers are explained with Session.explain"
         )
     rgb = read_image(image)
-    key = json.dumps([image_hash(rgb), method, layer, float(score_threshold), top])
+    key = json.dumps([image_hash(rgb), method, layer, float(score_threshold), top, settings_key(settings)])
     folder = Path(out) / "detections" / hashlib.sha256(key.encode()).hexdigest()[:16]
-    entry: dict[str, Any] = {"path": "image.png"}
-    with session._lock:
+
+    def compute() -> list[dict[str, Any]]:
+        entry: dict[str, Any] = {"path": "image.png"}
         explainer = session._explainer(method, layer, dict(settings))
         explain_dense(session.loaded, explainer, entry, rgb, folder, score_threshold=score_threshold, top=top)
-    if "error" in entry:
-        raise InvalidInputError(entry["error"])
-    return [{**r, "overlay": str(folder / r["overlay"]), "map": str(folder / r["map"])} for r in entry["detections"]]
+        if "error" in entry:
+            raise InvalidInputError(entry["error"])
+        return [{**r, "overlay": str(folder / r["overlay"]), "map": str(folder / r["map"])} for r in entry["detections"]]
+
+    found = session.cached(("detections", str(folder)), compute)
+    if all(Path(r["overlay"]).is_file() and Path(r["map"]).is_file() for r in found):
+        return [dict(r) for r in found]
+    session.forget(("detections", str(folder)))  # its files were removed since: explain again
+    return session.cached(("detections", str(folder)), compute)

@@ -26,7 +26,7 @@ from ..media.signal import read_signal
 from ..media.video import read_video
 from ..modelload.video import video_preprocess
 from ..viz.overlay import overlay as blend
-from .session import Session
+from .session import Session, settings_key
 
 __all__ = ["MediaResult", "explain_media", "media_kind", "media_peak", "media_positions", "media_view"]
 
@@ -82,10 +82,15 @@ def explain_media(
         session: the explorer's :class:`Session`; its model takes [B, 1, D, H, W] volumes,
             [B, 3, T, H, W] clips or [B, C, T] signals.
         path: the file.
-        method, layer, target, **settings: as for :meth:`Session.explain`.
+        method: a registry key, as for :meth:`Session.explain`.
+        layer: the dotted layer name; ``None`` for the method's automatic choice.
+        target: the class index; ``None`` for the predicted class.
+        **settings: the method's settings, as for :meth:`Session.explain`.
 
     Returns:
-        A :class:`MediaResult` whose map equals the Python API's for the same input.
+        A :class:`MediaResult` whose map equals the Python API's for the same input; the same
+        object again for the same file content, method, layer, target and settings (the
+        session's cache).
 
     Raises:
         InvalidInputError: a file of another kind, an unreadable file, a model that does not take it.
@@ -112,9 +117,20 @@ def explain_media(
     x, data = _read(session, path, kind)
     digest = hashlib.sha256(f"{kind}{list(x.shape)}".encode())
     digest.update(x.numpy().tobytes())
-    with session._lock:
+    data_key = "media:" + digest.hexdigest()
+
+    def compute() -> MediaResult:
         explainer = session._explainer(method, layer, dict(settings))
-        explanation, logits = session._run(explainer, "media:" + digest.hexdigest(), x.to(session.device), target, method)
+        explanation, logits = session._run(explainer, data_key, x.to(session.device), target, method)
+        return _media_result(session, kind, data, explanation, logits, method, settings)
+
+    return session.cached((data_key, method, layer, target, settings_key(settings)), compute)
+
+
+def _media_result(
+    session: Session, kind: str, data: np.ndarray, explanation: Explanation, logits: Tensor, method: str,
+    settings: dict[str, Any],
+) -> MediaResult:  # fmt: skip
     heat = explanation.maps[0].detach().float().cpu()
     if heat.dim() != _MAP_RANK[kind]:
         raise InvalidInputError(f"a {kind}'s map is {_MAP_RANK[kind]}-D; {method!r} gave {list(heat.shape)}")

@@ -12,9 +12,9 @@ import json
 import numbers
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -30,7 +30,19 @@ from ..registry import get_method, list_methods
 from ..viz.overlay import overlay as blend
 from .inputs import image_hash, method_settings, read_image, takes_layer
 
-__all__ = ["LiveResult", "Session"]
+__all__ = ["LiveResult", "Session", "settings_key"]
+
+_T = TypeVar("_T")
+
+
+def settings_key(settings: dict[str, Any]) -> str:
+    """A method's settings as a stable text, for cache keys.
+
+    Example:
+        >>> settings_key({"b": 1, "a": [2]})
+        '{"a": [2], "b": 1}'
+    """
+    return json.dumps(settings, sort_keys=True, default=repr)
 
 @dataclass(frozen=True)
 class LiveResult:
@@ -146,7 +158,7 @@ class Session:
         names = class_names if class_names is not None else loaded.categories
         self.class_names: list[str] | None = list(names) if names is not None else None
         self.cache_size = cache_size
-        self._cache: OrderedDict[tuple[Any, ...], LiveResult] = OrderedDict()
+        self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # LiveResults, media and detection results
         self._logits: OrderedDict[str, Tensor] = OrderedDict()
         self._explainers: dict[tuple[Any, ...], Explainer] = {}
         # One model run at a time: two explainers' hooks on the same modules at once would mix their captures.
@@ -157,6 +169,28 @@ class Session:
         with self._lock:
             self._cache.clear()
             self._logits.clear()
+
+    def cached(self, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
+        """The result cached under ``key``, else ``compute()`` run while the model is held, then cached.
+
+        One cache of ``cache_size`` results (least recently used dropped first) serves the
+        explanations of images, media and detections; ``key`` must say everything the result
+        depends on. ``compute`` runs under the session's lock: no other explanation runs meanwhile.
+        """
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return cast(_T, self._cache[key])
+            value = compute()
+            self._cache[key] = value
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            return value
+
+    def forget(self, key: tuple[Any, ...]) -> None:
+        """Drop the result cached under ``key`` (nothing if there is none)."""
+        with self._lock:
+            self._cache.pop(key, None)
 
     # What the page lists -------------------------------------------------------------------
 
@@ -236,7 +270,7 @@ class Session:
     # Explaining ----------------------------------------------------------------------------
 
     def _explainer(self, method: str, layer: str | None, settings: dict[str, Any]) -> Explainer:
-        key = (method, layer, json.dumps(settings, sort_keys=True, default=repr))
+        key = (method, layer, settings_key(settings))
         found = self._explainers.get(key)
         if found is not None:
             return found
@@ -294,19 +328,15 @@ class Session:
         self, rgb: np.ndarray, method: str, layer: str | None, target: int | None, settings: dict[str, Any]
     ) -> LiveResult:
         image_key = image_hash(rgb)
-        key = (image_key, method, layer, target, json.dumps(settings, sort_keys=True, default=repr))
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
-        explainer = self._explainer(method, layer, settings)
-        x, shown = self.input(rgb)
-        explanation, logits = self._run(explainer, image_key, x, target, method)
-        result = self._result(explanation, logits, rgb, shown, settings)
-        self._cache[key] = result
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-        return result
+        key = (image_key, method, layer, target, settings_key(settings))
+
+        def compute() -> LiveResult:
+            explainer = self._explainer(method, layer, settings)
+            x, shown = self.input(rgb)
+            explanation, logits = self._run(explainer, image_key, x, target, method)
+            return self._result(explanation, logits, rgb, shown, settings)
+
+        return self.cached(key, compute)
 
     def _run(
         self, explainer: Explainer, image_key: str, x: Tensor, target: int | None, method: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -78,3 +80,22 @@ def test_the_explain_tab_callbacks_list_one_clickable_per_detection(detector, tm
     last = len(found) - 1
     assert detection_select(found, gr.SelectData(None, {"index": last, "value": None})) == (found[last]["overlay"], found[last]["map"])
     assert detections_update(None)["visible"] is False
+
+
+def test_detections_explained_again_come_from_the_cache_while_their_files_exist(detector, tmp_path):
+    rgb = np.random.default_rng(5).integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
+    session = Session(detector, device="cpu")
+    calls = []
+    hook = detector.backbone.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        found = explain_detections(session, tmp_path, rgb, "gradcam", score_threshold=0.0, top=1)
+        runs = len(calls)
+        assert runs > 0 and explain_detections(session, tmp_path, rgb, "gradcam", score_threshold=0.0, top=1) == found
+        assert len(calls) == runs  # served from the cache
+        for record in found:  # the files are gone: explained again, written again
+            for key in ("map", "overlay"):
+                Path(record[key]).unlink()
+        again = explain_detections(session, tmp_path, rgb, "gradcam", score_threshold=0.0, top=1)
+        assert len(calls) > runs and again == found and all(Path(r["map"]).is_file() for r in again)
+    finally:
+        hook.remove()

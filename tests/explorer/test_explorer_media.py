@@ -114,3 +114,22 @@ def test_the_explain_tab_callbacks_take_a_volume(tmp_path):
     assert top["value"] == "1" and len(top["choices"]) == 3
     assert np.array_equal(rerender(session, result, 0.5, "map", 1, peak), media_view(result, axis=1))
     assert rerender(session, result, 0.5, "map", 2, 0).shape == (5, 6, 3)
+
+
+def test_a_file_explained_again_comes_from_the_cache_and_new_settings_do_not(tmp_path):
+    model = _net(nn.Conv1d, nn.AdaptiveAvgPool1d, 2)
+    calls = []
+    model[0].register_forward_hook(lambda *_: calls.append(1))  # counts model runs (the test's own hook)
+    path = tmp_path / "ecg.npy"
+    np.save(path, np.random.default_rng(3).normal(size=(2, 40)).astype(np.float32))
+    session = Session(model, device="cpu")
+    first = explain_media(session, path, "saliency", target=1)
+    runs = len(calls)
+    assert runs > 0 and explain_media(session, path, "saliency", target=1) is first and len(calls) == runs
+    other = explain_media(session, path, "saliency", target=2)  # another target: computed
+    assert other is not first and len(calls) > runs and other.prediction["target"] == 2
+    np.save(path, np.random.default_rng(4).normal(size=(2, 40)).astype(np.float32))  # the file changed: computed
+    changed = explain_media(session, path, "saliency", target=1)
+    assert changed is not first and not np.array_equal(changed.map, first.map) and changed.map.max() > 0
+    x = torch.from_numpy(np.load(path))[None]
+    assert np.array_equal(changed.map, camkit.Saliency(model)(x, 1)[0].numpy())
