@@ -9,7 +9,9 @@ The explainer is camkit's ``Saliency`` (one backward per chunk).
 Where Quantus computes the same thing (``MaxSensitivity``, ``AvgSensitivity``,
 ``LocalLipschitzEstimate``, ``RelativeOutputStability``, ``RandomLogit``), its class is timed on
 the same inputs with the same explainer, one Quantus batch, ``normalise=False``; Quantus explains one perturbation of the whole batch per call,
-camkit packs perturbations x samples into chunks. Goal: camkit never slower.
+camkit packs perturbations x samples into chunks. Goal: camkit never slower. Both get the explained
+classes' maps computed beforehand (Quantus's ``a_batch``, camkit's ``maps=`` of random logit) and,
+for random logit, the number of classes (without it camkit runs the model once to read it).
 
 Metrics: max and average sensitivity, local Lipschitz, continuity (deterministic translations,
 floor only: Quantus's ``Continuity`` scores patches, another quantity), relative input and output
@@ -78,7 +80,9 @@ class _ExplainRecorder:
         return self.explainer(x, target)
 
 
-def _specs(chunk: int) -> dict[str, Callable[[Any, nn.Module, Tensor, Tensor], Tensor]]:
+def _specs(chunk: int, maps: Tensor, classes: int) -> dict[str, Callable[[Any, nn.Module, Tensor, Tensor], Tensor]]:
+    """The metric calls; random logit gets what Quantus's is given: the explained classes' ``maps``
+    (Quantus's ``a_batch``) and the number of ``classes`` (its ``num_classes``)."""
     g = lambda: torch.Generator().manual_seed(0)  # noqa: E731 - a fresh generator per call
     return {
         "max_sensitivity": lambda e, m, x, y: metrics.max_sensitivity(
@@ -93,7 +97,7 @@ def _specs(chunk: int) -> dict[str, Callable[[Any, nn.Module, Tensor, Tensor], T
         "relative_output_stability": lambda e, m, x, y: metrics.relative_output_stability(
             e, m, x, y, samples=SAMPLES, generator=g(), chunk_size=chunk),
         "random_logit": lambda e, m, x, y: metrics.random_logit(
-            e, m, x, y, generator=g(), chunk_size=chunk, similarity=metrics.spearman),
+            e, m, x, y, maps=maps, num_classes=classes, generator=g(), chunk_size=chunk, similarity=metrics.spearman),
     }  # fmt: skip
 
 
@@ -139,10 +143,11 @@ def run(ctx: Context) -> list[Row | Goal]:
         model = build_model(name, ctx.device)
         x = torch.randn(batch, *shape, generator=torch.Generator().manual_seed(0)).to(ctx.device)
         with torch.no_grad():
-            y = model(x).argmax(dim=1)
+            logits = model(x)
+        y = logits.argmax(dim=1)
         explain = camkit.Saliency(model)
         label = f"{name} {'x'.join(map(str, shape[1:]))}"
-        specs = _specs(chunk=16)
+        specs = _specs(chunk=16, maps=explain(x, y).detach(), classes=logits.shape[1])
         if ctx.smoke:
             specs = {k: v for k, v in specs.items() if k == "max_sensitivity"}
         elif not with_quantus:

@@ -1,7 +1,9 @@
 """Attention rollout, Chefer's rollout and LeGrad on ViTs, against a no-grad forward and torchcam's LeGrad.
 
 Times, side by side (interleaved) on one model and batch: a ``torch.no_grad()`` forward,
-``camkit.AttentionRollout``, ``camkit.CheferRollout``, ``camkit.LeGrad`` and, on torchvision's
+``camkit.AttentionRollout``, ``camkit.CheferRollout``, ``camkit.LeGrad`` (each block called again
+and differentiated alone, the default), the last two with ``recompute=False`` (one backward
+through every block's graph: faster, more memory) and, on torchvision's
 ViT (the only family it takes), torchcam 0.5's ``LeGrad`` over every encoder block, on its own
 deep copy of the model. Every implementation explains the same classes: each image's top-1.
 Peak memory of one call is measured above the loaded model, each implementation in a fresh
@@ -65,7 +67,9 @@ ORDER = 29
 FORWARD = "no-grad forward"
 ROLLOUT, CHEFER, LEGRAD = "camkit AttentionRollout", "camkit CheferRollout", "camkit LeGrad"
 TORCHCAM = "torchcam LeGrad"
-IMPLS = (FORWARD, ROLLOUT, CHEFER, LEGRAD, TORCHCAM)
+# the whole-graph path (recompute=False): faster, at the memory of every block's graph
+CHEFER_WHOLE, LEGRAD_WHOLE = "camkit CheferRollout (recompute=False)", "camkit LeGrad (recompute=False)"
+IMPLS = (FORWARD, ROLLOUT, CHEFER, LEGRAD, CHEFER_WHOLE, LEGRAD_WHOLE, TORCHCAM)
 
 ROLLOUT_LIMIT = 1.3
 GRADIENT_LIMIT = 4.0
@@ -154,6 +158,9 @@ def prepare(impl: str, model: nn.Module, x: Tensor, classes: Tensor) -> Prepared
         cls = {ROLLOUT: camkit.AttentionRollout, CHEFER: camkit.CheferRollout, LEGRAD: camkit.LeGrad}[impl]
         explainer = cls(model)
         return Prepared(lambda: explainer(x, target=classes), lambda out: out, _nothing)
+    if impl in (CHEFER_WHOLE, LEGRAD_WHOLE):
+        whole = (camkit.CheferRollout if impl == CHEFER_WHOLE else camkit.LeGrad)(model, recompute=False)
+        return Prepared(lambda: whole(x, target=classes), lambda out: out, _nothing)
     if impl == TORCHCAM:
         if not _torchvision(model):
             raise BenchmarkError("torchcam's LeGrad takes torchvision's VisionTransformer only")

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from vit_helpers import SIZE, assert_maps_close, hf_vit, timm_vit, torchvision_vit
 
 import camkit
+from camkit.errors import InvalidInputError
 from camkit.methods import _blockwise
 
 pytest.importorskip("timm")
@@ -316,3 +317,19 @@ def test_micro_batches_are_refused_below_one_sample():
     with pytest.raises(camkit.errors.InvalidInputError, match="at least one sample"):
         _blockwise.micro_batches(4, 0)
     assert _blockwise.micro_batches(8) == [slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)]
+
+
+@pytest.mark.parametrize("cls", [camkit.CheferRollout, camkit.LeGrad])
+def test_recompute_false_is_the_whole_graph_path_with_the_same_maps(cls, replays):
+    from torchvision.models import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(image_size=16, patch_size=4, num_layers=3, num_heads=2, hidden_dim=8, mlp_dim=16,
+                            num_classes=3).eval()  # fmt: skip
+    x = torch.rand(3, 3, 16, 16)
+    whole = cls(vit, recompute=False).explain(x, [0, 2, 1])
+    assert len(replays) == 0  # no block called again
+    _assert_equal(cls(vit).explain(x, [0, 2, 1]), whole)
+    assert len(replays) > 0  # the default recomputes
+    with pytest.raises(InvalidInputError, match="recompute must be True or False"):
+        cls(vit, recompute="yes")
