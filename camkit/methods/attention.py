@@ -154,9 +154,9 @@ class AttentionExplainer(Explainer):
 
 
 def _flag(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidInputError(f"{name} must be True or False, got {value!r}")
-    return value
+    if isinstance(value, bool):
+        return value
+    raise InvalidInputError(f"{name} must be True or False, got {value!r}")
 
 
 @register_method("attentionrollout")
@@ -241,10 +241,9 @@ class CheferRollout(AttentionExplainer):
 
     Args:
         model: a vision transformer (see :class:`AttentionExplainer`).
-        recompute: ``True`` (default): the blocks are called again and differentiated a segment at
-            a time, at about a no-grad forward's peak memory (vit_b_16, batch 8, CPU: 4.1x its time);
-            ``False``: one backward through the graph of every block, faster (2.8x a forward in the
-            last run of that path) but 11-16x a forward's memory. Same maps.
+        recompute: ``True`` (default): blocks called again a segment at a time, at about a no-grad
+            forward's peak memory (vit_b_16, batch 8, CPU: 4.1x its time); ``False``: one backward
+            through every block's graph, faster (2.8x a forward) but 11-16x its memory. Same maps.
         query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
 
     Example:
@@ -413,10 +412,9 @@ class LeGrad(AttentionExplainer):
         head: a callable ``f(tokens [B, N, D]) -> output`` giving what the target scores from one
             block's tokens (the final norm and head on their mean); overrides the known head.
         layers: which attention layers are averaged (indices, negative from the end); ``None``: all.
-        recompute: ``True`` (default): the blocks are called again one at a time after a forward
-            without graph, at about a no-grad forward's peak memory (vit_b_16, batch 8, CPU: 3.4x
-            its time); ``False``: one forward keeping every block's graph, faster (1.8x a forward in
-            the last run of that path) but 11-16x a forward's memory. Same maps.
+        recompute: ``True`` (default): blocks called again one at a time, at about a no-grad
+            forward's peak memory (vit_b_16, batch 8, CPU: 3.4x its time); ``False``: one forward
+            keeping every block's graph, faster (1.8x a forward) but 11-16x its memory. Same maps.
         query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
 
     Example:
