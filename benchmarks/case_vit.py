@@ -279,16 +279,22 @@ def _memory_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, floa
     return rows, peaks, live
 
 
-def _live_goals(where: str, live: dict[str, float]) -> list[Goal]:
-    fwd = live.get(FORWARD)
+def _memory_goals(peaks: dict[str, float], impls: Sequence[str], where: str, *, what: str = "peak memory",
+                  missing: str = "its memory probe failed") -> list[Goal]:
+    """One goal per method of ``impls``: its peak within :data:`MEMORY_LIMIT` x the no-grad forward's in ``peaks``."""
+    fwd = peaks.get(FORWARD)
     return [
         goal_at_most(
-            TITLE, f"{impl} peak of live memory within {MEMORY_LIMIT}x a no-grad forward's ({where}; {LIVE})",
-            Ratio.exact(live[impl] / fwd) if live.get(impl) is not None and fwd else None, MEMORY_LIMIT,
-            reason="" if live.get(impl) is not None else "its memory probe failed",
+            TITLE, f"{impl} {what} within {MEMORY_LIMIT}x a no-grad forward's ({where})",
+            Ratio.exact(peaks[impl] / fwd) if peaks.get(impl) is not None and fwd else None, MEMORY_LIMIT,
+            reason="" if peaks.get(impl) is not None else missing,
         )
-        for impl in (CHEFER, LEGRAD)
-    ] if live else []
+        for impl in impls
+    ]
+
+
+def _live_goals(where: str, live: dict[str, float]) -> list[Goal]:
+    return _memory_goals(live, (CHEFER, LEGRAD), f"{where}; {LIVE}", what="peak of live memory") if live else []
 
 
 def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, float],
@@ -297,16 +303,8 @@ def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, float],
     where = f"{cfg.where}, batch {cfg.batch}"
     out = []
     fwd_t = timings.get(FORWARD)
-    fwd_m = peaks.get(FORWARD)
     if not cfg.timed:
-        return [
-            goal_at_most(
-                TITLE, f"{impl} peak memory within {MEMORY_LIMIT}x a no-grad forward's ({where})",
-                Ratio.exact(peaks[impl] / fwd_m) if peaks.get(impl) is not None and fwd_m else None, MEMORY_LIMIT,
-                reason="" if peaks.get(impl) is not None else "its memory probe failed",
-            )
-            for impl in (CHEFER, LEGRAD)
-        ] + _live_goals(where, live or {})
+        return _memory_goals(peaks, (CHEFER, LEGRAD), where) + _live_goals(where, live or {})
     limits = ((ROLLOUT, ROLLOUT_LIMIT), (CHEFER, GRADIENT_LIMIT), (LEGRAD, GRADIENT_LIMIT))
     for impl, limit in limits:
         mine_t = timings.get(impl)
@@ -320,13 +318,8 @@ def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, float],
         paired_ratio(ours, theirs) if ours and theirs else None, LEGRAD_LIMIT,
         reason="" if theirs else "torchcam's LeGrad takes torchvision's ViT only (or torchcam is not installed)",
     ))
-    for impl in (ROLLOUT, CHEFER, LEGRAD):
-        mine = peaks.get(impl)
-        out.append(goal_at_most(
-            TITLE, f"{impl} peak memory within {MEMORY_LIMIT}x a no-grad forward's ({where})",
-            Ratio.exact(mine / fwd_m) if mine is not None and fwd_m else None, MEMORY_LIMIT,
-            reason="" if mine is not None else "memory not measured for this configuration (--smoke) or its probe failed",
-        ))
+    out += _memory_goals(peaks, (ROLLOUT, CHEFER, LEGRAD), where,
+                         missing="memory not measured for this configuration (--smoke) or its probe failed")
     return out + _live_goals(where, live or {})
 
 

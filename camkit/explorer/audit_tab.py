@@ -9,9 +9,9 @@ of the rows asked for however large the audit is.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..audit.explain_media import media_kind
 from ..errors import CamkitError
@@ -31,14 +31,32 @@ from .tables import (
 
 __all__ = [
     "ALL", "CORRECTNESS", "IMAGE_BUTTONS", "SHOWN_ROWS", "AuditBrowser", "build_audit_tab", "enlarge", "folder_labels",
-    "markdown_text",
+    "markdown_text", "read_labelled",
 ]  # fmt: skip
+
+_F = TypeVar("_F")
 
 SHOWN_ROWS = 1000
 """Rows the table shows at once (the first of the filtered, sorted rows)."""
 ALL = "(all)"
 CORRECTNESS = (ALL, "correct", "incorrect")
 _EXPLAIN_ERRORS = (CamkitError, ValueError, KeyError, TypeError, RuntimeError, OSError)
+
+
+def read_labelled(
+    folders: Sequence[str | os.PathLike[str]], read: Callable[[Path], _F]
+) -> tuple[list[str], dict[str, _F], dict[str, str]]:
+    """``(labels, read, errors)``: each folder read under its label (:func:`folder_labels`), or why it could not be."""
+    paths = [Path(f) for f in folders]
+    labels = folder_labels(paths)
+    found: dict[str, _F] = {}
+    errors: dict[str, str] = {}
+    for label, path in zip(labels, paths):
+        try:
+            found[label] = read(path)
+        except CamkitError as err:
+            errors[label] = str(err)
+    return labels, found, errors
 
 
 def folder_labels(paths: Sequence[Path]) -> list[str]:
@@ -77,15 +95,7 @@ class AuditBrowser:
 
     def __init__(self, session: Any, audits: Sequence[str | os.PathLike[str]]) -> None:
         self.session = session
-        paths = [Path(a) for a in audits]
-        self.labels = folder_labels(paths)
-        self.audits: dict[str, AuditFolder] = {}
-        self.errors: dict[str, str] = {}
-        for label, path in zip(self.labels, paths):
-            try:
-                self.audits[label] = read_audit(path)
-            except CamkitError as err:
-                self.errors[label] = str(err)
+        self.labels, self.audits, self.errors = read_labelled(audits, read_audit)
 
     def _audit(self, label: str) -> AuditFolder | None:
         return self.audits.get(label)

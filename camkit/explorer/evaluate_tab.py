@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from ..errors import CamkitError
-from .audit_tab import ALL, SHOWN_ROWS, folder_labels, markdown_text
+from .audit_tab import ALL, SHOWN_ROWS, markdown_text, read_labelled
 from .evaluation_tables import EvaluationFolder, ranking_view, read_evaluation, scores_view
 
 __all__ = ["EvaluationBrowser", "build_evaluate_tab", "gates_view"]
@@ -68,15 +66,7 @@ class EvaluationBrowser:
     """
 
     def __init__(self, evaluations: Sequence[str | os.PathLike[str]]) -> None:
-        paths = [Path(p) for p in evaluations]
-        self.labels = folder_labels(paths)
-        self.evaluations: dict[str, EvaluationFolder] = {}
-        self.errors: dict[str, str] = {}
-        for label, path in zip(self.labels, paths):
-            try:
-                self.evaluations[label] = read_evaluation(path)
-            except CamkitError as err:
-                self.errors[label] = str(err)
+        self.labels, self.evaluations, self.errors = read_labelled(evaluations, read_evaluation)
 
     def verdict(self, label: str) -> str:
         """The verdict as Markdown (or why the folder cannot be shown)."""

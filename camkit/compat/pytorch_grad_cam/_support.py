@@ -148,9 +148,14 @@ def dress_maps(raws: Tensor | Sequence[Tensor], size: Sequence[int]) -> np.ndarr
     layers = [raws] if isinstance(raws, Tensor) else list(raws)
     if layers[0].dim() == len(size) + 2:  # [B, K, *s]: one map per target, not a pytorch-grad-cam shape
         raise InvalidInputError(f"expected one raw map per image, got shape {list(layers[0].shape)}")
+    return to_numpy(_dress(layers, size))
+
+
+def _dress(layers: Sequence[Tensor], size: Sequence[int]) -> Tensor:
+    """:func:`dress_maps` on tensors: the layers' finished maps averaged, the mean min-max scaled."""
     fused = torch.stack([_finish(raw, size) for raw in layers]).mean(dim=0)
     maps, _ = normalize_maps(fused.clamp_min(0), spatial_dims=len(size))
-    return to_numpy(maps)
+    return maps
 
 
 def multiply_dressed(raws: Sequence[Tensor], size: Sequence[int]) -> np.ndarray:
@@ -160,11 +165,7 @@ def multiply_dressed(raws: Sequence[Tensor], size: Sequence[int]) -> np.ndarray:
     scaled, resized, scaled again); the product over layers is min-max scaled per image.
     Returns float32 numpy [B, *size] in [0, 1].
     """
-    dressed = []
-    for raw in raws:
-        maps, _ = normalize_maps(_finish(raw, size), spatial_dims=len(size))
-        dressed.append(maps)
-    product = torch.stack(dressed).prod(dim=0)
+    product = torch.stack([_dress([raw], size) for raw in raws]).prod(dim=0)
     maps, _ = normalize_maps(product, spatial_dims=len(size))
     return to_numpy(maps)
 
