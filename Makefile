@@ -29,8 +29,8 @@ test-heavy: $(STAMP)
 # pytorch-grad-cam's and torchcam's own test files (../shared/peer-suites, beside the checkout) run
 # against the originals at the versions those files belong to and against camkit's compat layers
 # (tools/peer_suites.py); skipped with a message where ../shared/peer-suites is absent.
-# PEER_ARGS passes options: `make peer-suites PEER_ARGS="--suite torchcam"`; `--ci` is the default.
-PEER_ARGS ?= --ci
+# PEER_ARGS passes options: `make peer-suites PEER_ARGS="--suite torchcam"`; `--ci --jobs 2` is the default (two runs at a time, one torch thread each on 2 CPUs).
+PEER_ARGS ?= --ci --jobs 2
 peer-suites: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt grad-cam==1.5.7 torchcam==0.5.0
 	$(PY) tools/peer_suites.py $(PEER_ARGS)

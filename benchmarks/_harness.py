@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -370,11 +371,14 @@ class Context:
             self.log(f"    {name:<28} median {t.median * 1e3:9.1f} ms  (min-max {t.min * 1e3:.1f}-{t.max * 1e3:.1f})")
         return timings
 
-    def peak_memory(self, job: str, *, probe_env: Mapping[str, str] | None = None, **params: Any) -> float:
+    def peak_memory(
+        self, job: str, *, probe_env: Mapping[str, str] | None = None, probe_threads: int | None = None, **params: Any
+    ) -> float:
         """Peak memory (MiB) of one call of ``job`` above its loaded state, in a fresh process.
 
         ``probe_env``: environment variables for the probe process only (for instance glibc's
-        ``MALLOC_MMAP_THRESHOLD_``, to measure without the allocator keeping freed memory).
+        ``MALLOC_MMAP_THRESHOLD_``, to measure without the allocator keeping freed memory);
+        ``probe_threads``: its torch threads (default: :attr:`threads`).
 
         Args:
             job: ``"module:function"``; ``function(device: torch.device, **params)`` builds
@@ -385,7 +389,8 @@ class Context:
         Raises:
             BenchmarkError: the probe process failed; the message holds its stderr tail.
         """
-        spec = {"job": job, "params": params, "device": str(self.device), "threads": self.threads}
+        threads = self.threads if probe_threads is None else probe_threads
+        spec = {"job": job, "params": params, "device": str(self.device), "threads": threads}
         env = {**os.environ, **(probe_env or {})}
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         proc = subprocess.run(
@@ -405,6 +410,32 @@ class Context:
         peak = float(result["peak_bytes"]) / 2**20
         self.log(f"    {job.split(':')[-1]} {params}: peak {peak:.1f} MiB above {result['base_bytes'] / 2**20:.0f} MiB loaded")
         return peak
+
+    def peaks(
+        self, job: str, runs: Mapping[str, Mapping[str, Any]], *, probe_env: Mapping[str, str] | None = None
+    ) -> tuple[dict[str, float], dict[str, str]]:
+        """:meth:`peak_memory` of each named parameter set: ``({name: MiB}, {name: why its probe failed})``.
+
+        Smoke runs start two probe processes at a time, each with half the threads: each measures
+        its own process, and the wait (mostly each process importing torch) halves. Measuring runs
+        start one at a time, with every thread, so that no probe shares the CPU with another.
+        """
+        side_by_side = 2 if self.smoke and self.threads >= 2 else 1
+        threads = self.threads // side_by_side
+
+        def probe(name: str) -> tuple[str, float | None, str | None]:
+            try:
+                return name, self.peak_memory(job, probe_env=probe_env, probe_threads=threads, **runs[name]), None
+            except BenchmarkError as exc:
+                return name, None, describe_exception(exc)
+
+        with ThreadPoolExecutor(max_workers=side_by_side) as pool:
+            done = list(pool.map(probe, runs))
+        peaks = {name: peak for name, peak, _ in done if peak is not None}
+        notes = {name: why for name, _, why in done if why is not None}
+        for name, why in notes.items():
+            self.log(f"    memory {name}: failed ({why})")
+        return peaks, notes
 
 
 def rows_for_timings(

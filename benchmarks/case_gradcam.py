@@ -32,7 +32,6 @@ from torch import Tensor, nn
 import camkit
 
 from ._harness import (
-    BenchmarkError,
     Context,
     Goal,
     Ratio,
@@ -249,18 +248,11 @@ def _time_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, Any]]:
 def _memory_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, float]]:
     if cfg.memory_batch is None:
         return [], {}
-    peaks: dict[str, float] = {}
-    notes: dict[str, str] = {}
     # Smoke runs keep the probe working with the two cheapest processes (each probe imports torch afresh).
     impls = [FORWARD, CAMKIT] if ctx.smoke else _usable(ctx)
-    for impl in impls:
-        try:
-            peaks[label(impl)] = ctx.peak_memory(
-                f"{__name__}:memory_job", impl=impl, model=cfg.model, batch=cfg.memory_batch, size=cfg.size
-            )
-        except BenchmarkError as exc:
-            notes[label(impl)] = describe_exception(exc)
-            ctx.log(f"    memory {impl}: failed ({describe_exception(exc)})")
+    peaks, notes = ctx.peaks(f"{__name__}:memory_job", {
+        label(impl): {"impl": impl, "model": cfg.model, "batch": cfg.memory_batch, "size": cfg.size} for impl in impls
+    })  # fmt: skip
     rows = memory_rows(
         TITLE, peaks, reference=FORWARD, model=cfg.model, batch=cfg.memory_batch, device=ctx.device, camkit=label(CAMKIT)
     )

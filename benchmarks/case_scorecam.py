@@ -37,7 +37,6 @@ from torch import Tensor, nn
 import camkit
 
 from ._harness import (
-    BenchmarkError,
     Context,
     Goal,
     Ratio,
@@ -184,17 +183,13 @@ def run(ctx: Context) -> list[Row | Goal]:
         speedup = paired_ratio(timings[CAMKIT], timings[TOPK])
         ctx.log(f"    top_k=64: speed-up {speedup}, rank correlation with the full map {topk_corr:.3f}")
 
-    peaks: dict[str, float] = {}
-    mem_notes: dict[str, str] = {}
     jobs = [(BARE, layer, 16), (CAMKIT, layer, 16)]
     if not ctx.smoke:
         jobs += [(CAMKIT, layer, 64), (CAMKIT, "layer3", 16)] + [(a, layer, 16) for a in ANCHORS if ctx.available(ANCHORS[a][0])]
-    for impl, where, bs in jobs:
-        name = f"{label(impl)} {where} batch_size {bs}"
-        try:
-            peaks[name] = ctx.peak_memory(f"{__name__}:memory_job", impl=impl, layer=where, chunk=bs, size=size)
-        except BenchmarkError as exc:
-            mem_notes[name] = describe_exception(exc)
+    peaks, mem_notes = ctx.peaks(f"{__name__}:memory_job", {
+        f"{label(impl)} {where} batch_size {bs}": {"impl": impl, "layer": where, "chunk": bs, "size": size}
+        for impl, where, bs in jobs
+    })  # fmt: skip
     ref, ours16 = f"{BARE} {layer} batch_size 16", f"{CAMKIT} {layer} batch_size 16"
     rows += memory_rows(TITLE, peaks, reference=ref, model=MODEL, batch=1, device=ctx.device, camkit=ours16)
     rows += [Row(TITLE, n, MODEL, 1, ctx.device.type, note=t) for n, t in mem_notes.items()]

@@ -44,7 +44,6 @@ from torch import Tensor, nn
 import camkit
 
 from ._harness import (
-    BenchmarkError,
     Context,
     Goal,
     Ratio,
@@ -369,18 +368,11 @@ def _time_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, Timing
 def _memory_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, float]]:
     if not cfg.memory:
         return [], {}
-    peaks: dict[str, float] = {}
-    notes: dict[str, str] = {}
     impls = [FORWARD, CAMKIT] if ctx.smoke else _usable(ctx)  # smoke: the two cheapest probe processes
-    for impl in impls:
-        try:
-            peaks[label(impl)] = ctx.peak_memory(
-                f"{__name__}:memory_job", impl=impl, model=cfg.model, layer=cfg.layer, batch=cfg.batch,
-                shape=list(cfg.shape),
-            )
-        except BenchmarkError as exc:
-            notes[label(impl)] = describe_exception(exc)
-            ctx.log(f"    memory {impl}: failed ({describe_exception(exc)})")
+    peaks, notes = ctx.peaks(f"{__name__}:memory_job", {
+        label(impl): {"impl": impl, "model": cfg.model, "layer": cfg.layer, "batch": cfg.batch, "shape": list(cfg.shape)}
+        for impl in impls
+    })  # fmt: skip
     rows = memory_rows(TITLE, peaks, reference=FORWARD, model=cfg.where, batch=cfg.batch, device=ctx.device,
                        camkit=label(CAMKIT))
     rows += [Row(TITLE, impl, cfg.where, cfg.batch, ctx.device.type, note=n) for impl, n in notes.items()]

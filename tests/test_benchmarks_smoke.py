@@ -140,6 +140,19 @@ def test_memory_probe_measures_a_known_allocation_in_a_fresh_process():
     assert 48 <= peak < 56
 
 
+@pytest.mark.heavy
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc/self/clear_refs")
+def test_smoke_probes_side_by_side_measure_each_process_and_name_failures():
+    lines: list[str] = []
+    ctx = Context(mode="smoke", threads=2, log=lines.append)
+    peaks, notes = ctx.peaks("benchmarks._probe:selftest_job", {"a": {"mib": 48}, "b": {"mib": 16}})
+    # two probes at once, one thread each: every figure is its own process's
+    assert set(peaks) == {"a", "b"} and 48 <= peaks["a"] < 56 and 16 <= peaks["b"] < 24 and notes == {}
+    peaks, notes = ctx.peaks("benchmarks._no_such_module:job", {"gone": {}})
+    assert peaks == {} and "memory probe for benchmarks._no_such_module:job {} failed (exit 1)" in notes["gone"]
+    assert any(line.startswith("    memory gone: failed (") for line in lines)
+
+
 def test_memory_probe_failure_is_reported_with_the_error():
     ctx = Context(log=lambda msg: None)
     with pytest.raises(_harness.BenchmarkError, match=r"(?s)benchmarks\._no_such_module.*exit 1.*ModuleNotFoundError"):

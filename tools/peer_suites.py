@@ -15,7 +15,7 @@ runs, are listed in ``SUITES`` with the reason, printed, and not counted.
     python tools/peer_suites.py                       # both suites, every file
     python tools/peer_suites.py --suite grad-cam --files test_sess.py -k "not options"
     python tools/peer_suites.py --json tallies.json   # also write the outcomes
-    python tools/peer_suites.py --ci -n 2             # CI's subset (``Suite.ci_keyword``), two workers
+    python tools/peer_suites.py --ci --jobs 2         # CI's subset (``Suite.ci_keyword``), two runs at a time
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,8 +135,11 @@ def _workdir() -> Path:
 
 
 def run_once(suite: Suite, base: Path, files: list[str], keyword: str | None, compat: bool, timeout: float,
-             workers: int = 0) -> tuple[dict[str, str], float, str, dict[str, float]]:
-    """One pytest run of ``suite``; ``({nodeid: outcome}, seconds, output tail, {nodeid: seconds})``."""
+             workers: int = 0, threads: int | None = None) -> tuple[dict[str, str], float, str, dict[str, float]]:
+    """One pytest run of ``suite``; ``({nodeid: outcome}, seconds, output tail, {nodeid: seconds})``.
+
+    ``threads``: the run's torch (OpenMP) threads; ``None`` leaves torch's default.
+    """
     work = _workdir()
     report = work / "outcomes.json"
     tests = [str(base / "tests" / f) for f in files] if files else [str(base / "tests")]
@@ -151,6 +155,8 @@ def run_once(suite: Suite, base: Path, files: list[str], keyword: str | None, co
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["TQDM_DISABLE"] = "1"
     env.pop("CAMKIT_PEER_COMPAT", None)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     if compat:
         env["CAMKIT_PEER_COMPAT"] = suite.compat
     start = time.perf_counter()
@@ -210,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the outcomes and timings to this file")
     parser.add_argument("-n", "--workers", type=int, default=0,
                         help="pytest-xdist worker processes per run (0 or 1: one process)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="pytest runs at a time (the original's and camkit's run side by side), the CPUs "
+                             "shared out among them as torch threads")
     parser.add_argument("--ci", action="store_true",
                         help="CI's deterministic subset: each suite's ci_keyword unless -k is given (torchcam: every test)")
     args = parser.parse_args(argv)
@@ -219,8 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         print("peer suites not found (../shared/peer-suites, $CAMKIT_PEER_SUITES or --peer-dir): skipped")
         return 0
     names = list(SUITES) if args.suite == "all" else [args.suite]
-    failed = False
-    summary: dict[str, object] = {}
+    plans: list[tuple[Suite, Path, list[str], str | None]] = []
     for name in names:
         suite = SUITES[name]
         base = root / suite.folder
@@ -243,12 +251,32 @@ def main(argv: list[str] | None = None) -> int:
         keyword = args.keyword if args.keyword or not args.ci else suite.ci_keyword
         if keyword and keyword == suite.ci_keyword:
             print(f"{suite.name}: CI subset (-k {keyword!r})")
-        original, t_orig, tail_orig, d_orig = run_once(suite, base, files, keyword, False, args.timeout, args.workers)
         if importlib.util.find_spec(suite.compat) is None:
             print(f"{suite.name}: compat module missing ({suite.compat}); the camkit run is skipped")
-            ours, t_ours, tail_ours, d_ours = None, 0.0, "", {}
+        plans.append((suite, base, files, keyword))
+    # every run is submitted at once, in order: with --jobs 2 the original's run and camkit's of a suite
+    # start together, and the next suite's runs follow as those end
+    jobs = max(1, args.jobs)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cpus // jobs) if jobs > 1 else None
+    with ThreadPoolExecutor(jobs) as pool:
+        runs = {
+            (suite.name, compat): pool.submit(run_once, suite, base, files, keyword, compat, args.timeout,
+                                              args.workers, threads)
+            for suite, base, files, keyword in plans
+            for compat in (False, True)
+            if not compat or importlib.util.find_spec(suite.compat) is not None
+        }
+    failed = False
+    summary: dict[str, object] = {}
+    for suite, _, _, _ in plans:
+        name = suite.name
+        original, t_orig, tail_orig, d_orig = runs[(name, False)].result()
+        if (name, True) in runs:
+            ours, t_ours, tail_ours, d_ours = runs[(name, True)].result()
         else:
-            ours, t_ours, tail_ours, d_ours = run_once(suite, base, files, keyword, True, args.timeout, args.workers)
+            ours, t_ours, tail_ours, d_ours = None, 0.0, "", {}
+        print(f"\n=== {suite.name}")
         regressions, excepted = compare(suite, original, ours)
         print(f"\n{suite.name} original: {tally(original)} in {t_orig:.0f} s; slowest:\n{slowest(d_orig)}")
         if ours is not None:

@@ -49,7 +49,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alphabetical-classes", action="store_true",
                         help="map the sorted label names to outputs 0, 1, ... (see camkit audit)")  # fmt: skip
     parser.add_argument("--max-pixels", type=int, default=64_000_000, help="larger images give an error row")
-    parser.add_argument("--save-maps", action="store_true", help="also save every map as maps/METHOD/NAME.npy")
+    parser.add_argument("--save-maps", action="store_true", help="also save every map as maps/METHOD-HASH/NAME-HASH.npy (float32)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out, skipping finished images")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into a non-empty --out that is not a camkit run, or start a run there afresh")  # fmt: skip

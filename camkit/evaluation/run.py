@@ -189,7 +189,8 @@ def evaluate(
         seed: seeds RandomCAM, the random draws of the metrics and gates, every bootstrap.
         controls: add the three controls; gates: run the sanity gates on the first ``gate_images`` images.
         classes, alphabetical_classes, max_pixels: as :func:`camkit.audit.audit`.
-        save_maps: write each map as ``maps/METHOD/NAME.npy`` (float32 [H, W] in [0, 1]).
+        save_maps: write each map as ``maps/METHOD-HASH/NAME-HASH.npy`` (float32 [H, W] in [0, 1]; each
+            name is :func:`camkit.audit.files.safe_name`'s: the stem and a short hash of the method or image key).
         resume: continue the run in ``out``; overwrite: start it afresh.
         progress: show a progress bar (rank 0).
 

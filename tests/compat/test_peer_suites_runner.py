@@ -29,7 +29,7 @@ def _run(tmp_path, suite, files):
     report = tmp_path / f"{suite}.json"
     done = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "peer_suites.py"), "--suite", suite, "--files", *files, "--json", str(report),
-         "--timeout", "900"],
+         "--timeout", "900", "--jobs", "2"],  # the original's and camkit's runs side by side, as in CI
         capture_output=True, text=True, timeout=1900,
     )
     return done, json.loads(report.read_text())[suite] if report.exists() else None
