@@ -102,17 +102,18 @@ def run_cli(*args: str, cwd: Path) -> tuple[int, str, str]:
     from camkit.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    threads, path, modules = torch.get_num_threads(), list(sys.path), set(sys.modules)
+    threads, path, modules, folder = torch.get_num_threads(), list(sys.path), set(sys.modules), os.getcwd()
     sys.path[:0] = [str(cwd), str(TESTS)]
+    os.chdir(cwd)  # contextlib.chdir is Python 3.11's; camkit supports 3.10
     try:
-        with (contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err),
-              warnings.catch_warnings()):  # fmt: skip
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.simplefilter("default")
             try:
                 code = main(list(args))
             except SystemExit as exit_:  # argparse's usage errors
                 code = exit_.code if isinstance(exit_.code, int) else 1
     finally:
+        os.chdir(folder)
         sys.path[:] = path
         torch.set_num_threads(threads)
         for name in set(sys.modules) - modules:
