@@ -135,9 +135,10 @@ class AttentionCapture:
             and values run without autograd (what ``blocks`` does inside a block), without the block hooks.
         reduce: with no gradients, what is kept of each layer's probabilities (e.g. its heads fused).
 
-    Setting :attr:`live` to ``False`` makes the hooks record nothing and build no graph while every
-    module computes exactly what it computes when recording (the forward that only keeps the block
-    inputs of a block-by-block explanation); back to ``True``, they record again.
+    Setting :attr:`live` to ``False`` makes the hooks record nothing and build no graph, and gives
+    each attention module back its own (fused) implementation: the forward that only keeps the
+    block inputs of a block-by-block explanation runs as the model's own forward does. Back to
+    ``True``, the attention is unfused and recorded again.
     """
 
     def __init__(
@@ -152,7 +153,8 @@ class AttentionCapture:
         self.model = model
         self.gradients = gradients
         self.reduce = reduce
-        self.live = True
+        self._live = True
+        self._switches: list[Callable[[bool], None]] = []  # per module: unfused (True) or its own (False)
         # LeGrad differentiates each block's score with respect to that block's probabilities only, so
         # the queries, keys and values need no graph: they run without autograd, A is a fresh leaf.
         self._local = gradients and (blocks or local)
@@ -183,6 +185,17 @@ class AttentionCapture:
             self._undo.pop()()
         torch.set_grad_enabled(self._grad)
 
+    @property
+    def live(self) -> bool:
+        """Whether the hooks record (the attention unfused) or stand aside (the model's own attention)."""
+        return self._live
+
+    @live.setter
+    def live(self, value: bool) -> None:
+        self._live = value
+        for switch in self._switches:
+            switch(value)
+
     # --- per family ---------------------------------------------------------------------
 
     def _record(self, index: int, attention: Tensor) -> Tensor:
@@ -204,6 +217,7 @@ class AttentionCapture:
     def _hook_timm(self, index: int, module: Any) -> None:
         fused = module.fused_attn
         self._undo.append(lambda: setattr(module, "fused_attn", fused))
+        self._switches.append(lambda live: setattr(module, "fused_attn", False if live else fused))
         module.fused_attn = False
 
         def before_dropout(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -222,6 +236,7 @@ class AttentionCapture:
         implementation = config._attn_implementation
         if implementation != "eager":
             self._undo.append(lambda: setattr(config, "_attn_implementation", implementation))
+            self._switches.append(lambda live: setattr(config, "_attn_implementation", "eager" if live else implementation))
             config._attn_implementation = "eager"
 
         def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -262,6 +277,8 @@ class AttentionCapture:
             )
 
         def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            if not self.live:  # the module's own call, fused where it can be
+                return None
             query, key, value = (list(args) + [kwargs.get(k) for k in ("query", "key", "value")[len(args) :]])[:3]
             if not (query is key and key is value) or not isinstance(query, Tensor):
                 raise InvalidInputError("camkit reads self-attention: nn.MultiheadAttention called as attn(x, x, x)")
@@ -269,20 +286,18 @@ class AttentionCapture:
             rest = {k: v for k, v in kwargs.items() if k not in ("query", "key", "value", "need_weights", "average_attn_weights")}
             if len(args) > 3:
                 raise InvalidInputError("camkit reads nn.MultiheadAttention called with keyword options after (x, x, x)")
-            if not self.live:
-                pass
-            elif self._local:
+            if self._local:
                 torch.set_grad_enabled(False)
             elif self.gradients:
                 query = _leaf(query)
             return (query, query, query), {**rest, "need_weights": True, "average_attn_weights": False}
 
         def after(_: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+            if not self.live:
+                return None
             need, average = asked.pop()
             attention = output[1]
-            if not self.live:  # the output a recording call hands on, computed the same way
-                out = _replay(module, args[2], attention) if self.gradients else output[0]
-            elif self.gradients:
+            if self.gradients:
                 attention = self._record(index, attention)
                 out = _replay(module, args[2], attention, values_grad=not self._local)
             else:

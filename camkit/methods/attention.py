@@ -16,7 +16,7 @@ tokens (timm's ``global_pool="avg"``, a model without class token) use the mean 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -38,7 +38,7 @@ from ..targets.classes import OutputSelector, Target, select_output
 from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
 from ._binding import InputIndex
-from ._blockwise import BlockRecorder, attention_blocks, segment_length
+from ._blockwise import BlockRecorder, attention_blocks, block_samples, segment_length
 from ._output import make_explanation
 from .base import Explainer
 
@@ -257,7 +257,8 @@ class CheferRollout(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "1 forward with the attention unfused and no graph, then the blocks recomputed and differentiated a segment of "
+        "1 forward without a graph (the model's own attention), then the blocks recomputed, attention unfused, and "
+        "differentiated a segment of "
         "about sqrt(L) at a time, last to first: about 1 more forward + 1 backward; peak memory sqrt(L) block inputs "
         "+ one segment's graph for a few samples"
     )
@@ -315,19 +316,23 @@ class CheferRollout(AttentionExplainer):
                 upstream.append(grads)
             del read, leaves, got
             # a segment's graph holds `every` blocks: a micro-batch of about batch / (2 * every) samples keeps
-            # it near half a block's graph for the whole batch
-            parts = recorder.calls[0][0].slices(self._block_batch, 2 * every)
-            # R = (I + C_L) ··· (I + C_1) is only read through one query row v (token_relevance's): from the
-            # last layer down, w <- w + w C_l, kept as d = w - v (v + d at the end: the identity's share
-            # is not rounded into each step), a [b, 1, N] per micro-batch and column
-            rows_of: list[list[Tensor]] = [[] for _ in columns]
-            starts: list[Tensor] = []  # v per column [1, 1, N]
+            # it near half a block's graph for the whole batch (block_samples says how small a call may be)
+            call = recorder.calls[0][0]
+            parts = call.slices(self._block_batch or block_samples(call, 2 * every))
+            # R = (I + C_L) ··· (I + C_1) is read through one query row v (token_relevance's): from the last
+            # layer down, w <- w + w C_l, kept as d = w - v [C, B, 1, N] (the identity's share is not rounded
+            # into each step). d and the segments' input gradients are allocated before the blocks run (small
+            # results allocated between large temporaries keep the C heap from shrinking).
+            batch, tokens_n = call.batch, cast(Tensor, call.tokens).shape[1]  # the first block's input is kept
+            prefix, grid, query = self._layout(tokens_n, x)
+            start = _query_row(torch.empty(1, 1, tokens_n, device=x.device), query)  # v [1, 1, N]
+            rows = torch.zeros(len(columns), batch, 1, tokens_n, device=x.device)
             for first in reversed(firsts):
                 stop = min(first + every, len(blocks))
-                inputs: list[list[Tensor]] = [[] for _ in columns]
-                for j, part in enumerate(parts):
-                    kept = recorder.calls[first][0].tokens
-                    assert kept is not None  # kept for every segment's first block
+                kept = recorder.calls[first][0].tokens
+                assert kept is not None  # kept for every segment's first block
+                inputs = kept.new_zeros(len(columns), *kept.shape) if first > 0 else None
+                for part in parts:
                     tokens = kept[part].detach().requires_grad_(first > 0)
                     torch.set_grad_enabled(True)
                     outs, attentions = [], []
@@ -348,30 +353,25 @@ class CheferRollout(AttentionExplainer):
                             grad = self._grads_of(got[offset], attentions[offset], names[first + offset])
                             with torch.no_grad():
                                 cam = weighted_attention(attentions[offset].detach(), grad)
-                                if len(rows_of[k]) == j:
-                                    prefix, grid, query = self._layout(cam.shape[-1], x)
-                                    start = _query_row(cam, query)
-                                    rows_of[k].append(start @ cam)
-                                    if j == 0:
-                                        starts.append(start[:1])
+                                if first + offset == len(blocks) - 1:
+                                    rows[k, part] = start @ cam
                                 else:
-                                    rows_of[k][j] = rows_of[k][j] + (starts[k] + rows_of[k][j]) @ cam
-                        if first > 0:
-                            inputs[k].append(got[-1] if got[-1] is not None else torch.zeros_like(tokens))
+                                    rows[k, part] += (start + rows[k, part]) @ cam
+                        if inputs is not None and got[-1] is not None:
+                            inputs[k, part] = got[-1]
                         del got, pairs, grad, cam
                     del outs, attentions, wrt, tokens
                 for k, grads in enumerate(upstream):
                     for index in range(first, stop):
                         grads[index] = None
-                    if first > 0:
-                        below = torch.cat(inputs[k]) if len(inputs[k]) > 1 else inputs[k][0]
+                    if inputs is not None:
                         previous = grads[first - 1]
-                        grads[first - 1] = below if previous is None else previous + below
+                        grads[first - 1] = inputs[k] if previous is None else previous + inputs[k]
                 for index in range(first, stop):
                     recorder.calls[index].clear()  # the kept input is freed with its segment
-                del inputs
-            rows = [(start + torch.cat(parts))[:, 0, prefix:] for start, parts in zip(starts, rows_of)]
-        return self._finish(rows, x, grid, classes, scores)
+                del inputs, kept
+            found = [(start + row)[:, 0, prefix:] for row in rows]
+        return self._finish(found, x, grid, classes, scores)
 
     def _whole_graph(self, x: Tensor, target: Target) -> Explanation:
         names = self.layer_names()
@@ -428,7 +428,8 @@ class LeGrad(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "1 forward with the attention unfused and no graph, then each block recomputed in order and differentiated for "
+        "1 forward without a graph (the model's own attention), then each block recomputed in order, attention "
+        "unfused, and differentiated for "
         "its own score: about 1 more forward + 1 backward; peak memory one block input + one block's graph for a "
         "quarter of the batch"
     )
@@ -494,13 +495,15 @@ class LeGrad(AttentionExplainer):
             columns = self._columns(scores)
             multi = scores.dim() == 2
             read_layers = set(self.layers)
-            # per column, per layer read: its relevance per micro-batch
-            per_layer: list[list[list[Tensor]]] = [[[] for _ in self.layers] for _ in columns]
             # a known head and a class target score each sample alone: the blocks run on slices of the batch
             split = classes is not None and self._known_head
             call = recorder.calls[first][0]
             kept = call.tokens
             assert kept is not None  # the first block read keeps its input
+            prefix, grid, _ = self._layout(kept.shape[1], x)
+            # per column, per layer read: the relevance [B, N - prefix], allocated once before the blocks run
+            # (small results allocated between the blocks' large temporaries keep the C heap from shrinking)
+            found = torch.zeros(len(columns), len(self.layers), kept.shape[0], kept.shape[1] - prefix, device=kept.device)
             for part in call.slices(self._block_batch) if split else [slice(None)]:
                 tokens = kept[part].detach()
                 picked = None if classes is None else classes[part]
@@ -517,15 +520,12 @@ class LeGrad(AttentionExplainer):
                             total = torch.stack([score.sum()])  # as the whole-graph path
                             (grad,) = self._grads(total, [attention], [names[index]], k < len(columns) - 1)
                             with torch.no_grad():
-                                prefix, grid, _ = self._layout(grad.shape[-1], x)
-                                per_layer[k][self.layers.index(index)].append(legrad_relevance([grad], prefix))
+                                found[k, self.layers.index(index), part] = legrad_relevance([grad], prefix)
                         del read
                     tokens = out.detach()
                     del out, attention
                 del tokens
-            with torch.no_grad():
-                rows = [torch.stack([torch.cat(got) if len(got) > 1 else got[0] for got in layers]).mean(dim=0)
-                        for layers in per_layer]
+            rows = list(found.mean(dim=1).unbind(0))
         return self._finish(rows, x, grid, classes, scores)
 
     def _whole_graph(self, x: Tensor, target: Target) -> Explanation:
