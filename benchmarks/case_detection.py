@@ -30,6 +30,13 @@ Default: torchvision's ``fasterrcnn_resnet50_fpn`` (random weights, ``min_size=4
 ``max_size=640``, every box kept) on batch 2 of 3x480x640, and ultralytics' YOLOv8n (from its
 yaml, the class head's bias at 0 so that scores are near 0.5) on batch 2 of 3x640x640.
 ``--smoke``: ``fasterrcnn_mobilenet_v3_large_320_fpn`` at 64x96 and YOLOv8n at 64x64, batch 1.
+
+Then torchvision's single-stage detectors, ``retinanet_resnet50_fpn`` (v1 and v2) and
+``fcos_resnet50_fpn`` (random weights, every candidate kept, 480x640, batch 2; ``--smoke``:
+RetinaNet v1 at 64x96, batch 1), each image's top detection: the no-grad forward, camkit's
+Grad-CAM (only the class branch of the picked anchor's level rerun with a graph) and the same
+with that narrowing switched off (the backward through the whole head), whose maps are compared
+with the narrowed ones. Rows only: the goals are set for Faster R-CNN and YOLOv8n.
 """
 
 from __future__ import annotations
@@ -38,7 +45,8 @@ import copy
 import importlib.util
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -67,6 +75,9 @@ CAMKIT = "camkit GradCAM + DetectionTarget"
 FLOOR = "floor: the backward the score needs, by hand"
 PGC = "pytorch-grad-cam tutorial route"
 CAMKIT_EIGEN = "camkit EigenCAM (same layer)"
+WHOLE_HEAD = "camkit GradCAM + DetectionTarget, whole head's graph"
+# torchvision's single-stage detectors: rows only (the goals are the issue's two models')
+SINGLE_STAGE = ("retinanet_resnet50_fpn", "retinanet_resnet50_fpn_v2", "fcos_resnet50_fpn")
 TIME_LIMIT = 1.3  # camkit's Grad-CAM within 1.3x of a no-grad forward
 FLOOR_LIMIT = 1.1  # else within 1.1x of the floor
 REPEATS = 3  # one Faster R-CNN round is about a minute on the shared 2-core machine (--repeats lowers it)
@@ -335,8 +346,49 @@ def _one(ctx: Context, name: str, yolo: bool, batch: int, height: int, width: in
     return rows, [goal, floor]
 
 
+@contextmanager
+def _whole_head() -> Iterator[None]:
+    """camkit's Grad-CAM with the single-stage narrowing off: the backward through the whole head."""
+    from camkit.methods import _narrow
+
+    keep = _narrow.single_stage
+    _narrow.single_stage = lambda *args: None
+    try:
+        yield
+    finally:
+        _narrow.single_stage = keep
+
+
+def _single_stage(ctx: Context, name: str, batch: int, height: int, width: int) -> list[Row]:
+    """Rows for a torchvision single-stage detector: the forward, camkit narrowed, camkit with the whole head."""
+    from torchvision.models import detection
+
+    where = f"{name} {height}x{width}"
+    torch.manual_seed(0)
+    model = getattr(detection, name)(weights=None, weights_backbone=None, min_size=height, max_size=width,
+                                     score_thresh=0.0).eval().to(ctx.device)
+    x = _input(batch, height, width, ctx.device)
+    target = camkit.DetectionTarget.from_detections(_top_detections(model, x, False), iou_threshold=0.5)
+    explainer = camkit.GradCAM(model)
+
+    def forward() -> Any:
+        with torch.no_grad():
+            return model(x)
+
+    def whole() -> camkit.Explanation:
+        with _whole_head():
+            return explainer.explain(x, target)
+
+    fns: dict[str, Callable[[], Any]] = {FORWARD: forward, CAMKIT: lambda: explainer.explain(x, target), WHOLE_HEAD: whole}
+    diffs = {WHOLE_HEAD: max_abs_diff(fns[CAMKIT]().maps, whole().maps)}  # also the warm-up
+    ctx.log(f"    max |narrowed - whole head| = {diffs[WHOLE_HEAD]:.2e}")
+    timings = ctx.time(fns, repeats=ctx.repeats if ctx.smoke else min(ctx.repeats, REPEATS), warmup=0)
+    return rows_for_timings(TITLE, timings, reference=FORWARD, model=where, batch=batch, device=ctx.device,
+                            camkit=CAMKIT, diffs=diffs)
+
+
 def run(ctx: Context) -> Sequence[Row | Goal]:
-    """Time each configuration of this mode; one goal per model."""
+    """Time each configuration of this mode; one goal per model (none for the single-stage detectors)."""
     rows: list[Row] = []
     goals: list[Goal] = []
     for name, yolo, batch, height, width in _configs(ctx):
@@ -344,4 +396,8 @@ def run(ctx: Context) -> Sequence[Row | Goal]:
         more_rows, more_goals = _one(ctx, name, yolo, batch, height, width)
         rows += more_rows
         goals += more_goals
+    for name in SINGLE_STAGE[:1] if ctx.smoke else SINGLE_STAGE:
+        batch, height, width = (1, 64, 96) if ctx.smoke else (2, 480, 640)
+        ctx.log(f"  {TITLE}: {name}, batch {batch}, {height}x{width}")
+        rows += _single_stage(ctx, name, batch, height, width)
     return [*rows, *goals]

@@ -54,7 +54,6 @@ __all__ = [
     "BlockCall",
     "BlockRecorder",
     "attention_blocks",
-    "block_samples",
     "first_tensor",
     "micro_batches",
     "replace_first",
@@ -64,8 +63,6 @@ __all__ = [
 # a block called again on about a quarter of the batch at a time: its graph and backward (about three
 # times a no-grad forward's activations per sample on ViT-S and ViT-B) then stay below one forward's
 MICRO_BATCHES = 4
-# the least token features (samples * N * D) per block call worth a call of its own (see block_samples)
-MIN_TOKEN_FEATURES = 2**17
 
 
 def attention_blocks(model: nn.Module, names: Sequence[str]) -> list[nn.Module] | None:
@@ -93,30 +90,6 @@ def micro_batches(batch: int, size: int | None = None, parts: int = MICRO_BATCHE
     if size < 1:
         raise InvalidInputError(f"a micro-batch holds at least one sample, got {size}; pass None for the automatic size")
     return [slice(start, min(start + size, batch)) for start in range(0, batch, size)]
-
-
-def block_samples(call: BlockCall, parts: int, least: int | None = None) -> int:
-    """Samples per call of a block: about ``1 / parts`` of the batch, but at least ``least`` token features.
-
-    A call on a few samples of a small model (ViT-S: 197 tokens of 384 features each) spends more
-    of its time on each operation's fixed cost and on matrix products too small to keep the
-    threads busy than on arithmetic; its graph is small in bytes. So a call holds at least
-    ``least`` token features (``samples * N * D``; ``None``: :data:`MIN_TOKEN_FEATURES`) when the
-    batch has them.
-
-    Example:
-        >>> import torch
-        >>> tokens = torch.zeros(8, 197, 384)
-        >>> call = BlockCall((tokens,), {}, 0, tokens, 0, 8)
-        >>> block_samples(call, 8), block_samples(call, 8, least=1)
-        (2, 1)
-    """
-    least = MIN_TOKEN_FEATURES if least is None else least
-    per_sample = 0 if call.tokens is None else math.prod(call.tokens.shape[1:])  # unknown: no least
-    wanted = -(-call.batch // max(1, parts))
-    if per_sample:
-        wanted = max(wanted, -(-least // per_sample))
-    return max(1, min(call.batch, wanted))
 
 
 def segment_length(blocks: int) -> int:

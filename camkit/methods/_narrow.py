@@ -11,7 +11,10 @@ and the pooling, box head and softmax are run again for those proposals alone, w
 The score is the same value; its gradient at any layer before the ROI heads is the same.
 
 Ultralytics' dense heads get the same treatment, one candidate's window at a time
-(:mod:`camkit.methods._narrow_dense`).
+(:mod:`camkit.methods._narrow_dense`), and so do torchvision's single-stage detectors, RetinaNet,
+FCOS, SSD and SSDlite: their head runs without autograd, each picked detection is traced back to
+its anchor, and the class branch of that anchor's level is rerun on the window around it (or on
+the level's whole map where a group norm spans it) (:mod:`camkit.methods._narrow_single`).
 
 Private: used by :class:`camkit.methods.base.GradientCAM`.
 """
@@ -27,6 +30,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookScope
 from ._narrow_dense import dense_head, narrowed_dense_scores
+from ._narrow_single import narrowed_single_scores, single_stage
 
 __all__ = ["narrowed_scores"]
 
@@ -60,19 +64,24 @@ def narrowed_scores(
     """Inside the block, a detector's heads run without autograd; yields ``(narrow, unreached_zero)``.
 
     ``narrow`` takes the target's scores (computed from the detached output) and returns the
-    same scores carrying the graph of the picked proposals (R-CNN) or candidates (ultralytics)
-    alone. ``unreached_zero``: a layer the narrowed graph does not reach has a zero gradient
-    (it feeds only the parts of the head the score does not read), not an error. For any other
-    model, target or layer choice nothing changes: ``narrow`` returns the scores as they are.
+    same scores carrying the graph of the picked proposals (R-CNN) or candidates (ultralytics,
+    torchvision's single-stage detectors) alone. ``unreached_zero``: a layer the narrowed graph
+    does not reach has a zero gradient (it feeds only the parts of the head the score does not
+    read), not an error. For any other model, target or layer choice nothing changes: ``narrow``
+    returns the scores as they are.
     """
     parts = _applies(model, target, layers, output)
     if parts is None:
-        head = dense_head(model, target, layers, output)
-        if head is None:
-            yield (lambda scores: scores), False
-        else:
+        stage = single_stage(model, target, layers, output)
+        head = None if stage is not None else dense_head(model, target, layers, output)
+        if stage is not None:
+            with narrowed_single_scores(stage, target) as narrow:
+                yield narrow, True
+        elif head is not None:
             with narrowed_dense_scores(head, target) as narrow:
                 yield narrow, True
+        else:
+            yield (lambda scores: scores), False
         return
     rpn, heads = parts
     seen: dict[str, Any] = {}

@@ -36,7 +36,7 @@ from ..hooks import HookScope
 from ..layers.families.ultralytics import is_ultralytics
 from ..targets.detection import default_output
 
-__all__ = ["dense_head", "narrowed_dense_scores", "reach"]
+__all__ = ["branch_at", "dense_head", "narrowed_dense_scores", "reach"]
 
 Narrow = Callable[[Tensor], Tensor]
 
@@ -51,7 +51,9 @@ def reach(branch: nn.Module) -> tuple[int, int] | None:
 
     Known for a branch made only of stride-1, zero-padded "same" ``nn.Conv2d`` layers (any
     kernel, dilation and groups), batch norms and pointwise activations, in sequence
-    (``nn.Sequential`` and ultralytics' ``Conv``/``DWConv``); ``None`` for anything else.
+    (``nn.Sequential``, a subclass of it that keeps its ``forward`` such as torchvision's
+    ``Conv2dNormActivation``, and ultralytics' ``Conv``/``DWConv``); ``None`` for anything else,
+    a group norm included (its statistics span every position).
 
     Example:
         >>> from torch import nn
@@ -64,7 +66,7 @@ def reach(branch: nn.Module) -> tuple[int, int] | None:
     rows = cols = 0
     for module in branch.modules():
         kind = type(module)
-        if kind is nn.Sequential or (kind.__name__ in _WRAPPERS and kind.__module__.startswith("ultralytics")):
+        if _chains(kind) or (kind.__name__ in _WRAPPERS and kind.__module__.startswith("ultralytics")):
             continue
         if kind is nn.Conv2d:
             conv: nn.Conv2d = module  # type: ignore[assignment]
@@ -77,6 +79,49 @@ def reach(branch: nn.Module) -> tuple[int, int] | None:
         elif not isinstance(module, _POINTWISE) or not kind.__module__.startswith("torch."):
             return None  # anything else, a subclass of a pointwise layer included, may mix positions
     return rows, cols
+
+
+def _chains(kind: type) -> bool:
+    """Whether a container runs its children one after the other: ``nn.Sequential``'s own ``forward``."""
+    return issubclass(kind, nn.Sequential) and kind.forward is nn.Sequential.forward
+
+
+def branch_at(
+    branch: nn.Module, feature: Tensor, image: Tensor, row: Tensor, col: Tensor, *, cheapest: bool = False
+) -> Tensor:
+    """``branch(feature)[image, :, row, col]`` [M, C_out], computed from the window each position reads.
+
+    ``feature`` is [B, C, H, W]; ``image``, ``row`` and ``col`` are [M] and must lie in it. Where
+    :func:`reach` knows the branch's reach, it runs on one window per position, of ``2 * reach + 1``
+    rows and columns (the whole extent where the map is smaller); the window keeps its size at the
+    border by sliding inwards, so the branch's zero padding falls where the whole map's does and the
+    value is the one the whole map gives. Otherwise, and with ``cheapest=True`` where the M windows
+    hold more positions than the B maps (many positions on a small map), the branch runs on every
+    image's whole map: the same values.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.methods._narrow_dense import branch_at
+        >>> branch = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.ReLU(), nn.Conv2d(3, 1, 3, padding=1))
+        >>> x = torch.rand(2, 2, 9, 9)
+        >>> image, row, col = torch.tensor([0, 1]), torch.tensor([0, 4]), torch.tensor([8, 4])
+        >>> torch.allclose(branch_at(branch, x, image, row, col), branch(x)[image, :, row, col], atol=1e-6)
+        True
+    """
+    seen = reach(branch)
+    height, width = int(feature.shape[-2]), int(feature.shape[-1])
+    rows, cols = (height, width) if seen is None else (min(2 * seen[0] + 1, height), min(2 * seen[1] + 1, width))
+    if seen is None or (cheapest and row.shape[0] * rows * cols >= feature.shape[0] * height * width):
+        return branch(feature)[image, :, row, col]
+    top = (row - (rows - 1) // 2).clamp(0, height - rows)  # the window slides inwards at the border
+    left = (col - (cols - 1) // 2).clamp(0, width - cols)
+    index_rows = (top[:, None] + torch.arange(rows, device=row.device))[:, :, None]  # [M, rows, 1]
+    index_cols = (left[:, None] + torch.arange(cols, device=row.device))[:, None, :]  # [M, 1, cols]
+    windows = feature[image[:, None, None], :, index_rows, index_cols]  # [M, rows, cols, C]
+    out = branch(windows.permute(0, 3, 1, 2).contiguous())  # [M, C_out, rows, cols]
+    each = torch.arange(row.shape[0], device=row.device)
+    return out[each, :, row - top, col - left]
 
 
 def dense_head(model: nn.Module, target: Any, layers: Sequence[str], output: Any) -> nn.Module | None:
@@ -162,14 +207,5 @@ def _window_score(feature: Tensor, branch: nn.Module, image: Tensor, local: Tens
     """
     height, width = int(feature.shape[-2]), int(feature.shape[-1])
     local = local.clamp(0, height * width - 1)
-    row, col = local // width, local % width
-    seen = reach(branch)
-    rows, cols = (height, width) if seen is None else (min(2 * seen[0] + 1, height), min(2 * seen[1] + 1, width))
-    top = (row - (rows - 1) // 2).clamp(0, height - rows)  # the window slides inwards at the border
-    left = (col - (cols - 1) // 2).clamp(0, width - cols)
-    index_rows = (top[:, None] + torch.arange(rows, device=local.device))[:, :, None]  # [M, rows, 1]
-    index_cols = (left[:, None] + torch.arange(cols, device=local.device))[:, None, :]  # [M, 1, cols]
-    windows = feature[image[:, None, None], :, index_rows, index_cols]  # [M, rows, cols, C]
-    logits = branch(windows.permute(0, 3, 1, 2).contiguous())  # [M, K, rows, cols]
-    each = torch.arange(local.shape[0], device=local.device)
-    return logits[each, label, row - top, col - left].sigmoid()
+    logits = branch_at(branch, feature, image, local // width, local % width)  # [M, K]
+    return logits.gather(1, label[:, None])[:, 0].sigmoid()

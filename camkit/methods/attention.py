@@ -38,7 +38,7 @@ from ..targets.classes import OutputSelector, Target, select_output
 from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
 from ._binding import InputIndex
-from ._blockwise import BlockRecorder, attention_blocks, block_samples, segment_length
+from ._blockwise import BlockRecorder, attention_blocks, segment_length
 from ._output import make_explanation
 from .base import Explainer
 
@@ -242,8 +242,8 @@ class CheferRollout(AttentionExplainer):
     Args:
         model: a vision transformer (see :class:`AttentionExplainer`).
         recompute: ``True`` (default): blocks called again a segment at a time, at about a no-grad
-            forward's peak memory (vit_b_16, batch 8, CPU: 4.1x its time); ``False``: one backward
-            through every block's graph, faster (2.8x a forward) but 11-16x its memory. Same maps.
+            forward's peak memory (vit_b_16, batch 8, CPU: 3.5-4.1x its time); ``False``: one backward
+            through every block's graph, faster (2.1-2.5x a forward) but 14-18x its memory. Same maps.
         query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
 
     Example:
@@ -316,9 +316,9 @@ class CheferRollout(AttentionExplainer):
                 upstream.append(grads)
             del read, leaves, got
             # a segment's graph holds `every` blocks: a micro-batch of about batch / (2 * every) samples keeps
-            # it near half a block's graph for the whole batch (block_samples says how small a call may be)
+            # it near half a block's graph for the whole batch
             call = recorder.calls[0][0]
-            parts = call.slices(self._block_batch or block_samples(call, 2 * every))
+            parts = call.slices(self._block_batch, 2 * every)
             # R = (I + C_L) ··· (I + C_1) is read through one query row v (token_relevance's): from the last
             # layer down, w <- w + w C_l, kept as d = w - v [C, B, 1, N] (the identity's share is not rounded
             # into each step). d and the segments' input gradients are allocated before the blocks run (small
@@ -413,8 +413,8 @@ class LeGrad(AttentionExplainer):
             block's tokens (the final norm and head on their mean); overrides the known head.
         layers: which attention layers are averaged (indices, negative from the end); ``None``: all.
         recompute: ``True`` (default): blocks called again one at a time, at about a no-grad
-            forward's peak memory (vit_b_16, batch 8, CPU: 3.4x its time); ``False``: one forward
-            keeping every block's graph, faster (1.8x a forward) but 11-16x its memory. Same maps.
+            forward's peak memory (vit_b_16, batch 8, CPU: 3.1-3.4x its time); ``False``: one forward
+            keeping every block's graph, faster (1.6-1.9x a forward) but 12-14x its memory. Same maps.
         query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
 
     Example:

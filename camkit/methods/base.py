@@ -402,8 +402,10 @@ class GradientCAM(CAMExplainer):
     :class:`~camkit.DetectionTarget`, the graph after the layer holds only the picked
     detections' proposals (the ROI heads run without autograd, then again for those
     proposals alone); on an ultralytics detector, only the class branch at the picked
-    candidates (run again on the few rows and columns around each): the same score and
-    gradient. Subclasses implement :meth:`raw_map`.
+    candidates (run again on the few rows and columns around each); on torchvision's RetinaNet,
+    FCOS, SSD and SSDlite, only the class branch of the level that holds each picked detection's
+    anchor (on the window around it, or the level's whole map where a group norm spans it): the
+    same score and gradient. Subclasses implement :meth:`raw_map`.
 
     Example:
         >>> import torch

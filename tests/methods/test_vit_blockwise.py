@@ -310,32 +310,9 @@ def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch):
         torch.testing.assert_close(got.maps, whole.maps, atol=1e-5, rtol=0)
         torch.testing.assert_close(got.scores, whole.scores, atol=0, rtol=0)
     sizes.clear()
-    automatic = METHODS[key](model).explain(x, target)
-    # LeGrad: ceil(3 / 4) = 1 sample per call; Chefer: a tiny model's whole batch is fewer token features
-    # than one call is worth (block_samples)
-    assert sizes == ([3] * 3 if key == "cheferrollout" else [1] * 9)
-    torch.testing.assert_close(automatic.raw, whole.raw, atol=1e-7, rtol=1e-5)
-    monkeypatch.setattr(_blockwise, "MIN_TOKEN_FEATURES", 1)
-    sizes.clear()
-    automatic = METHODS[key](model).explain(x, target)  # ceil(3 / (2 * segment)) = 1 sample per call
+    automatic = METHODS[key](model).explain(x, target)  # ceil(3 / 4) = 1 sample per call
     assert sizes == [1] * 9
     torch.testing.assert_close(automatic.raw, whole.raw, atol=1e-7, rtol=1e-5)
-
-
-def test_block_samples_keep_a_call_above_the_least_token_features():
-    def call(batch, tokens, width):
-        x = torch.zeros(batch, tokens, width)
-        return _blockwise.BlockCall((x,), {}, 0, x, 0, batch)
-
-    # Chefer on ViT-S/16 and ViT-B/16 at batch 8 (segments of 4 blocks: 8 parts): 197 x 384 features per
-    # sample take two samples to reach 2^17; 197 x 768 reach it with one
-    assert _blockwise.block_samples(call(8, 197, 384), 8) == 2
-    assert _blockwise.block_samples(call(8, 197, 768), 8) == 1
-    assert _blockwise.block_samples(call(32, 197, 768), 8) == 4  # a quarter of the batch when larger
-    assert _blockwise.block_samples(call(3, 5, 8), 8) == 3  # never more than the batch
-    assert _blockwise.block_samples(call(8, 197, 384), 8, least=1) == 1
-    unknown = _blockwise.BlockCall((None,), {}, 0, None, 0, 8)
-    assert _blockwise.block_samples(unknown, 8) == 1
 
 
 def test_micro_batches_are_refused_below_one_sample():
