@@ -323,10 +323,10 @@ class CheferRollout(AttentionExplainer):
             # layer down, w <- w + w C_l, kept as d = w - v [C, B, 1, N] (the identity's share is not rounded
             # into each step). d and the segments' input gradients are allocated before the blocks run (small
             # results allocated between large temporaries keep the C heap from shrinking).
-            batch, tokens_n = call.batch, cast(Tensor, call.tokens).shape[1]  # the first block's input is kept
-            prefix, grid, query = self._layout(tokens_n, x)
-            start = _query_row(torch.empty(1, 1, tokens_n, device=x.device), query)  # v [1, 1, N]
-            rows = torch.zeros(len(columns), batch, 1, tokens_n, device=x.device)
+            entry = cast(Tensor, call.tokens)  # the first block's input, kept: [B, N, D] on the model's device
+            prefix, grid, query = self._layout(entry.shape[1], x)
+            start = _query_row(entry.new_empty(1, 1, entry.shape[1], dtype=torch.float32), query)  # v [1, 1, N]
+            rows = entry.new_zeros(len(columns), call.batch, 1, entry.shape[1], dtype=torch.float32)
             for first in reversed(firsts):
                 stop = min(first + every, len(blocks))
                 kept = recorder.calls[first][0].tokens
