@@ -336,20 +336,16 @@ def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, Ratio],
             TITLE, f"{impl.removeprefix('camkit ')} at most {limit}x a no-grad forward ({where})",
             paired_ratio(mine_t, fwd_t) if mine_t and fwd_t else None, limit,
         ))
-    theirs, ours = timings.get(label(TORCHCAM)), timings.get(LEGRAD)
-    out.append(goal_at_most(
-        TITLE, f"camkit LeGrad not slower than torchcam's ({where}; ratio = camkit / torchcam)",
-        paired_ratio(ours, theirs) if ours and theirs else None, LEGRAD_LIMIT,
-        reason="" if theirs else "torchcam's LeGrad takes torchvision's ViT only (or torchcam is not installed)",
-    ))
-    # like for like: torchcam keeps every block's graph, as camkit's recompute=False does
-    whole = timings.get(LEGRAD_WHOLE)
-    out.append(goal_at_most(
-        TITLE, f"camkit LeGrad (recompute=False: every block's graph, as torchcam keeps) not slower than torchcam's "
-               f"({where}; ratio = camkit / torchcam)",
-        paired_ratio(whole, theirs) if whole and theirs else None, LEGRAD_LIMIT,
-        reason="" if theirs else "torchcam's LeGrad takes torchvision's ViT only (or torchcam is not installed)",
-    ))
+    theirs = timings.get(label(TORCHCAM))
+    missing = "" if theirs else "torchcam's LeGrad takes torchvision's ViT only (or torchcam is not installed)"
+    # the default, and like for like: torchcam keeps every block's graph, as camkit's recompute=False does
+    for impl, what in ((LEGRAD, "camkit LeGrad"),
+                       (LEGRAD_WHOLE, "camkit LeGrad (recompute=False: every block's graph, as torchcam keeps)")):
+        ours = timings.get(impl)
+        out.append(goal_at_most(
+            TITLE, f"{what} not slower than torchcam's ({where}; ratio = camkit / torchcam)",
+            paired_ratio(ours, theirs) if ours and theirs else None, LEGRAD_LIMIT, reason=missing,
+        ))
     out += _memory_goals(peaks, (ROLLOUT, CHEFER, LEGRAD), where,
                          missing="memory not measured for this configuration (--smoke) or its probe failed")
     return out + _live_goals(where, live or {})

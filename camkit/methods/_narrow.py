@@ -73,15 +73,16 @@ def narrowed_scores(
     parts = _applies(model, target, layers, output)
     if parts is None:
         stage = single_stage(model, target, layers, output)
-        head = None if stage is not None else dense_head(model, target, layers, output)
         if stage is not None:
             with narrowed_single_scores(stage, target) as narrow:
                 yield narrow, True
-        elif head is not None:
+            return
+        head = dense_head(model, target, layers, output)
+        if head is None:
+            yield (lambda scores: scores), False
+        else:
             with narrowed_dense_scores(head, target) as narrow:
                 yield narrow, True
-        else:
-            yield (lambda scores: scores), False
         return
     rpn, heads = parts
     seen: dict[str, Any] = {}
