@@ -9,9 +9,12 @@ records those probabilities ``A`` [B, heads, N, N] layer by layer, on the graph 
 * Hugging Face ViT, DeiT, DINOv2 (with registers too) and CLIP vision (``q_proj``/``k_proj``
   attention modules): their config's attention implementation set to ``"eager"`` for the call;
   ``A`` is the weights the module returns, the very tensor it multiplied with the values.
-* ``nn.MultiheadAttention`` (torchvision's encoder blocks): asked for per-head weights; the
-  weights it returns are computed after its output, so with gradients the output is recomputed
-  from them (``out_proj(A @ V)``, the values from its own projection) and handed on instead.
+* ``nn.MultiheadAttention`` (torchvision's encoder blocks): its forward is replaced for the call by
+  one that computes ``A`` from its packed projection and mixes its output ``out_proj(A @ V)`` from
+  that ``A``. With masks, dropout in training mode or options it does not know, the module's own
+  unfused path runs instead, asked for per-head weights; those are a view taken after its output,
+  which the output's gradient does not reach, so with gradients the output is mixed again from them
+  (values from its own projection).
 
 Every setting is put back and every hook removed when the block ends, also after an error.
 Windowed attention (Swin) is refused, and so is any other module whose class name says
@@ -21,7 +24,7 @@ attention, with its class named.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -269,44 +272,47 @@ class AttentionCapture:
         self._scope.forward(module, after, own_thread=True)
 
     def _hook_mha(self, index: int, module: Any) -> None:
-        asked: list[tuple[bool, bool]] = []
         if not module.batch_first or module.in_proj_weight is None or module.bias_k is not None or module.add_zero_attn:
             raise InvalidInputError(
                 "camkit reads nn.MultiheadAttention with batch_first=True, one packed input projection and no added "
                 "key/value biases (as torchvision's ViT builds it)"
             )
+        # the module's forward is replaced for the block (an instance attribute, removed after): while live it
+        # computes the probabilities itself, so that they are the very tensor its output is mixed from
+        own, original = module.__dict__.get("forward"), module.forward
+        self._undo.append(lambda: module.__dict__.pop("forward", None) if own is None else setattr(module, "forward", own))
 
-        def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        def forward(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
             if not self.live:  # the module's own call, fused where it can be
-                return None
-            query, key, value = (list(args) + [kwargs.get(k) for k in ("query", "key", "value")[len(args) :]])[:3]
-            if not (query is key and key is value) or not isinstance(query, Tensor):
-                raise InvalidInputError("camkit reads self-attention: nn.MultiheadAttention called as attn(x, x, x)")
-            asked.append((bool(kwargs.get("need_weights", True)), bool(kwargs.get("average_attn_weights", True))))
-            rest = {k: v for k, v in kwargs.items() if k not in ("query", "key", "value", "need_weights", "average_attn_weights")}
+                return cast(tuple[Tensor, Tensor | None], original(*args, **kwargs))
             if len(args) > 3:
                 raise InvalidInputError("camkit reads nn.MultiheadAttention called with keyword options after (x, x, x)")
+            query, key, value = (*args, *(kwargs.pop(name, None) for name in ("query", "key", "value")[len(args) :]))
+            if not (query is key and key is value) or not isinstance(query, Tensor):
+                raise InvalidInputError("camkit reads self-attention: nn.MultiheadAttention called as attn(x, x, x)")
+            need, average = bool(kwargs.pop("need_weights", True)), bool(kwargs.pop("average_attn_weights", True))
             if self._local:
                 torch.set_grad_enabled(False)
             elif self.gradients:
                 query = _leaf(query)
-            return (query, query, query), {**rest, "need_weights": True, "average_attn_weights": False}
-
-        def after(_: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-            if not self.live:
-                return None
-            need, average = asked.pop()
-            attention = output[1]
+            masked = any(kwargs.get(name) is not None for name in ("key_padding_mask", "attn_mask")) or kwargs.get("is_causal")
+            if masked or set(kwargs) - {"key_padding_mask", "attn_mask", "is_causal"} or (module.training and module.dropout > 0):
+                # masks, dropout or an option this path does not know: the module's own unfused path, whose
+                # weights come after its output; with gradients the output is mixed again from them
+                out, attention = original(query, query, query, **kwargs, need_weights=True, average_attn_weights=False)
+                values = None
+            else:
+                attention, values = _probabilities(module, query)
             if self.gradients:
                 attention = self._record(index, attention)
-                out = _replay(module, args[2], attention, values_grad=not self._local)
+                out = _mix(module, attention, values if values is not None else _values(module, query, not self._local))
             else:
                 self._keep(index, attention)
-                out = output[0]
-            return out, (attention.mean(dim=1) if average else attention) if need else None
+                if values is not None:
+                    out = _mix(module, attention, values)
+            return out, ((attention.mean(dim=1) if average else attention) if need else None)
 
-        self._scope.forward_pre(module, before, with_kwargs=True)
-        self._scope.forward(module, after, own_thread=True)
+        module.forward = forward
 
     def _hook_block(self, index: int, name: str, block: nn.Module) -> None:
         def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -354,12 +360,28 @@ class AttentionCapture:
         return out
 
 
-def _replay(module: Any, value: Tensor, attention: Tensor, *, values_grad: bool = True) -> Tensor:
-    """``out_proj(A @ V)`` of an ``nn.MultiheadAttention``, its values from its own packed projection."""
-    batch, tokens, dim = value.shape
-    heads = attention.shape[1]
+def _probabilities(module: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+    """An ``nn.MultiheadAttention``'s probabilities ``A`` [B, heads, N, N] and values [B, heads, N, d] over ``x`` [B, N, D].
+
+    The packed projection once, then ``softmax(q k^T / sqrt(d))``, as its own unfused path computes them.
+    """
+    batch, tokens, dim = x.shape
+    heads = module.num_heads
+    qkv = F.linear(x, module.in_proj_weight, module.in_proj_bias).view(batch, tokens, 3, heads, dim // heads)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    return torch.softmax((q * (dim // heads) ** -0.5) @ k.transpose(-2, -1), dim=-1), v
+
+
+def _values(module: Any, x: Tensor, grad: bool) -> Tensor:
+    """An ``nn.MultiheadAttention``'s values [B, heads, N, d] over ``x`` [B, N, D], from its own packed projection."""
+    batch, tokens, dim = x.shape
     weight, bias = module.in_proj_weight[2 * dim :], None if module.in_proj_bias is None else module.in_proj_bias[2 * dim :]
-    with torch.set_grad_enabled(values_grad and torch.is_grad_enabled()):
-        v = F.linear(value, weight, bias).view(batch, tokens, heads, dim // heads).transpose(1, 2)
-    mixed = (attention.to(v.dtype) @ v).transpose(1, 2).reshape(batch, attention.shape[2], dim)
-    return module.out_proj(mixed)
+    with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+        return F.linear(x, weight, bias).view(batch, tokens, module.num_heads, dim // module.num_heads).transpose(1, 2)
+
+
+def _mix(module: Any, attention: Tensor, values: Tensor) -> Tensor:
+    """``out_proj(A @ V)`` of an ``nn.MultiheadAttention``: its output [B, N, D]."""
+    batch, heads, _, dim = values.shape
+    mixed = (attention.to(values.dtype) @ values).transpose(1, 2).reshape(batch, attention.shape[2], heads * dim)
+    return cast(Tensor, module.out_proj(mixed))

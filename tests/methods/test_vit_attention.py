@@ -204,3 +204,35 @@ def test_clip_legrad_scores_the_text_similarity_at_each_layer():
         layers.append(g.clamp_min(0).mean(dim=(1, 2))[:, 1:])
     e = camkit.LeGrad(model, output="image_embeds").explain(x, camkit.SimilarityTarget(text))
     torch.testing.assert_close(e.raw, torch.stack(layers).mean(0).detach().reshape(2, 4, 4), atol=1e-7, rtol=1e-4)
+
+
+def _masked(model):
+    """torchvision's ViT whose blocks pass an all-zero additive mask to their attention (as the module's own code runs them)."""
+    for block in model.encoder.layers:
+        def forward(tokens, block=block):
+            y = block.ln_1(tokens)
+            y, _ = block.self_attention(y, y, y, need_weights=False, attn_mask=tokens.new_zeros(tokens.shape[1], tokens.shape[1]))
+            y = block.dropout(y) + tokens
+            return y + block.mlp(block.ln_2(y))
+
+        block.forward = forward
+    return model
+
+
+@pytest.mark.parametrize("cls", [camkit.AttentionRollout, camkit.CheferRollout, camkit.LeGrad])
+def test_torchvision_attention_with_a_mask_takes_the_modules_own_path(cls, monkeypatch):
+    """A mask sends nn.MultiheadAttention to its own unfused path (weights asked for, output mixed again from
+    them); with a zero mask that path's maps equal those of camkit's own computation of the probabilities."""
+    x, target = _x(3), torch.tensor([2, 0, 1])
+    calls: list[bool] = []  # need_weights of each call of the module's own code
+    original = F.multi_head_attention_forward
+    monkeypatch.setattr(F, "multi_head_attention_forward", lambda *a, **k: calls.append(k["need_weights"]) or original(*a, **k))
+    plain = cls(torchvision_vit()).explain(x, target)
+    assert not any(calls)  # without a mask camkit computes the probabilities itself
+    model = _masked(torchvision_vit())
+    masked = cls(model).explain(x, target)
+    assert any(calls)
+    torch.testing.assert_close(masked.raw, plain.raw, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(masked.maps, plain.maps, atol=1e-5, rtol=0)
+    mhas = [m for m in model.modules() if isinstance(m, torch.nn.MultiheadAttention)]
+    assert all("forward" not in m.__dict__ and not m._forward_hooks and not m._forward_pre_hooks for m in mhas)

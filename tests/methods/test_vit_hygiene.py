@@ -47,6 +47,7 @@ def _settings(model: nn.Module):
     return (
         [getattr(m, "fused_attn", None) for m in model.modules()],
         [getattr(getattr(m, "config", None), "_attn_implementation", None) for m in model.modules()],
+        [m.__dict__.get("forward") for m in model.modules()],  # a forward replaced for the call is removed after
     )
 
 
