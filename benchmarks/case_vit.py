@@ -1,9 +1,11 @@
 """Attention rollout, Chefer's rollout and LeGrad on ViTs, against a no-grad forward and torchcam's LeGrad.
 
 Times, side by side (interleaved) on one model and batch: a ``torch.no_grad()`` forward,
-``camkit.AttentionRollout``, ``camkit.CheferRollout``, ``camkit.LeGrad`` (each block called again
-and differentiated alone, the default), the last two with ``recompute=False`` (one backward
-through every block's graph: faster, more memory) and, on torchvision's
+``camkit.AttentionRollout``, ``camkit.CheferRollout`` (segments of blocks called again and
+differentiated, the default), ``camkit.LeGrad`` with the classes given (one forward per half of the
+batch, each block differentiated as the forward reaches it) and with ``target=None`` (the predicted
+class, known after the forward: each block called again and differentiated alone), Chefer and
+LeGrad with ``recompute=False`` (one backward through every block's graph: more memory) and, on torchvision's
 ViT (the only family it takes), torchcam 0.5's ``LeGrad`` over every encoder block, on its own
 deep copy of the model. Every implementation explains the same classes: each image's top-1.
 Peak memory of one call is measured above the loaded model, each implementation in a fresh
@@ -26,9 +28,8 @@ that is free again) and with ``MALLOC_MMAP_THRESHOLD_=65536`` (:data:`LIVE_ENV`:
 64 KiB or more is its own mapping, returned when freed, so the resident peak is the peak of the
 live memory, what CUDA's ``max_memory_allocated`` measures on a GPU).
 
-Goals: rollout at most 1.3x a no-grad forward; CheferRollout and LeGrad (which recompute and
-differentiate a few blocks at a time from a few kept block inputs) at most 4x a no-grad forward; camkit's LeGrad not slower than
-torchcam's, by default (which recomputes the blocks to stay within the memory goal) and with
+Goals: rollout at most 1.3x a no-grad forward; CheferRollout and LeGrad (both ways) at most 4x a
+no-grad forward; camkit's LeGrad not slower than torchcam's, by default and with
 ``recompute=False`` (every block's graph, as torchcam keeps); each method's peak memory within 2x
 the no-grad forward's.
 """
@@ -70,10 +71,14 @@ ORDER = 29
 
 FORWARD = "no-grad forward"
 ROLLOUT, CHEFER, LEGRAD = "camkit AttentionRollout", "camkit CheferRollout", "camkit LeGrad"
+# target=None: the class is known only after the forward, so the blocks are called again (LeGrad's other path)
+LEGRAD_PREDICTED = "camkit LeGrad (target=None)"
 TORCHCAM = "torchcam LeGrad"
 # the whole-graph path (recompute=False): faster, at the memory of every block's graph
 CHEFER_WHOLE, LEGRAD_WHOLE = "camkit CheferRollout (recompute=False)", "camkit LeGrad (recompute=False)"
-IMPLS = (FORWARD, ROLLOUT, CHEFER, LEGRAD, CHEFER_WHOLE, LEGRAD_WHOLE, TORCHCAM)
+IMPLS = (FORWARD, ROLLOUT, CHEFER, LEGRAD, LEGRAD_PREDICTED, CHEFER_WHOLE, LEGRAD_WHOLE, TORCHCAM)
+# the implementations with a memory goal
+GOVERNED = (ROLLOUT, CHEFER, LEGRAD, LEGRAD_PREDICTED)
 
 ROLLOUT_LIMIT = 1.3
 GRADIENT_LIMIT = 4.0
@@ -166,6 +171,9 @@ def prepare(impl: str, model: nn.Module, x: Tensor, classes: Tensor) -> Prepared
         cls = {ROLLOUT: camkit.AttentionRollout, CHEFER: camkit.CheferRollout, LEGRAD: camkit.LeGrad}[impl]
         explainer = cls(model)
         return Prepared(lambda: explainer(x, target=classes), lambda out: out, _nothing)
+    if impl == LEGRAD_PREDICTED:  # the same classes: each image's top-1 is its predicted class
+        predicted = camkit.LeGrad(model)
+        return Prepared(lambda: predicted(x), lambda out: out, _nothing)
     if impl in (CHEFER_WHOLE, LEGRAD_WHOLE):
         whole = (camkit.CheferRollout if impl == CHEFER_WHOLE else camkit.LeGrad)(model, recompute=False)
         return Prepared(lambda: whole(x, target=classes), lambda out: out, _nothing)
@@ -266,7 +274,7 @@ def _peaks(ctx: Context, cfg: Config, impls: Sequence[str], where: str, probe_en
     rounds: list[dict[str, float]] = []
     notes: dict[str, str] = {}
     for round_ in range(repeats):
-        todo = {n: p for n, p in runs.items() if n not in notes and (round_ == 0 or n in (FORWARD, ROLLOUT, CHEFER, LEGRAD))}
+        todo = {n: p for n, p in runs.items() if n not in notes and (round_ == 0 or n in (FORWARD, *GOVERNED))}
         got, failed = ctx.peaks(f"{__name__}:memory_job", todo, probe_env=probe_env)
         rounds.append(got)
         notes.update(failed)
@@ -292,14 +300,14 @@ def _memory_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, Rati
     if ctx.smoke:
         impls = [FORWARD, ROLLOUT]
     elif not cfg.timed:  # the large model: the block-by-block methods against the forward
-        impls = [FORWARD, CHEFER, LEGRAD]
+        impls = [FORWARD, CHEFER, LEGRAD, LEGRAD_PREDICTED]
     else:
         impls = _usable(ctx, build_model(cfg.model))
     cpu = ctx.device.type == "cpu" and not ctx.smoke
     rows, peaks = _peaks(ctx, cfg, impls, cfg.where, repeats=MEMORY_REPEATS if cpu else 1)
     live: dict[str, Ratio] = {}
     if cpu:
-        live_rows, live = _peaks(ctx, cfg, [FORWARD, CHEFER, LEGRAD], f"{cfg.where}, {LIVE}", LIVE_ENV)
+        live_rows, live = _peaks(ctx, cfg, [FORWARD, CHEFER, LEGRAD, LEGRAD_PREDICTED], f"{cfg.where}, {LIVE}", LIVE_ENV)
         rows += live_rows
     return rows, peaks, live
 
@@ -317,7 +325,7 @@ def _memory_goals(ratios: dict[str, Ratio], impls: Sequence[str], where: str, *,
 
 
 def _live_goals(where: str, live: dict[str, Ratio]) -> list[Goal]:
-    return _memory_goals(live, (CHEFER, LEGRAD), f"{where}; {LIVE}", what="peak of live memory") if live else []
+    return _memory_goals(live, (CHEFER, LEGRAD, LEGRAD_PREDICTED), f"{where}; {LIVE}", what="peak of live memory") if live else []
 
 
 def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, Ratio],
@@ -328,8 +336,8 @@ def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, Ratio],
     out = []
     fwd_t = timings.get(FORWARD)
     if not cfg.timed:
-        return _memory_goals(peaks, (CHEFER, LEGRAD), where) + _live_goals(where, live or {})
-    limits = ((ROLLOUT, ROLLOUT_LIMIT), (CHEFER, GRADIENT_LIMIT), (LEGRAD, GRADIENT_LIMIT))
+        return _memory_goals(peaks, (CHEFER, LEGRAD, LEGRAD_PREDICTED), where) + _live_goals(where, live or {})
+    limits = ((ROLLOUT, ROLLOUT_LIMIT), (CHEFER, GRADIENT_LIMIT), (LEGRAD, GRADIENT_LIMIT), (LEGRAD_PREDICTED, GRADIENT_LIMIT))
     for impl, limit in limits:
         mine_t = timings.get(impl)
         out.append(goal_at_most(
@@ -346,7 +354,7 @@ def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, Ratio],
             TITLE, f"{what} not slower than torchcam's ({where}; ratio = camkit / torchcam)",
             paired_ratio(ours, theirs) if ours and theirs else None, LEGRAD_LIMIT, reason=missing,
         ))
-    out += _memory_goals(peaks, (ROLLOUT, CHEFER, LEGRAD), where,
+    out += _memory_goals(peaks, GOVERNED, where,
                          missing="memory not measured for this configuration (--smoke) or its probe failed")
     return out + _live_goals(where, live or {})
 

@@ -39,6 +39,7 @@ from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
 from ._binding import InputIndex
 from ._blockwise import BlockRecorder, attention_blocks, segment_length
+from ._legrad import given_classes, recompute, single_pass
 from ._output import make_explanation
 from .base import Explainer
 
@@ -397,12 +398,15 @@ class LeGrad(AttentionExplainer):
     on the mean of the block's output tokens (as the authors' code and torchcam 0.5.0 do).
     ``E_l`` is the mean over heads and queries of ``ReLU(ds_l / dA_l)``, keys without the prefix
     tokens; the map is the mean of ``E_l`` over the layers (:func:`camkit.functional.legrad_relevance`).
-    Each block's score reaches its own attention only, so after a forward without graph that
-    keeps the first read block's input, the blocks are called again in order, about a quarter of
-    the batch at a time, each differentiated alone and its output handed to the next: the peak
-    memory is one block input plus one such call's graph. (A module in training mode,
-    ``keep_mode=True``, or blocks that do not feed each other directly, take one forward with
-    every block's graph, cut at each block's input.)
+    Each block's score reaches its own attention only, so no block's graph outlives its gradient
+    (:mod:`camkit.methods._legrad`): with the classes given (ints or an integer tensor), one forward
+    per half of the batch differentiates each block read as soon as it has run, from its
+    attention on (about 1.7x a no-grad forward's time, below its memory); for the predicted class
+    (``target=None``) or a callable target, a forward without graph keeps the first read block's
+    input and the blocks are called again in order, about a quarter of the batch at a time, each
+    differentiated alone (about 3x the time, one block input plus one call's graph). (A module in
+    training mode, ``keep_mode=True``, or, on the second way, blocks that do not feed each other
+    directly, take one forward with every block's graph, cut at each block's input.)
 
     Args:
         model: a vision transformer whose head camkit knows (timm's and torchvision's
@@ -412,9 +416,9 @@ class LeGrad(AttentionExplainer):
         head: a callable ``f(tokens [B, N, D]) -> output`` giving what the target scores from one
             block's tokens (the final norm and head on their mean); overrides the known head.
         layers: which attention layers are averaged (indices, negative from the end); ``None``: all.
-        recompute: ``True`` (default): blocks called again one at a time, at about a no-grad
-            forward's peak memory (vit_b_16, batch 8, CPU: 3.1-3.4x its time); ``False``: one forward
-            keeping every block's graph, faster (1.6-1.9x a forward) but 12-14x its memory. Same maps.
+        recompute: ``True`` (default): no block's graph kept past its gradient, at about a no-grad
+            forward's peak memory (see above); ``False``: one forward keeping every block's graph
+            (1.6-1.9x a forward's time on vit_b_16, batch 8, CPU, but 12-14x its memory). Same maps.
         query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
 
     Example:
@@ -428,10 +432,10 @@ class LeGrad(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "1 forward without a graph (the model's own attention), then each block recomputed in order, attention "
-        "unfused, and differentiated for "
-        "its own score: about 1 more forward + 1 backward; peak memory one block input + one block's graph for a "
-        "quarter of the batch"
+        "classes given: 1 forward per half batch, attention unfused, each block differentiated for its own score "
+        "as it returns (about 1 forward + 1 partial backward); target=None: 1 forward without a graph, then "
+        "each block recomputed and differentiated (about 1 more forward + 1 backward); peak memory about a "
+        "no-grad forward's"
     )
     use_when: ClassVar[str] = (
         "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
@@ -478,55 +482,10 @@ class LeGrad(AttentionExplainer):
         return explanation if explanation is not None else self._whole_graph(x, target)
 
     def _by_block(self, x: Tensor, target: Target, blocks: list[nn.Module]) -> Explanation | None:
-        names = self.layer_names()
-        head = self.head
-        assert head is not None
-        first, final = self.layers[0], self.layers[-1]
-        with (
-            AttentionCapture(self.model, gradients=True, local=True) as capture,
-            BlockRecorder(blocks, leaves=False, keep=[first]) as recorder,
-        ):
-            capture.live = False
-            classes, scores = self._target_scores(x, target)
-            if not recorder.replayable(chain=True):
-                return None
-            recorder.stop()
-            capture.live = True
-            columns = self._columns(scores)
-            multi = scores.dim() == 2
-            read_layers = set(self.layers)
-            # a known head and a class target score each sample alone: the blocks run on slices of the batch
-            split = classes is not None and self._known_head
-            call = recorder.calls[first][0]
-            kept = call.tokens
-            assert kept is not None  # the first block read keeps its input
-            prefix, grid, _ = self._layout(kept.shape[1], x)
-            # per column, per layer read: the relevance [B, N - prefix], allocated once before the blocks run
-            # (small results allocated between the blocks' large temporaries keep the C heap from shrinking)
-            found = torch.zeros(len(columns), len(self.layers), kept.shape[0], kept.shape[1] - prefix, device=kept.device)
-            for part in call.slices(self._block_batch) if split else [slice(None)]:
-                tokens = kept[part].detach()
-                picked = None if classes is None else classes[part]
-                # from the first block read on, each block called again on the previous one's output, its
-                # own score differentiated and its graph freed before the next
-                for index in range(first, final + 1):
-                    torch.set_grad_enabled(True)
-                    out = recorder.calls[index][0].run(blocks[index], tokens)
-                    attention = capture.take(index)
-                    if index in read_layers:
-                        read = head(out)
-                        for k in range(len(columns)):
-                            score = self._layer_score(read, picked, target, k, multi)
-                            total = torch.stack([score.sum()])  # as the whole-graph path
-                            (grad,) = self._grads(total, [attention], [names[index]], k < len(columns) - 1)
-                            with torch.no_grad():
-                                found[k, self.layers.index(index), part] = legrad_relevance([grad], prefix)
-                        del read
-                    tokens = out.detach()
-                    del out, attention
-                del tokens
-            rows = list(found.mean(dim=1).unbind(0))
-        return self._finish(rows, x, grid, classes, scores)
+        classes = given_classes(target, x.shape[0])
+        if classes is not None:
+            return single_pass(self, x, blocks, classes.to(x.device, non_blocking=True))
+        return recompute(self, x, target, blocks)
 
     def _whole_graph(self, x: Tensor, target: Target) -> Explanation:
         names = self.layer_names()

@@ -1,11 +1,12 @@
 """CheferRollout and LeGrad one block at a time: the same maps as one backward through every block's graph.
 
 The explainers recompute and differentiate one transformer block at a time
-(``camkit.methods._blockwise``); their private ``_blockwise = False`` keeps the whole-graph path
-(one forward that keeps every block's graph, one backward), which the formula tests in
-``test_vit_attention.py`` check by hand. Here both paths run on every family and must agree, the
-block-by-block path must really have run (its block calls are counted), and the cases it must
-not replay take the whole-graph path.
+(``camkit.methods._blockwise``); LeGrad with classes given before the forward differentiates each
+block as the forward reaches it instead (``camkit.methods._legrad.single_pass``). Their private
+``_blockwise = False`` keeps the whole-graph path (one forward that keeps every block's graph, one
+backward), which the formula tests in ``test_vit_attention.py`` check by hand. Here the paths run
+on every family and must agree, the path taken must really have run (its block calls or its
+forwards are counted), and the cases it must not replay take the whole-graph path.
 """
 
 from __future__ import annotations
@@ -73,6 +74,20 @@ def replays(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def forwards(monkeypatch):
+    """The batch size of each call of an explainer's model (LeGrad's single pass: one per part of the batch)."""
+    sizes: list[int] = []
+    call = camkit.Explainer._call_model
+
+    def counted(self, x):
+        sizes.append(x.shape[0])
+        return call(self, x)
+
+    monkeypatch.setattr(camkit.Explainer, "_call_model", counted)
+    return sizes
+
+
 def _both(cls, model, x, target, **kwargs):
     new = cls(model, **kwargs).explain(x, target)
     whole = cls(model, **kwargs)
@@ -92,11 +107,18 @@ def _assert_equal(new, old) -> None:
 @pytest.mark.heavy
 @pytest.mark.parametrize("key", list(METHODS))
 @pytest.mark.parametrize("family", list(BUILDERS))
-def test_block_by_block_equals_the_whole_graph(family, key, replays):
+def test_block_by_block_equals_the_whole_graph(family, key, replays, forwards):
     model = BUILDERS[family]()
     x = _x(3)
     target = torch.tensor([[0, 3], [2, 1], [1, 1]])  # two classes per image: two backward passes per block
     new, old = _both(METHODS[key], model, x, target)
+    if key == "legrad":  # classes given: one forward per half of the batch, no block called again
+        assert replays == [] and forwards == [2, 1, 3]  # (then the whole graph's forward)
+        assert not new.flat.any()
+        _assert_equal(new, old)
+        forwards.clear()
+        new, old = _both(METHODS[key], model, x, None)  # the predicted class: known after the forward
+        assert forwards == [3, 3]
     assert len(replays) == 3 and replays.samples == [3, 3, 3]  # each block called again once on each sample
     assert not new.flat.any()
     _assert_equal(new, old)
@@ -119,6 +141,19 @@ def test_legrad_some_layers_replays_from_the_first_read_block_on(replays):
     replays.clear()
     new, old = _both(camkit.LeGrad, model, _x(2), None, layers=[0, -1])
     assert replays == list(model.blocks)  # block 1 runs to hand its output to block 2
+    _assert_equal(new, old)
+
+
+def test_legrad_single_pass_some_layers_and_a_head_of_the_callers(replays, forwards):
+    model = timm_vit()
+    x, target = _x(3), torch.tensor([1, 0, 3])
+    new, old = _both(camkit.LeGrad, model, x, target, layers=[1, -1])  # block 0 runs the model's own attention
+    assert replays == [] and forwards == [2, 1, 3]
+    _assert_equal(new, old)
+    forwards.clear()
+    head = lambda t: model.head(model.fc_norm(model.norm(t.mean(dim=1))))  # noqa: E731
+    new, old = _both(camkit.LeGrad, model, x, target, head=head)
+    assert replays == [] and forwards == [3, 3]  # a caller's head may mix the samples: the whole batch at once
     _assert_equal(new, old)
 
 
@@ -193,7 +228,7 @@ def test_only_the_segment_inputs_are_kept(key, kept, monkeypatch):
         stop(self)
 
     monkeypatch.setattr(_blockwise.BlockRecorder, "stop", counted)
-    METHODS[key](timm_vit()).explain(_x(2), 1)
+    METHODS[key](timm_vit()).explain(_x(2), None)  # LeGrad with given classes keeps no input (its single pass)
     assert seen == [kept]
 
 
@@ -264,18 +299,56 @@ def test_hygiene_when_a_replayed_block_fails(monkeypatch):
     for cls in METHODS.values():
         seen.clear()
         with pytest.raises(ValueError, match="boom in a replay"):
-            cls(model).explain(_x(2), 0)
+            cls(model).explain(_x(2), None)
         assert _hook_count(model) == 0 and torch.is_grad_enabled()
         _assert_same_state(before, _state(model))
 
 
+@pytest.mark.parametrize("fail", ["block", "head"])
+def test_hygiene_when_legrads_single_pass_fails(fail):
+    model = torchvision_vit()
+    params = list(model.parameters())
+    params[3].requires_grad_(False)
+    params[-1].grad = torch.ones_like(params[-1])
+    before = _state(model)
+    failing = model.encoder.layers[1] if fail == "block" else model.heads
+    failing.forward = lambda *a, **k: (_ for _ in ()).throw(ValueError("boom in the pass"))
+    try:
+        with pytest.raises(ValueError, match="boom in the pass"):
+            camkit.LeGrad(model).explain(_x(2), [0, 1])
+    finally:
+        del failing.forward
+    assert _hook_count(model) == 0 and torch.is_grad_enabled()
+    assert all("forward" not in m.__dict__ for m in model.modules())
+    _assert_same_state(before, _state(model))
+
+
+def test_legrads_single_pass_refuses_a_block_run_twice():
+    model = timm_vit()
+    block = model.blocks[1]
+    model.blocks.insert(2, block)  # the same block twice in a row: its layer read twice in one forward
+    with pytest.raises(camkit.errors.LayerNotReachedError, match="ran 2 times"):
+        camkit.LeGrad(model).explain(_x(2), [0, 1])
+    assert _hook_count(model) == 0
+
+
+def test_legrads_single_pass_checks_the_classes():
+    model = timm_vit()
+    with pytest.raises(camkit.errors.InvalidTargetError, match="out of range"):
+        camkit.LeGrad(model).explain(_x(2), [0, 40])
+    with pytest.raises(camkit.errors.InvalidTargetError, match="out of range"):
+        camkit.LeGrad(model).explain(_x(2), 40)
+    with pytest.raises(camkit.errors.InvalidTargetError, match="batch has 2 samples"):
+        camkit.LeGrad(model).explain(_x(2), [0, 1, 2])
+
+
 @pytest.mark.parametrize("key", list(METHODS))
-def test_batch_equals_one_by_one_block_by_block(key, replays):
+def test_batch_equals_one_by_one_block_by_block(key, replays, forwards):
     model = hf_vit("dinov2")
     x = _x(3)
     target = torch.tensor([2, 0, 1])
     batched = METHODS[key](model).explain(x, target)
-    assert len(replays) == 3
+    assert len(replays) == (0 if key == "legrad" else 3) and forwards == ([2, 1] if key == "legrad" else [3])
     for i in range(3):
         single = METHODS[key](model).explain(x[i : i + 1], target[i : i + 1])
         torch.testing.assert_close(batched.raw[i], single.raw[0], atol=1e-7, rtol=1e-5)
@@ -285,7 +358,8 @@ def test_batch_equals_one_by_one_block_by_block(key, replays):
 @pytest.mark.heavy
 @pytest.mark.parametrize("key", list(METHODS))
 @pytest.mark.parametrize("family", ["timm-registers", "torchvision", "hf-dinov2-registers"])
-def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch):
+def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch, forwards):
+    """Chefer's blocks called again, or LeGrad's single pass (one forward per part), a micro-batch at a time."""
     sizes = []
     run = _blockwise.BlockCall.run
 
@@ -294,6 +368,7 @@ def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch):
         return run(self, block, tokens)
 
     monkeypatch.setattr(_blockwise.BlockCall, "run", counted)
+    seen = forwards if key == "legrad" else sizes
     model = BUILDERS[family]()
     x = _x(3)
     target = torch.tensor([[0, 3], [2, 1], [1, 1]])
@@ -301,17 +376,20 @@ def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch):
     for size, explainer in explainers.items():
         explainer._block_batch = size
     whole = explainers[3].explain(x, target)
-    assert sizes == [3, 3, 3]
+    assert seen == ([3] if key == "legrad" else [3, 3, 3])
     for size, expected in ((1, [1] * 9), (2, [2, 1] * 3)):
-        sizes.clear()
+        if key == "legrad":
+            expected = expected[:3] if size == 1 else expected[:2]  # one forward per part
+        seen.clear()
         got = explainers[size].explain(x, target)
-        assert sorted(sizes) == sorted(expected)  # each block once per micro-batch (in segment or layer order)
+        assert sorted(seen) == sorted(expected)  # each block once per micro-batch (in segment or layer order)
         torch.testing.assert_close(got.raw, whole.raw, atol=1e-7, rtol=1e-5)
         torch.testing.assert_close(got.maps, whole.maps, atol=1e-5, rtol=0)
-        torch.testing.assert_close(got.scores, whole.scores, atol=0, rtol=0)
-    sizes.clear()
-    automatic = METHODS[key](model).explain(x, target)  # ceil(3 / 4) = 1 sample per call
-    assert sizes == [1] * 9
+        # LeGrad's scores come from one forward per part: equal up to rounding
+        torch.testing.assert_close(got.scores, whole.scores, **({"atol": 1e-6, "rtol": 1e-5} if key == "legrad" else {"atol": 0, "rtol": 0}))
+    seen.clear()
+    automatic = METHODS[key](model).explain(x, target)  # Chefer: ceil(3 / 4) = 1 sample per call; LeGrad: halves
+    assert seen == ([2, 1] if key == "legrad" else [1] * 9)
     torch.testing.assert_close(automatic.raw, whole.raw, atol=1e-7, rtol=1e-5)
 
 
@@ -329,9 +407,10 @@ def test_recompute_false_is_the_whole_graph_path_with_the_same_maps(cls, replays
     vit = VisionTransformer(image_size=16, patch_size=4, num_layers=3, num_heads=2, hidden_dim=8, mlp_dim=16,
                             num_classes=3).eval()  # fmt: skip
     x = torch.rand(3, 3, 16, 16)
-    whole = cls(vit, recompute=False).explain(x, [0, 2, 1])
+    target = None if cls is camkit.LeGrad else [0, 2, 1]  # LeGrad recomputes for the predicted class
+    whole = cls(vit, recompute=False).explain(x, target)
     assert len(replays) == 0  # no block called again
-    _assert_equal(cls(vit).explain(x, [0, 2, 1]), whole)
-    assert len(replays) > 0  # the default recomputes
+    _assert_equal(cls(vit).explain(x, target), whole)
+    assert len(replays) > 0  # the default recomputes (LeGrad: for the predicted class)
     with pytest.raises(InvalidInputError, match="recompute must be True or False"):
         cls(vit, recompute="yes")
