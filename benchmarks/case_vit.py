@@ -3,8 +3,8 @@
 Times, side by side (interleaved) on one model and batch: a ``torch.no_grad()`` forward,
 ``camkit.AttentionRollout``, ``camkit.CheferRollout`` (segments of blocks called again and
 differentiated, the default), ``camkit.LeGrad`` with the classes given (one forward per half of the
-batch, each block differentiated as the forward reaches it) and with ``target=None`` (the predicted
-class, known after the forward: each block called again and differentiated alone), Chefer and
+batch, each block differentiated as the forward reaches it) and with ``target=None`` (the same
+classes, each image's prediction: a forward without graph names them first), Chefer and
 LeGrad with ``recompute=False`` (one backward through every block's graph: more memory) and, on torchvision's
 ViT (the only family it takes), torchcam 0.5's ``LeGrad`` over every encoder block, on its own
 deep copy of the model. Every implementation explains the same classes: each image's top-1.
@@ -71,7 +71,7 @@ ORDER = 29
 
 FORWARD = "no-grad forward"
 ROLLOUT, CHEFER, LEGRAD = "camkit AttentionRollout", "camkit CheferRollout", "camkit LeGrad"
-# target=None: the class is known only after the forward, so the blocks are called again (LeGrad's other path)
+# target=None: the predicted class, named by one more forward without graph before LeGrad's single pass
 LEGRAD_PREDICTED = "camkit LeGrad (target=None)"
 TORCHCAM = "torchcam LeGrad"
 # the whole-graph path (recompute=False): faster, at the memory of every block's graph

@@ -4,13 +4,14 @@ LeGrad's score of block ``l`` reads that block's output tokens through the model
 head, so ``ds_l / dA_l`` runs back through block ``l`` alone: block ``l``'s graph can be freed as
 soon as that gradient is taken, before the next block runs.
 
-* :func:`single_pass`, when the classes are given before the forward (ints or an integer tensor,
-  the model called on the image alone): one forward in which each block read builds the graph of
-  its attention onwards only (its queries, keys and values without autograd), its score is
-  differentiated as soon as it returns, and its output goes on without graph. The batch runs in
-  halves (``SINGLE_PASS_PARTS``): each half's forward plus one block's graph stays below the whole
-  batch's forward.
-* :func:`recompute`, for the predicted class (known only after the forward) and callable targets:
+* :func:`single_pass`, when the classes are known before the forward: given (ints or an integer
+  tensor), or the predicted class named first by a forward without graph. One forward in which
+  each block read builds the graph of its attention onwards only (its queries, keys and values
+  without autograd), its score is differentiated as soon as it returns, and its output goes on
+  without graph. Where each sample is scored alone (a head camkit knows, the model called on the
+  image alone) the batch runs in halves (``SINGLE_PASS_PARTS``): each half's forward plus one
+  block's graph stays below the whole batch's forward.
+* :func:`recompute`, for callable targets (what they score is known only from the model's output):
   a forward without graph that keeps the first read block's input, then the blocks called again in
   order, each differentiated and freed before the next (:mod:`camkit.methods._blockwise`).
 

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
+from .._internal.syncs import to_device
 from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional.attention import (
@@ -34,7 +35,7 @@ from ..functional.attention import (
 from ..functional.tokens import infer_token_grid
 from ..layers.layout import prefix_token_hint
 from ..registry import register_method
-from ..targets.classes import OutputSelector, Target, select_output
+from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
 from ._binding import InputIndex
@@ -399,11 +400,12 @@ class LeGrad(AttentionExplainer):
     ``E_l`` is the mean over heads and queries of ``ReLU(ds_l / dA_l)``, keys without the prefix
     tokens; the map is the mean of ``E_l`` over the layers (:func:`camkit.functional.legrad_relevance`).
     Each block's score reaches its own attention only, so no block's graph outlives its gradient
-    (:mod:`camkit.methods._legrad`): with the classes given (ints or an integer tensor), one forward
-    per half of the batch differentiates each block read as soon as it has run, from its
-    attention on (about 1.7x a no-grad forward's time, below its memory); for the predicted class
-    (``target=None``) or a callable target, a forward without graph keeps the first read block's
-    input and the blocks are called again in order, about a quarter of the batch at a time, each
+    (:mod:`camkit.methods._legrad`): with the classes given (ints or an integer tensor), or the
+    predicted class (``target=None``, named first by the model's own forward without graph), one
+    forward per half of the batch differentiates each block read as soon as it has run, from its
+    attention on (about 1.8x a no-grad forward's time, one more forward for ``target=None``, below
+    its memory); for a callable target, a forward without graph keeps the first read block's input
+    and the blocks are called again in order, about a quarter of the batch at a time, each
     differentiated alone (about 3x the time, one block input plus one call's graph). (A module in
     training mode, ``keep_mode=True``, or, on the second way, blocks that do not feed each other
     directly, take one forward with every block's graph, cut at each block's input.)
@@ -432,10 +434,10 @@ class LeGrad(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "classes given: 1 forward per half batch, attention unfused, each block differentiated for its own score "
-        "as it returns (about 1 forward + 1 partial backward); target=None: 1 forward without a graph, then "
-        "each block recomputed and differentiated (about 1 more forward + 1 backward); peak memory about a "
-        "no-grad forward's"
+        "class targets: 1 forward per half batch, attention unfused, each block differentiated for its own score "
+        "as it returns (about 1 forward + 1 partial backward; target=None: 1 forward without a graph first); "
+        "callable targets: 1 forward without a graph, then each block recomputed and differentiated (about 1 more "
+        "forward + 1 backward); peak memory about a no-grad forward's"
     )
     use_when: ClassVar[str] = (
         "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
@@ -484,7 +486,12 @@ class LeGrad(AttentionExplainer):
     def _by_block(self, x: Tensor, target: Target, blocks: list[nn.Module]) -> Explanation | None:
         classes = given_classes(target, x.shape[0])
         if classes is not None:
-            return single_pass(self, x, blocks, classes.to(x.device, non_blocking=True))
+            return single_pass(self, x, blocks, to_device(classes, x.device))  # pinned, not waited for
+        if target is None:  # the predicted class, named by the model's own forward without graph
+            with torch.no_grad():
+                predicted, _ = resolve_target(None, self._forward(x), batch=x.shape[0])
+            assert predicted is not None
+            return single_pass(self, x, blocks, predicted)
         return recompute(self, x, target, blocks)
 
     def _whole_graph(self, x: Tensor, target: Target) -> Explanation:

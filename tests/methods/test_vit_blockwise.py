@@ -88,6 +88,11 @@ def forwards(monkeypatch):
     return sizes
 
 
+def _two_classes(out: Tensor) -> Tensor:
+    """A callable target: classes 0 and 3 of every image (LeGrad scores it at each block through the head)."""
+    return out[:, [0, 3]]
+
+
 def _both(cls, model, x, target, **kwargs):
     new = cls(model, **kwargs).explain(x, target)
     whole = cls(model, **kwargs)
@@ -117,7 +122,11 @@ def test_block_by_block_equals_the_whole_graph(family, key, replays, forwards):
         assert not new.flat.any()
         _assert_equal(new, old)
         forwards.clear()
-        new, old = _both(METHODS[key], model, x, None)  # the predicted class: known after the forward
+        new, old = _both(METHODS[key], model, x, None)  # the predicted class: a forward without graph names it
+        assert replays == [] and forwards == [3, 2, 1, 3]
+        _assert_equal(new, old)
+        forwards.clear()
+        new, old = _both(METHODS[key], model, x, _two_classes)  # a callable target: the blocks called again
         assert forwards == [3, 3]
     assert len(replays) == 3 and replays.samples == [3, 3, 3]  # each block called again once on each sample
     assert not new.flat.any()
@@ -135,11 +144,11 @@ def test_clip_similarity_block_by_block(key, replays):
 
 def test_legrad_some_layers_replays_from_the_first_read_block_on(replays):
     model = timm_vit()
-    new, old = _both(camkit.LeGrad, model, _x(2), None, layers=[1, -1])
+    new, old = _both(camkit.LeGrad, model, _x(2), _two_classes, layers=[1, -1])
     assert replays == [model.blocks[1], model.blocks[2]]  # block 0 is not called again
     _assert_equal(new, old)
     replays.clear()
-    new, old = _both(camkit.LeGrad, model, _x(2), None, layers=[0, -1])
+    new, old = _both(camkit.LeGrad, model, _x(2), _two_classes, layers=[0, -1])
     assert replays == list(model.blocks)  # block 1 runs to hand its output to block 2
     _assert_equal(new, old)
 
@@ -228,7 +237,7 @@ def test_only_the_segment_inputs_are_kept(key, kept, monkeypatch):
         stop(self)
 
     monkeypatch.setattr(_blockwise.BlockRecorder, "stop", counted)
-    METHODS[key](timm_vit()).explain(_x(2), None)  # LeGrad with given classes keeps no input (its single pass)
+    METHODS[key](timm_vit()).explain(_x(2), _two_classes)  # LeGrad with classes keeps no input (its single pass)
     assert seen == [kept]
 
 
@@ -251,8 +260,13 @@ def test_blocks_that_do_not_chain_take_the_whole_graph(replays):
     new, old = _both(camkit.CheferRollout, model, _x(2), torch.tensor([0, 3]))
     assert replays == []
     _assert_equal(new, old)
-    legrad_new, legrad_old = _both(camkit.LeGrad, model.vit, _x(2), None)  # LeGrad needs no chain
-    assert len(replays) == 3
+    vit = model.vit
+    head = lambda t: vit.head(vit.fc_norm(vit.norm(t.mean(dim=1))))  # noqa: E731
+    legrad_new, legrad_old = _both(camkit.LeGrad, model, _x(2), None, head=head)  # its single pass needs no chain
+    assert replays == []
+    _assert_equal(legrad_new, legrad_old)
+    legrad_new, legrad_old = _both(camkit.LeGrad, model, _x(2), _two_classes, head=head)  # its recomputation does
+    assert replays == []
     _assert_equal(legrad_new, legrad_old)
 
 
@@ -299,7 +313,7 @@ def test_hygiene_when_a_replayed_block_fails(monkeypatch):
     for cls in METHODS.values():
         seen.clear()
         with pytest.raises(ValueError, match="boom in a replay"):
-            cls(model).explain(_x(2), None)
+            cls(model).explain(_x(2), _two_classes)  # LeGrad calls its blocks again for a callable target
         assert _hook_count(model) == 0 and torch.is_grad_enabled()
         _assert_same_state(before, _state(model))
 
@@ -407,10 +421,21 @@ def test_recompute_false_is_the_whole_graph_path_with_the_same_maps(cls, replays
     vit = VisionTransformer(image_size=16, patch_size=4, num_layers=3, num_heads=2, hidden_dim=8, mlp_dim=16,
                             num_classes=3).eval()  # fmt: skip
     x = torch.rand(3, 3, 16, 16)
-    target = None if cls is camkit.LeGrad else [0, 2, 1]  # LeGrad recomputes for the predicted class
+    target = (lambda out: out[:, 1]) if cls is camkit.LeGrad else [0, 2, 1]  # LeGrad recomputes for a callable
     whole = cls(vit, recompute=False).explain(x, target)
     assert len(replays) == 0  # no block called again
     _assert_equal(cls(vit).explain(x, target), whole)
-    assert len(replays) > 0  # the default recomputes (LeGrad: for the predicted class)
+    assert len(replays) > 0  # the default recomputes (LeGrad: for a callable target)
     with pytest.raises(InvalidInputError, match="recompute must be True or False"):
         cls(vit, recompute="yes")
+
+
+def test_given_classes_are_the_targets_that_name_classes_before_the_forward():
+    from camkit.methods._legrad import given_classes
+
+    assert given_classes(None, 2) is None and given_classes(lambda out: out[:, 0], 2) is None
+    assert given_classes(True, 2) is None and given_classes([0.5, 1.0], 2) is None  # refused on the other path
+    assert given_classes([0, 1, 2], 2) is None  # the wrong batch: the other path says so
+    assert given_classes(3, 2).tolist() == [3, 3]
+    assert given_classes([[1, 2], [0, 4]], 2).tolist() == [[1, 2], [0, 4]]
+    assert given_classes(torch.tensor([5, 6], dtype=torch.int32), 2).dtype == torch.long
