@@ -157,12 +157,10 @@ def recompute(explainer: LeGrad, x: Tensor, target: Target, blocks: list[nn.Modu
         AttentionCapture(explainer.model, gradients=True, local=True) as capture,
         BlockRecorder(blocks, leaves=False, keep=[first]) as recorder,
     ):
-        capture.live = False
-        classes, scores = explainer._target_scores(x, target)
-        if not recorder.replayable(chain=True):
+        recorded = explainer._recorded_forward(capture, recorder, x, target)
+        if recorded is None:
             return None
-        recorder.stop()
-        capture.live = True
+        classes, scores = recorded
         columns = explainer._columns(scores)
         multi = scores.dim() == 2
         read_layers = set(explainer.layers)

@@ -132,6 +132,19 @@ class AttentionExplainer(Explainer):
             return None
         return attention_blocks(self.model, self.layer_names())
 
+    def _recorded_forward(
+        self, capture: AttentionCapture, recorder: BlockRecorder, x: Tensor, target: Target
+    ) -> tuple[Tensor | None, Tensor] | None:
+        """The forward that only records the block calls (the model's own attention): ``(classes, scores)``,
+        with ``capture`` recording again after it; ``None`` when the blocks cannot be called again."""
+        capture.live = False
+        classes, scores = self._target_scores(x, target)
+        if not recorder.replayable(chain=True):
+            return None
+        recorder.stop()
+        capture.live = True
+        return classes, scores
+
     @staticmethod
     def _columns(scores: Tensor) -> tuple[Tensor, ...]:
         return scores.unbind(dim=1) if scores.dim() == 2 else (scores,)
@@ -294,12 +307,10 @@ class CheferRollout(AttentionExplainer):
             AttentionCapture(self.model, gradients=True) as capture,
             BlockRecorder(blocks, leaves=True, keep=firsts) as recorder,
         ):
-            capture.live = False
-            classes, scores = self._target_scores(x, target)
-            if not recorder.replayable(chain=True):
+            recorded = self._recorded_forward(capture, recorder, x, target)
+            if recorded is None:
                 return None
-            recorder.stop()
-            capture.live = True
+            classes, scores = recorded
             columns = self._columns(scores)
             if not all(column.requires_grad for column in columns):
                 raise LayerNotReachedError("the score does not depend on the model's attention: no graph links them")

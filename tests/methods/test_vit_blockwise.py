@@ -290,12 +290,17 @@ def test_training_mode_and_hidden_targets_take_the_whole_graph(replays):
     _assert_equal(new, old)
 
 
-def test_hygiene_when_a_replayed_block_fails(monkeypatch):
+def _frozen_and_graded():
+    """torchvision's tiny ViT with a frozen parameter and a gradient already set, and its state."""
     model = torchvision_vit()
     params = list(model.parameters())
     params[3].requires_grad_(False)
     params[-1].grad = torch.ones_like(params[-1])
-    before = _state(model)
+    return model, _state(model)
+
+
+def test_hygiene_when_a_replayed_block_fails(monkeypatch):
+    model, before = _frozen_and_graded()
     run = _blockwise.BlockCall.run
     seen = []
 
@@ -320,11 +325,7 @@ def test_hygiene_when_a_replayed_block_fails(monkeypatch):
 
 @pytest.mark.parametrize("fail", ["block", "head"])
 def test_hygiene_when_legrads_single_pass_fails(fail):
-    model = torchvision_vit()
-    params = list(model.parameters())
-    params[3].requires_grad_(False)
-    params[-1].grad = torch.ones_like(params[-1])
-    before = _state(model)
+    model, before = _frozen_and_graded()
     failing = model.encoder.layers[1] if fail == "block" else model.heads
     failing.forward = lambda *a, **k: (_ for _ in ()).throw(ValueError("boom in the pass"))
     try:
