@@ -23,7 +23,8 @@ class Explanation:
         maps: float32 [B, *S] (or [B, K, *S] for [B, K] targets) in [0, 1] at the input's
             spatial size ``S`` (``T`` for a signal, ``H, W`` for an image, ``D, H, W`` for a
             volume or a video), on the input's device: the raw map upsampled (linear, bilinear
-            or trilinear), then min-max normalised per map.
+            or trilinear), then min-max normalised per map. A map whose model values stopped
+            being finite stays NaN (explainers warn of it on the CPU).
         raw: the unnormalised map: [B, *s] (or [B, K, *s]) at the layer's resolution
             for CAMs; a tuple of them, one per layer, when several layers were fused;
             [B, C, *S] signed attributions for pixel-space methods.

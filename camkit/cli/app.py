@@ -16,11 +16,7 @@ __all__ = ["run_app"]
 
 
 def _app_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser)
-    for action in parser._actions:  # --model may be given twice here: the second model joins the Compare tab
-        if action.dest == "model":
-            action.__class__ = argparse._AppendAction
-            action.help = f"{action.help} (give it twice to compare two models in the Compare tab)"
+    add_model_arguments(parser, another_model="give it twice to compare two models in the Compare tab")
     parser.add_argument("--classes", help="text file with one class name per line, in the model's output order")
     parser.add_argument(
         "--audit", action="append", default=[], metavar="DIR",

@@ -22,20 +22,27 @@ def _size_arg(text: str) -> int | tuple[int, ...]:
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, preprocessing: bool = True) -> None:
+def add_model_arguments(
+    parser: argparse.ArgumentParser, *, preprocessing: bool = True, another_model: str | None = None
+) -> None:
     """Add the shared model options to a subcommand's parser.
 
     ``--model``, ``--weights``, ``--trust-pickle`` and ``--device``; with ``preprocessing``
     also ``--size``, ``--crop``, ``--mean`` and ``--std`` (commands that build their own inputs, such
     as ``camkit layers``, pass ``preprocessing=False``). Read them back with :func:`model_from_args`.
+    ``another_model``: ``--model`` may be given more than once (a list), this text saying what the
+    next ones are for.
     """
     group = parser.add_argument_group("model")
-    group.add_argument(
-        "--model", required=True,
-        help="torchvision:NAME, timm:NAME, hf:PATH_OR_ID (a save_pretrained folder or a hub id), "
+    models = (
+        "torchvision:NAME, timm:NAME, hf:PATH_OR_ID (a save_pretrained folder or a hub id), "
         "package.module:factory, demo (the bundled demo model with its preprocessing and class names), or a whole "
-        "model saved with torch.save (needs --trust-pickle)",
-    )  # fmt: skip
+        "model saved with torch.save (needs --trust-pickle)"
+    )
+    if another_model is None:
+        group.add_argument("--model", required=True, help=models)
+    else:
+        group.add_argument("--model", required=True, action="append", help=f"{models} ({another_model})")
     group.add_argument(
         "--weights",
         help="a state-dict file (.safetensors, .pth/.pt, a Lightning .ckpt), a torchvision weights name (e.g. "

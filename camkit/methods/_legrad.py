@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError, LayerNotReachedError
+from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional.attention import legrad_relevance
 from ..hooks import HookScope
-from ..targets.classes import Target, resolve_target, select_output
+from ..targets.classes import Target, _plain_target, resolve_target, select_output
 from ._attention import AttentionCapture
 from ._blockwise import BlockRecorder, first_tensor, micro_batches, replace_first
 
@@ -48,9 +48,14 @@ def given_classes(target: Target, batch: int) -> Tensor | None:
     """The classes a target names before any forward, [B] or [B, K] (range checked later); ``None`` if it names none.
 
     ``None`` for the predicted class (``target=None``), a callable, or anything :func:`resolve_target`
-    would refuse (it then refuses it on the other path, with its message).
+    would refuse (it then refuses it on the other path, with its message). Numpy integers and arrays
+    count as the ints and tensors they hold, as :func:`resolve_target` reads them.
     """
-    if target is None or callable(target) or isinstance(target, bool):
+    if target is None or callable(target):
+        return None
+    try:
+        target = _plain_target(target)
+    except InvalidTargetError:
         return None
     if isinstance(target, int):
         return torch.full((batch,), target, dtype=torch.long)

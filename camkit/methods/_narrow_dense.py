@@ -36,7 +36,7 @@ from ..hooks import HookScope
 from ..layers.families.ultralytics import is_ultralytics
 from ..targets.detection import default_output
 
-__all__ = ["branch_at", "dense_head", "narrowed_dense_scores", "reach"]
+__all__ = ["branch_at", "by_level", "dense_head", "narrowed_dense_scores", "reach"]
 
 Narrow = Callable[[Tensor], Tensor]
 
@@ -180,24 +180,45 @@ def _rescore(head: nn.Module, features: list[Tensor], target: Any, scores: Tenso
     """The target's scores [B] or [B, N], recomputed with a graph from the picked candidates' windows alone."""
     picked, labels = target.picked(), target.picked_labels()  # [B, N] each
     batch, count = picked.shape
-    device = picked.device
-    image = torch.arange(batch, device=device).repeat_interleave(count)  # [M], M = B * N
+    image = torch.arange(batch, device=picked.device).repeat_interleave(count)  # [M], M = B * N
     candidate, label = picked.reshape(-1), labels.reshape(-1)
-    sizes = [(int(f.shape[-2]), int(f.shape[-1])) for f in features]
-    starts = [sum(h * w for h, w in sizes[:level]) for level in range(len(sizes))]
-    inside = [(candidate >= start) & (candidate < start + h * w) for start, (h, w) in zip(starts, sizes)]
-    levels = list(range(len(features)))
-    if _syncs.reads_are_free(candidate):  # on the host: only the levels a candidate lies on
-        used = torch.stack([mask.any() for mask in inside]).tolist()
-        levels = [level for level in levels if used[level]]
     branches = cast(nn.ModuleList, head.cv3)
+    rescored = by_level(
+        candidate,
+        [int(f.shape[-2]) * int(f.shape[-1]) for f in features],
+        lambda level, local: _window_score(features[level], branches[level], image, local, label),
+    )
+    assert rescored is not None  # no check to fail
+    return rescored.view(batch, count) if scores.dim() == 2 else rescored.view(scores.shape)
+
+
+def by_level(
+    candidate: Tensor, counts: Sequence[int], score: Callable[[int, Tensor], Tensor], check: Tensor | None = None
+) -> Tensor | None:
+    """Each candidate's score [M], computed with a graph on the level it lies on.
+
+    ``candidate`` [M] indexes the head's outputs laid out level after level, ``counts[l]`` entries
+    for level ``l``; ``score(level, local)`` gives [M] scores from the positions ``local`` [M] within
+    that level (values for candidates of other levels are discarded). On the host only the levels
+    holding a candidate are scored, and ``check`` (bool [M], optional) is read in the same read:
+    ``None`` if any of it is false. On a device every level is scored, merged with ``torch.where``,
+    and ``check`` is left unread (no host read).
+    """
+    starts = [sum(counts[:level]) for level in range(len(counts))]
+    inside = [(candidate >= start) & (candidate < start + n) for start, n in zip(starts, counts)]
+    levels = list(range(len(counts)))
+    if _syncs.reads_are_free(candidate):
+        extra = [] if check is None else [check.all()]
+        read = torch.stack([mask.any() for mask in inside] + extra).tolist()
+        if check is not None and not read[-1]:
+            return None
+        levels = [level for level in levels if read[level]]
     rescored: Tensor | None = None
     with torch.enable_grad():
         for level in levels:
-            value = _window_score(features[level], branches[level], image, candidate - starts[level], label)
+            value = score(level, candidate - starts[level])
             rescored = value if rescored is None else torch.where(inside[level], value, rescored)
-    rescored = cast(Tensor, rescored)  # every candidate lies on one level
-    return rescored.view(batch, count) if scores.dim() == 2 else rescored.view(scores.shape)
+    return cast(Tensor, rescored)  # every candidate lies on one level
 
 
 def _window_score(feature: Tensor, branch: nn.Module, image: Tensor, local: Tensor, label: Tensor) -> Tensor:

@@ -49,9 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._internal import syncs as _syncs
 from ..hooks import HookScope
-from ._narrow_dense import branch_at
+from ._narrow_dense import branch_at, by_level
 
 __all__ = ["SingleStage", "narrowed_single_scores", "single_stage"]
 
@@ -204,21 +203,15 @@ def _rescore(stage: SingleStage, seen: dict[str, Any], target: Any, scores: Tens
         candidate, label, found = _trace(stage, seen, picked, [h * w * a for h, w, a in levels])
     image = torch.arange(batch, device=picked.device).repeat_interleave(count)  # [M], M = B * N
     candidate, label = candidate.reshape(-1), label.reshape(-1)
-    starts = [sum(h * w * a for h, w, a in levels[:level]) for level in range(len(levels))]
-    inside = [(candidate >= start) & (candidate < start + h * w * a) for start, (h, w, a) in zip(starts, levels)]
-    rerun = list(range(len(levels)))
-    if _syncs.reads_are_free(candidate):  # on the host: one read, the levels to rerun and the trace's check
-        read = torch.stack([mask.any() for mask in inside] + [found.all()]).tolist()
-        if not read[-1]:
-            return _full(stage, seen, target)
-        rerun = [level for level in rerun if read[level]]
     features: list[Tensor] = seen["features"]
-    rescored: Tensor | None = None
-    with torch.enable_grad():
-        for level in rerun:
-            value = _level_score(stage, level, features[level], levels[level], image, candidate - starts[level], label)
-            rescored = value if rescored is None else torch.where(inside[level], value, rescored)
-    rescored = cast(Tensor, rescored)  # every candidate lies on one level
+    rescored = by_level(
+        candidate,
+        [h * w * a for h, w, a in levels],
+        lambda level, local: _level_score(stage, level, features[level], levels[level], image, local, label),
+        check=found.reshape(-1),  # on the host: one read, the levels to rerun and the trace's check
+    )
+    if rescored is None:
+        return _full(stage, seen, target)
     return rescored.view(batch, count) if scores.dim() == 2 else rescored.view(scores.shape)
 
 

@@ -115,9 +115,8 @@ def make_explanation(
 ) -> Explanation:
     """Apply the output contract (:func:`finish_maps`) to raw maps and wrap them in an :class:`Explanation`.
 
-    On an accelerator, where camkit does not stop the device to look at values, samples
-    ``window``: see :func:`finish_maps`. On an accelerator, where camkit does not stop the device to look at values, samples
-    whose input holds NaN or Inf get NaN maps and ``flat=False`` (on the CPU such inputs
+    ``window``: see :func:`finish_maps`. On an accelerator, where camkit does not stop the device to
+    look at values, samples whose input holds NaN or Inf get NaN maps and ``flat=False`` (on the CPU such inputs
     are refused before anything runs; see :func:`camkit._internal.checks.check_finite`).
     """
     maps, flat = finish_maps(raws, tuple(x.shape[2:]), batch=x.shape[0], names=layers, window=window)

@@ -5,6 +5,7 @@ The math lives in :mod:`camkit.functional`; hook handling in :mod:`camkit.hooks`
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, cast
@@ -15,7 +16,7 @@ from torch import Tensor, nn
 from .._internal import syncs as _syncs
 from .._internal.checks import BATCH_SHAPES, check_finite, check_input_batch, check_model_takes
 from .._internal.state import eval_mode, preserve_running_stats
-from ..errors import InferenceModeError, InvalidInputError
+from ..errors import CamkitWarning, InferenceModeError, InvalidInputError
 from ..explanation import Explanation
 from ..functional.concepts import channel_relevance
 from ..functional.perturbation import eigen_projection
@@ -186,6 +187,7 @@ class Explainer:
                     explanation = self._explain(x, target)
             else:
                 explanation = self._explain(x, target)
+        _warn_if_not_finite(explanation)
         return explanation if placement is None else placement.back(explanation)
 
     @property
@@ -493,3 +495,27 @@ class GradientCAM(CAMExplainer):
         self, raws: list[Tensor], x: Tensor, classes: Tensor | None, scores: Tensor, **extras: Any
     ) -> Explanation:
         return make_explanation(self.key, raws, x, classes, scores, self._names(), window=self._window(x), **extras)
+
+
+def _warn_if_not_finite(explanation: Explanation) -> None:
+    """On the host, warn of maps that came out NaN or infinite (the input was checked finite before the call).
+
+    Such maps are the model's own values overflowing, or a ``0 * inf`` in its backward (the gradient
+    of a square root or a log at 0): they are returned as they are, never replaced by zeros, which
+    would look like a map. On an accelerator nothing is read (the call does not wait for the device).
+    """
+    maps = explanation.maps
+    if maps.numel() == 0 or not _syncs.reads_are_free(maps):
+        return
+    bad = ~torch.isfinite(maps.flatten(1)).all(dim=1)
+    if not bool(bad.any()):
+        return
+    samples = bad.nonzero()[:, 0].tolist()
+    warnings.warn(
+        f"{explanation.method}: the maps of sample(s) {samples[:10]}{' ...' if len(samples) > 10 else ''} are NaN or "
+        "infinite although the input is finite: the model's activations or gradients stopped being finite (an "
+        "overflow, or 0 * inf such as the gradient of a square root or a log at 0). "
+        "camkit.debug.find_nonfinite(model, x, target) names the first module where they do.",
+        CamkitWarning,
+        stacklevel=3,
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from factories import FACTORIES, method_params
@@ -141,3 +143,33 @@ def test_works_under_outer_no_grad_and_refuses_inference_mode(key):
     if explainer.needs_grad:
         with torch.inference_mode(), pytest.raises(camkit.InferenceModeError, match="inference_mode"):
             explainer.explain(x)
+
+
+class _RootOfZero(nn.Module):
+    """A classifier whose backward meets 0 * inf (the gradient of a square root at 0) when ``broken``."""
+
+    def __init__(self, broken: bool) -> None:
+        super().__init__()
+        self.broken = broken
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = self.conv(x)
+        out = self.fc(h.mean(dim=(2, 3)))
+        if self.broken:  # adds 0 to the output, and NaN to every gradient that reaches h
+            out = out + 0 * (h * 0).sqrt().sum(dim=(1, 2, 3))[:, None]
+        return out
+
+
+@pytest.mark.parametrize("key", ["gradcam", "saliency"])
+def test_maps_that_are_not_finite_come_back_as_they_are_with_a_warning(key):
+    x = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    make = (lambda m: camkit.GradCAM(m, "conv")) if key == "gradcam" else camkit.Saliency
+    with pytest.warns(camkit.CamkitWarning, match=r"maps of sample\(s\) \[0, 1\] are NaN or infinite.*find_nonfinite"):
+        broken = make(_RootOfZero(True)).explain(x, 1)
+    assert torch.isnan(broken.maps).all() and not broken.flat.any()  # not zeros that would pass for a map
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        healthy = make(_RootOfZero(False)).explain(x, 1)
+    assert torch.isfinite(healthy.maps).all()

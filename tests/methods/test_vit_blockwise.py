@@ -11,6 +11,7 @@ forwards are counted), and the cases it must not replay take the whole-graph pat
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from test_invariants import _assert_same_state, _hook_count, _state
@@ -164,6 +165,17 @@ def test_legrad_single_pass_some_layers_and_a_head_of_the_callers(replays, forwa
     new, old = _both(camkit.LeGrad, model, x, target, head=head)
     assert replays == [] and forwards == [3, 3]  # a caller's head may mix the samples: the whole batch at once
     _assert_equal(new, old)
+
+
+def test_legrad_numpy_classes_take_the_single_pass(replays, forwards):
+    model = timm_vit()
+    x = _x(3)
+    for target in (np.int64(2), np.array([1, 0, 3])):
+        forwards.clear()
+        new, old = _both(camkit.LeGrad, model, x, target)
+        assert replays == [] and forwards == [2, 1, 3]  # one forward per half of the batch, then the whole graph's
+        assert new.target.tolist() == old.target.tolist() == torch.as_tensor(target).expand(3).tolist()
+        _assert_equal(new, old)
 
 
 class _ReadsMiddle(nn.Module):
@@ -440,3 +452,7 @@ def test_given_classes_are_the_targets_that_name_classes_before_the_forward():
     assert given_classes(3, 2).tolist() == [3, 3]
     assert given_classes([[1, 2], [0, 4]], 2).tolist() == [[1, 2], [0, 4]]
     assert given_classes(torch.tensor([5, 6], dtype=torch.int32), 2).dtype == torch.long
+    # numpy integers and arrays name classes as resolve_target reads them
+    assert given_classes(np.int64(4), 2).tolist() == [4, 4]
+    assert given_classes(np.array([1, 3], dtype=np.int32), 2).tolist() == [1, 3]
+    assert given_classes(np.bool_(True), 2) is None and given_classes("cat", 2) is None and given_classes(2.0, 2) is None
