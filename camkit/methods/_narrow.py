@@ -8,7 +8,11 @@ score that reads one row. Here the region proposal network and the ROI heads run
 autograd; the ROI heads' inputs are kept, each detection the target picks is traced back to its
 proposal (the one whose class probability and decoded box are the detection's, bit for bit),
 and the pooling, box head and softmax are run again for those proposals alone, with a graph.
-The score is the same value; its gradient at any layer before the ROI heads is the same.
+The score is the same value; its gradient at any layer before the ROI heads is the same. A
+detection that cannot be traced (no proposal gives it bit for bit) is never scored from a wrong
+proposal: on the host the box head runs for every proposal with a graph and the heads' own
+post-processing scores the picked detections (the whole heads' graph, one read decides); on a
+device, where that read would wait for it, such a detection scores NaN and its map is flat.
 
 Ultralytics' dense heads get the same treatment, one candidate's window at a time
 (:mod:`camkit.methods._narrow_dense`), and so do torchvision's single-stage detectors, RetinaNet,
@@ -21,6 +25,7 @@ Private: used by :class:`camkit.methods.base.GradientCAM`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -28,6 +33,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from .._internal import syncs as _syncs
 from ..hooks import HookScope
 from ._narrow_dense import dense_head, narrowed_dense_scores
 from ._narrow_single import narrowed_single_scores, single_stage
@@ -132,7 +138,7 @@ def _rescore(heads: Any, seen: dict[str, Any], target: Any, scores: Tensor) -> T
     with torch.no_grad():
         probs = class_logits.softmax(dim=-1)
         decoded = heads.box_coder.decode(box_regression, proposals)  # [P, K, 4], as the heads decode them
-        rois, labels = [], []
+        rois, labels, traced = [], [], []
         start = 0
         for b, (image_proposals, shape) in enumerate(zip(proposals, image_shapes)):
             stop = start + image_proposals.shape[0]
@@ -141,12 +147,32 @@ def _rescore(heads: Any, seen: dict[str, Any], target: Any, scores: Tensor) -> T
             kept_box, kept_score = result[b]["boxes"][picked[b]], result[b]["scores"][picked[b]]
             same_score = probs[start:stop][:, label].T == kept_score[:, None]  # [N, P_b]
             same_box = (boxes[:, label] == kept_box[None]).all(dim=-1).T  # [N, P_b]
-            proposal = (same_score & same_box).int().argmax(dim=1)  # [N]: the first proposal that gave it
+            same = same_score & same_box
+            proposal = same.int().argmax(dim=1)  # [N]: the first proposal that gave it
             rois.append(image_proposals[proposal])
             labels.append(label)
+            traced.append(same.any(dim=1))
             start = stop
+    found = torch.cat(traced)  # [B * N]: each detection traced to a proposal
+    on_host = _syncs.reads_are_free(found)
+    if on_host and not bool(found.all()):
+        return _whole_box_head(heads, features, proposals, image_shapes, picked, scores)
     with torch.enable_grad():
         pooled = heads.box_roi_pool(features, rois, image_shapes)
         logits, _ = heads.box_predictor(heads.box_head(pooled))
         rescored = logits.softmax(dim=-1).gather(1, torch.cat(labels)[:, None])[:, 0]
+        if not on_host:  # a detection not traced scores NaN, with no gradient (its map flat), not another's score
+            rescored = torch.where(found, rescored, torch.full_like(rescored, math.nan))
     return rescored.view(scores.shape[0], -1) if scores.dim() == 2 else rescored.view(scores.shape)
+
+
+def _whole_box_head(
+    heads: Any, features: Any, proposals: list[Tensor], image_shapes: list[tuple[int, int]], picked: Tensor, scores: Tensor
+) -> Tensor:
+    """The picked detections' scores [B] or [B, N] through the box head of every proposal, kept by the heads' own post-processing."""
+    with torch.enable_grad():
+        pooled = heads.box_roi_pool(features, proposals, image_shapes)
+        class_logits, box_regression = heads.box_predictor(heads.box_head(pooled))
+        _, kept, _ = heads.postprocess_detections(class_logits, box_regression, proposals, image_shapes)
+    rescored = torch.stack([image_scores[p] for image_scores, p in zip(kept, picked)])  # [B, N]
+    return rescored if scores.dim() == 2 else rescored.view(scores.shape)

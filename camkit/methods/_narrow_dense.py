@@ -24,6 +24,7 @@ Private: used by :mod:`camkit.methods._narrow`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -202,12 +203,14 @@ def by_level(
     that level (values for candidates of other levels are discarded). On the host only the levels
     holding a candidate are scored, and ``check`` (bool [M], optional) is read in the same read:
     ``None`` if any of it is false. On a device every level is scored, merged with ``torch.where``,
-    and ``check`` is left unread (no host read).
+    and nothing is read: a candidate whose ``check`` is false scores NaN, with no gradient (its map
+    comes out flat), rather than a score that may be another candidate's.
     """
     starts = [sum(counts[:level]) for level in range(len(counts))]
     inside = [(candidate >= start) & (candidate < start + n) for start, n in zip(starts, counts)]
     levels = list(range(len(counts)))
-    if _syncs.reads_are_free(candidate):
+    on_host = _syncs.reads_are_free(candidate)
+    if on_host:
         extra = [] if check is None else [check.all()]
         read = torch.stack([mask.any() for mask in inside] + extra).tolist()
         if check is not None and not read[-1]:
@@ -218,7 +221,10 @@ def by_level(
         for level in levels:
             value = score(level, candidate - starts[level])
             rescored = value if rescored is None else torch.where(inside[level], value, rescored)
-    return cast(Tensor, rescored)  # every candidate lies on one level
+        rescored = cast(Tensor, rescored)  # every candidate lies on one level
+        if check is not None and not on_host:
+            rescored = torch.where(check, rescored, torch.full_like(rescored, math.nan))
+    return rescored
 
 
 def _window_score(feature: Tensor, branch: nn.Module, image: Tensor, local: Tensor, label: Tensor) -> Tensor:

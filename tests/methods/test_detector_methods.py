@@ -4,6 +4,7 @@ map checked against the method written out here by hand, with the hygiene invari
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from torch import Tensor, nn
 from torchvision.ops import box_area, box_convert, box_iou
 
 import camkit
+from camkit._internal import syncs as _syncs
 from camkit.layers.families.torchvision import transform_window
 
 
@@ -299,6 +301,47 @@ def test_rcnn_gradcam_narrowed_to_the_picked_proposals_equals_the_full_graph(bui
     for n in range(2):  # the full graph, written out by hand: every proposal through the box head
         expected, _ = gradcam_by_hand(model, list(explanation.layers), x, _tv_score(refs[:, n], labels[:, n]), window)
         torch.testing.assert_close(explanation.maps[:, n], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("on_host", [True, False], ids=["host", "device"])
+def test_rcnn_detection_not_traced_to_a_proposal_is_never_scored_from_another(
+    on_host: bool, monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    model = _faster_rcnn()
+    x = torch.rand(2, 3, 48, 72, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        detections = model(x)
+    top = [{k: v[[0, 3]] for k, v in d.items()} for d in detections]
+    target = camkit.DetectionTarget.from_detections(top, iou_threshold=0.99)
+    traced = camkit.GradCAM(model).explain(x, target)
+    decode, calls = model.roi_heads.box_coder.decode, []
+
+    def shifted(*args: Any, **kwargs: Any) -> Tensor:  # the trace's decode alone moves every box
+        out = decode(*args, **kwargs)
+        if sys._getframe(1).f_code.co_name != "_rescore":
+            return out
+        calls.append("trace")
+        return out + 1e-3
+
+    monkeypatch.setattr(model.roi_heads.box_coder, "decode", shifted)
+    monkeypatch.setattr(_syncs, "reads_are_free", lambda tensor: on_host)
+    rows: list[int] = []
+    handle = model.roi_heads.box_head.register_forward_hook(
+        lambda m, i, o: rows.append(int(i[0].shape[0])) if torch.is_grad_enabled() else None
+    )
+    try:
+        untraced = camkit.GradCAM(model).explain(x, target)
+    finally:
+        handle.remove()
+    if on_host:  # one read finds it: every proposal through the box head, the heads' own post-processing scores it
+        assert calls == ["trace"] and len(rows) == 1 and rows[0] > 4
+        torch.testing.assert_close(untraced.scores, traced.scores, atol=1e-6, rtol=0)
+        torch.testing.assert_close(untraced.maps, traced.maps, atol=1e-5, rtol=0)
+        assert not untraced.flat.any()
+    else:  # no read on a device: NaN scores and flat maps, never the first proposal's
+        assert calls == ["trace"] and rows == [4] and torch.isnan(untraced.scores).all() and untraced.flat.all()
+        assert not untraced.maps.any()
 
 
 def _tv_score(refs: Tensor, labels: Tensor) -> Callable[[Any], Tensor]:

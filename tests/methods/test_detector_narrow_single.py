@@ -237,6 +237,19 @@ def test_a_detection_left_untraced_falls_back_to_the_whole_head(
     torch.testing.assert_close(explanation.maps, full.maps, atol=1e-5, rtol=0)
 
 
+def test_a_detection_left_untraced_on_a_device_scores_nan_with_a_flat_map(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    model, x, boxes, labels, _ = _case("ssdlite")
+    target = camkit.DetectionTarget(boxes[:, :2], labels[:, :2], iou_threshold=0.99)
+    traced = _gradcam("ssdlite", model).explain(x, target)
+    monkeypatch.setattr(_syncs, "reads_are_free", lambda tensor: False)  # nothing read back: the check is not waited for
+    monkeypatch.setattr(_narrow_single, "_CLOSE", -1.0)  # no box is near enough: the trace fails its check
+    explanation = _gradcam("ssdlite", model).explain(x, target)
+    assert torch.isnan(explanation.scores).all() and explanation.flat.all() and not explanation.maps.any()
+    assert torch.isfinite(traced.scores).all() and not traced.flat.all()
+
+
 def test_single_stage_rescoring_makes_no_host_sync_on_a_device(monkeypatch: pytest.MonkeyPatch, one_thread: None) -> None:
     model, x, boxes, labels, _ = _case("ssdlite")
     rescore, recorded = _narrow_single._rescore, []
