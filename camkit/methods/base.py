@@ -507,15 +507,14 @@ def _warn_if_not_finite(explanation: Explanation) -> None:
     maps = explanation.maps
     if maps.numel() == 0 or not _syncs.reads_are_free(maps):
         return
-    bad = ~torch.isfinite(maps.flatten(1)).all(dim=1)
-    if not bool(bad.any()):
+    if bool(torch.isfinite(maps).all()):
         return
-    samples = bad.nonzero()[:, 0].tolist()
+    # one text per method, so that Python's filter shows it once per calling line, not once per batch of an audit
     warnings.warn(
-        f"{explanation.method}: the maps of sample(s) {samples[:10]}{' ...' if len(samples) > 10 else ''} are NaN or "
-        "infinite although the input is finite: the model's activations or gradients stopped being finite (an "
-        "overflow, or 0 * inf such as the gradient of a square root or a log at 0). "
-        "camkit.debug.find_nonfinite(model, x, target) names the first module where they do.",
+        f"{explanation.method}: some maps are NaN or infinite although the input is finite (torch.isnan(maps) "
+        "says which): the model's activations or gradients stopped being finite (an overflow, or 0 * inf such as "
+        "the gradient of a square root or a log at 0). camkit.debug.find_nonfinite(model, x, target) names the "
+        "first module where they do.",
         CamkitWarning,
         stacklevel=3,
     )
