@@ -77,8 +77,10 @@ TORCHCAM = "torchcam LeGrad"
 # the whole-graph path (recompute=False): faster, at the memory of every block's graph
 CHEFER_WHOLE, LEGRAD_WHOLE = "camkit CheferRollout (recompute=False)", "camkit LeGrad (recompute=False)"
 IMPLS = (FORWARD, ROLLOUT, CHEFER, LEGRAD, LEGRAD_PREDICTED, CHEFER_WHOLE, LEGRAD_WHOLE, TORCHCAM)
+# the block-by-block gradient methods: probed for live memory too, and alone on the large model
+BLOCKWISE = (CHEFER, LEGRAD, LEGRAD_PREDICTED)
 # the implementations with a memory goal
-GOVERNED = (ROLLOUT, CHEFER, LEGRAD, LEGRAD_PREDICTED)
+GOVERNED = (ROLLOUT, *BLOCKWISE)
 
 ROLLOUT_LIMIT = 1.3
 GRADIENT_LIMIT = 4.0
@@ -300,14 +302,14 @@ def _memory_config(ctx: Context, cfg: Config) -> tuple[list[Row], dict[str, Rati
     if ctx.smoke:
         impls = [FORWARD, ROLLOUT]
     elif not cfg.timed:  # the large model: the block-by-block methods against the forward
-        impls = [FORWARD, CHEFER, LEGRAD, LEGRAD_PREDICTED]
+        impls = [FORWARD, *BLOCKWISE]
     else:
         impls = _usable(ctx, build_model(cfg.model))
     cpu = ctx.device.type == "cpu" and not ctx.smoke
     rows, peaks = _peaks(ctx, cfg, impls, cfg.where, repeats=MEMORY_REPEATS if cpu else 1)
     live: dict[str, Ratio] = {}
     if cpu:
-        live_rows, live = _peaks(ctx, cfg, [FORWARD, CHEFER, LEGRAD, LEGRAD_PREDICTED], f"{cfg.where}, {LIVE}", LIVE_ENV)
+        live_rows, live = _peaks(ctx, cfg, [FORWARD, *BLOCKWISE], f"{cfg.where}, {LIVE}", LIVE_ENV)
         rows += live_rows
     return rows, peaks, live
 
@@ -325,7 +327,7 @@ def _memory_goals(ratios: dict[str, Ratio], impls: Sequence[str], where: str, *,
 
 
 def _live_goals(where: str, live: dict[str, Ratio]) -> list[Goal]:
-    return _memory_goals(live, (CHEFER, LEGRAD, LEGRAD_PREDICTED), f"{where}; {LIVE}", what="peak of live memory") if live else []
+    return _memory_goals(live, BLOCKWISE, f"{where}; {LIVE}", what="peak of live memory") if live else []
 
 
 def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, Ratio],
@@ -336,7 +338,7 @@ def goals(cfg: Config, timings: dict[str, Timing], peaks: dict[str, Ratio],
     out = []
     fwd_t = timings.get(FORWARD)
     if not cfg.timed:
-        return _memory_goals(peaks, (CHEFER, LEGRAD, LEGRAD_PREDICTED), where) + _live_goals(where, live or {})
+        return _memory_goals(peaks, BLOCKWISE, where) + _live_goals(where, live or {})
     limits = ((ROLLOUT, ROLLOUT_LIMIT), (CHEFER, GRADIENT_LIMIT), (LEGRAD, GRADIENT_LIMIT), (LEGRAD_PREDICTED, GRADIENT_LIMIT))
     for impl, limit in limits:
         mine_t = timings.get(impl)

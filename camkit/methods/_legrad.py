@@ -30,7 +30,7 @@ from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ..explanation import Explanation
 from ..functional.attention import legrad_relevance
 from ..hooks import HookScope
-from ..targets.classes import Target, _plain_target, resolve_target, select_output
+from ..targets.classes import Target, _index_tensor, _plain_target, resolve_target, select_output
 from ._attention import AttentionCapture
 from ._blockwise import BlockRecorder, first_tensor, micro_batches, replace_first
 
@@ -55,19 +55,11 @@ def given_classes(target: Target, batch: int) -> Tensor | None:
         return None
     try:
         target = _plain_target(target)
-    except InvalidTargetError:
+        if isinstance(target, int):
+            return torch.full((batch,), target, dtype=torch.long)
+        return _index_tensor(target, batch).long()
+    except (InvalidTargetError, TypeError, ValueError, RuntimeError):  # the last three: what torch.as_tensor refuses
         return None
-    if isinstance(target, int):
-        return torch.full((batch,), target, dtype=torch.long)
-    try:
-        index = torch.as_tensor(target)
-    except (TypeError, ValueError, RuntimeError):
-        return None
-    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
-        return None
-    if index.dim() not in (1, 2) or index.shape[0] != batch:
-        return None
-    return index.long()
 
 
 def single_pass(explainer: LeGrad, x: Tensor, blocks: list[nn.Module], classes: Tensor) -> Explanation:

@@ -173,6 +173,23 @@ def _plain_target(target: Any) -> Any:
     )
 
 
+def _index_tensor(target: Any, batch: int) -> Tensor:
+    """A sequence or tensor target (after :func:`_plain_target`) as its class indices [B] or [B, K], range unchecked.
+
+    Raises:
+        InvalidTargetError: a dtype that is not an integer's, or a shape that is not [B] or [B, K].
+    """
+    index = torch.as_tensor(target)
+    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+        raise InvalidTargetError(f"target classes must be integers, got dtype {index.dtype}")
+    if index.dim() not in (1, 2) or index.shape[0] != batch:
+        raise InvalidTargetError(
+            f"target has shape {list(index.shape)} but the batch has {batch} samples; give one class "
+            "per sample ([B]), K classes per sample ([B, K]), or a single int for all."
+        )
+    return index
+
+
 def resolve_target(target: Target, output: Any, batch: int | None = None) -> tuple[Tensor | None, Tensor]:
     """Compute the scores an explanation differentiates.
 
@@ -220,14 +237,7 @@ def resolve_target(target: Target, output: Any, batch: int | None = None) -> tup
             raise InvalidTargetError(f"target class {target} is out of range for an output with {classes} classes")
         index = torch.full((batch,), target, dtype=torch.long, device=output.device)
     else:
-        index = torch.as_tensor(target)
-        if index.is_floating_point() or index.dtype == torch.bool:
-            raise InvalidTargetError(f"target classes must be integers, got dtype {index.dtype}")
-        if index.dim() not in (1, 2) or index.shape[0] != batch:
-            raise InvalidTargetError(
-                f"target has shape {list(index.shape)} but the batch has {batch} samples; give one class "
-                "per sample ([B]), K classes per sample ([B, K]), or a single int for all."
-            )
+        index = _index_tensor(target, batch)
         valid = _check_classes(index, classes)
         index = index.to(device=output.device, dtype=torch.long, non_blocking=True)
         if valid is not None:

@@ -456,3 +456,4 @@ def test_given_classes_are_the_targets_that_name_classes_before_the_forward():
     assert given_classes(np.int64(4), 2).tolist() == [4, 4]
     assert given_classes(np.array([1, 3], dtype=np.int32), 2).tolist() == [1, 3]
     assert given_classes(np.bool_(True), 2) is None and given_classes("cat", 2) is None and given_classes(2.0, 2) is None
+    assert given_classes(torch.tensor([0, 1], dtype=torch.complex64), 2) is None and given_classes([[0], [1, 2]], 2) is None

@@ -34,6 +34,7 @@ def test_target_kinds_select_the_right_scores():
         ([0, 1, 2], "batch has 2 samples"),
         ([0, 5], "class 5 is out of range"),
         (torch.tensor([0.0, 1.0]), "integers"),
+        (torch.tensor([0, 1], dtype=torch.complex64), "integers, got dtype torch.complex64"),
         (True, "not a bool"),
         (lambda out: out.sum(), "callable target must return"),
     ],
