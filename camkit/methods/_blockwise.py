@@ -11,7 +11,10 @@ network (11 to 16 times a no-grad forward on ViT-B/16). Here instead:
    on ViT-S). For Chefer's rollout each block's output is handed on as a fresh leaf and autograd
    runs between and after the blocks, so the score's graph holds only what follows the blocks
    (final norm, head, target) and whatever reads a block's output outside the chain of blocks
-   (:meth:`BlockRecorder.outputs_read` finds those outputs on the score's graph).
+   (:meth:`BlockRecorder.outputs_read` finds those outputs on the score's graph). Where each
+   sample is scored alone, Chefer's forward halts at the last segment instead (``halt=``,
+   :class:`Halted`), and that segment runs with the score in the model's own forward
+   (:mod:`camkit.methods._chefer`).
 2. Chefer: from the last segment of blocks to the first, the segment's blocks are called again,
    chained, from the segment's kept input, with their attention recorded on the graph
    (:class:`~camkit.methods._attention.AttentionCapture`), and differentiated in one backward: the
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +56,11 @@ from ._attention import block_of
 __all__ = [
     "BlockCall",
     "BlockRecorder",
+    "Halted",
     "attention_blocks",
     "first_tensor",
+    "graph_leaves",
+    "leaves_reached",
     "micro_batches",
     "replace_first",
     "segment_length",
@@ -105,6 +111,40 @@ def segment_length(blocks: int) -> int:
     return max(1, math.ceil(math.sqrt(blocks)))
 
 
+class Halted(Exception):
+    """Raised by a :class:`BlockRecorder` with ``halt=`` when the forward reaches that block (caught by its caller)."""
+
+
+def graph_leaves(roots: Sequence[Tensor]) -> Iterator[Tensor]:
+    """The leaf tensors the graph of ``roots`` reads (a root without graph counts as its own leaf), each node once."""
+    stack = []
+    for root in roots:
+        if root.grad_fn is None:
+            yield root
+        else:
+            stack.append(root.grad_fn)
+    seen: dict[int, Any] = {}  # holding the nodes keeps their ids unique
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, Tensor):
+            yield variable
+        stack.extend(following for following, _ in node.next_functions if following is not None)
+
+
+def leaves_reached(roots: Sequence[Tensor], leaves: Sequence[Tensor]) -> list[bool]:
+    """For each of ``leaves`` (tensors made by ``detach().requires_grad_()``), whether the graph of ``roots`` reads it."""
+    reached = {id(leaf) for leaf in graph_leaves(roots)}
+    return [id(leaf) in reached for leaf in leaves]
+
+
+# a block that returns its tokens alone (see BlockRecorder.templates)
+TOKENS_ONLY = "tokens only"
+
+
 def first_tensor(output: Any) -> Tensor | None:
     """A block's output tokens: the output itself, or the first item of a tuple or list."""
     if isinstance(output, Tensor):
@@ -119,6 +159,18 @@ def replace_first(output: Any, tensor: Tensor) -> Any:
     if isinstance(output, Tensor):
         return tensor
     return type(output)([tensor, *output[1:]]) if isinstance(output, list) else (tensor, *output[1:])
+
+
+def _template(output: Any) -> Any:
+    """A block's output with its tokens taken out (see :attr:`BlockRecorder.templates`)."""
+    if isinstance(output, Tensor):
+        return TOKENS_ONLY
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
+        rest = output[1:]
+        if not any(isinstance(item, Tensor) or (isinstance(item, (tuple, list)) and any(isinstance(t, Tensor) for t in item))
+                   for item in rest):
+            return replace_first(output, None)  # type: ignore[arg-type]
+    return None
 
 
 @dataclass
@@ -177,15 +229,25 @@ class BlockRecorder:
             to each block's output (Chefer's rollout); ``False``: no graph anywhere (LeGrad).
         keep: the blocks whose input tokens are kept (``None``: every block's); the others' calls
             are recorded without their tokens.
+        halt: stop the forward when it reaches this block, once its call is recorded: :class:`Halted`
+            is raised from the block's pre-hook (:attr:`halted` then says so) and the blocks before
+            it leave their output's structure in :attr:`templates`.
 
     Hooks are scoped by :class:`~camkit.hooks.HookScope` and removed when the ``with`` block ends.
     While :attr:`recording` is ``False`` (the blocks being called again) the hooks do nothing.
     """
 
-    def __init__(self, blocks: Sequence[nn.Module], *, leaves: bool, keep: Collection[int] | None = None) -> None:
+    def __init__(
+        self, blocks: Sequence[nn.Module], *, leaves: bool, keep: Collection[int] | None = None, halt: int | None = None
+    ) -> None:
         self.blocks = list(blocks)
         self.leaves = leaves
         self.keep = None if keep is None else set(keep)
+        self.halt = halt
+        self.halted = False
+        # with halt: per block before it, its output with the tokens taken out (TOKENS_ONLY for a bare tensor;
+        # None where the output holds other tensors, which a stand-in could not give back)
+        self.templates: list[Any] = [None] * len(self.blocks)
         self.recording = True
         self.calls: list[list[BlockCall]] = [[] for _ in self.blocks]
         self.runs = [0] * len(self.blocks)
@@ -233,6 +295,10 @@ class BlockRecorder:
                 self.calls[index].append(call)
             self._previous = None
             torch.set_grad_enabled(False)
+            if index == self.halt:
+                self.halted = True
+                self.recording = False
+                raise Halted(index)
 
         return hook
 
@@ -244,6 +310,8 @@ class BlockRecorder:
             if tokens is None:
                 return None
             self.runs[index] += 1
+            if self.halt is not None:
+                self.templates[index] = _template(output)
             if not self.leaves:
                 self._previous = tokens
                 return None
@@ -257,13 +325,21 @@ class BlockRecorder:
 
     def replayable(self, *, chain: bool) -> bool:
         """Whether every block ran once, with its kept input unchanged since (and, with ``chain``,
-        each block's input being the previous block's output)."""
-        if any(len(calls) != 1 or runs != 1 for calls, runs in zip(self.calls, self.runs)):
+        each block's input being the previous block's output).
+
+        With ``halt``: whether the forward halted there, every block before it having run once, and the
+        halting block called once (its input recorded, the blocks after it never reached).
+        """
+        reached = len(self.blocks) if self.halt is None else self.halt + 1
+        if self.halt is not None and (not self.halted or any(self.calls[reached:]) or self.runs[self.halt]):
             return False
-        kept = [calls[0] for calls in self.calls if calls[0].tokens is not None]
+        runs = [*self.runs[: reached - 1], 1] if self.halt is not None else self.runs
+        if any(len(calls) != 1 or ran != 1 for calls, ran in zip(self.calls[:reached], runs)):
+            return False
+        kept = [calls[0] for calls in self.calls[:reached] if calls[0].tokens is not None]
         if any(call.tokens is not None and call.tokens._version != call.version for call in kept):
             return False
-        return all(self.chained[1:]) if chain else True
+        return all(self.chained[1:reached]) if chain else True
 
     def outputs_read(self, roots: Sequence[Tensor]) -> list[Tensor | None]:
         """Each block's output leaf (``leaves=True``) that the graph of ``roots`` reads, else ``None``, per block.
@@ -272,26 +348,8 @@ class BlockRecorder:
         an output that nothing but the next block read is freed once that block has run.
         """
         found: list[Tensor | None] = [None] * len(self.blocks)
-
-        def match(tensor: Tensor) -> None:
-            entry = self._leaves.get(id(tensor))
-            if entry is not None and entry[1]() is tensor:
-                found[entry[0]] = tensor
-
-        stack = []
-        for root in roots:
-            if root.grad_fn is None:
-                match(root)
-            else:
-                stack.append(root.grad_fn)
-        seen: dict[int, Any] = {}  # holding the nodes keeps their ids unique
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen[id(node)] = node
-            variable = getattr(node, "variable", None)
-            if isinstance(variable, Tensor):
-                match(variable)
-            stack.extend(following for following, _ in node.next_functions if following is not None)
+        for leaf in graph_leaves(roots):
+            entry = self._leaves.get(id(leaf))
+            if entry is not None and entry[1]() is leaf:
+                found[entry[0]] = leaf
         return found

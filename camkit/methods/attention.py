@@ -30,7 +30,6 @@ from ..functional.attention import (
     gradient_rollout,
     legrad_relevance,
     token_relevance,
-    weighted_attention,
 )
 from ..functional.tokens import infer_token_grid
 from ..layers.layout import prefix_token_hint
@@ -40,6 +39,7 @@ from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
 from ._binding import InputIndex
 from ._blockwise import BlockRecorder, attention_blocks, segment_length
+from ._chefer import from_last_segment, scored_alone, segments_back
 from ._legrad import given_classes, recompute, single_pass
 from ._output import make_explanation
 from .base import Explainer
@@ -249,7 +249,12 @@ class CheferRollout(AttentionExplainer):
     called again from its input and differentiated, the gradient with respect to its input going
     on to the previous segment; each segment is called on a few samples at a time (samples are
     independent in a block in eval mode). The peak memory is about ``sqrt(L)`` block inputs plus
-    one such call's graph, not the graph of every block. A model
+    one such call's graph, not the graph of every block. On a model family camkit knows (timm's,
+    torchvision's and Hugging Face's ViTs, DeiT, DINOv2, CLIP's vision tower) called on the image
+    alone, with a class target or ``target=None``, the forward without graph stops at the last
+    segment: that segment, the head and the score then run once, inside the model's own forward
+    on each few samples (the blocks before it standing in for themselves), instead of once in the
+    forward and again to be differentiated. A model
     with a module in training mode (``keep_mode=True``), a target read inside the model
     (:class:`~camkit.NeuronTarget`) or blocks that do not feed each other directly take one
     backward through the whole graph instead; the maps are the same either way.
@@ -273,9 +278,9 @@ class CheferRollout(AttentionExplainer):
 
     cost: ClassVar[str] = (
         "1 forward without a graph (the model's own attention), then the blocks recomputed, attention unfused, and "
-        "differentiated a segment of "
-        "about sqrt(L) at a time, last to first: about 1 more forward + 1 backward; peak memory sqrt(L) block inputs "
-        "+ one segment's graph for a few samples"
+        "differentiated a segment of about sqrt(L) at a time, last to first: about 1 more forward + 1 backward (known "
+        "ViT families with class targets: the first forward stops before the last segment); peak memory sqrt(L) "
+        "block inputs + one segment's graph for a few samples"
     )
     use_when: ClassVar[str] = (
         "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."
@@ -296,11 +301,14 @@ class CheferRollout(AttentionExplainer):
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         blocks = self._replays(target)
-        explanation = None if blocks is None else self._by_block(x, target, blocks)
+        explanation = None
+        if blocks is not None and scored_alone(self):
+            explanation = from_last_segment(self, x, target, blocks)
+        if blocks is not None and explanation is None:
+            explanation = self._by_block(x, target, blocks)
         return explanation if explanation is not None else self._whole_graph(x, target)
 
     def _by_block(self, x: Tensor, target: Target, blocks: list[nn.Module]) -> Explanation | None:
-        names = self.layer_names()
         every = self._segment or segment_length(len(blocks))
         firsts = list(range(0, len(blocks), every))
         with (
@@ -334,55 +342,13 @@ class CheferRollout(AttentionExplainer):
             parts = call.slices(self._block_batch, 2 * every)
             # R = (I + C_L) ··· (I + C_1) is read through one query row v (token_relevance's): from the last
             # layer down, w <- w + w C_l, kept as d = w - v [C, B, 1, N] (the identity's share is not rounded
-            # into each step). d and the segments' input gradients are allocated before the blocks run (small
-            # results allocated between large temporaries keep the C heap from shrinking).
+            # into each step). d is allocated before the blocks run (small results allocated between large
+            # temporaries keep the C heap from shrinking).
             entry = cast(Tensor, call.tokens)  # the first block's input, kept: [B, N, D] on the model's device
             prefix, grid, query = self._layout(entry.shape[1], x)
             start = _query_row(entry.new_empty(1, 1, entry.shape[1], dtype=torch.float32), query)  # v [1, 1, N]
             rows = entry.new_zeros(len(columns), call.batch, 1, entry.shape[1], dtype=torch.float32)
-            for first in reversed(firsts):
-                stop = min(first + every, len(blocks))
-                kept = recorder.calls[first][0].tokens
-                assert kept is not None  # kept for every segment's first block
-                inputs = kept.new_zeros(len(columns), *kept.shape) if first > 0 else None
-                for part in parts:
-                    tokens = kept[part].detach().requires_grad_(first > 0)
-                    torch.set_grad_enabled(True)
-                    outs, attentions = [], []
-                    current = tokens
-                    for index in range(first, stop):
-                        current = recorder.calls[index][0].run(blocks[index], current)
-                        outs.append(current)
-                        attentions.append(capture.take(index))
-                    del current
-                    wrt = [*attentions, tokens] if first > 0 else attentions
-                    for k, grads in enumerate(upstream):
-                        if grads[stop - 1] is None or not outs[-1].requires_grad:
-                            raise LayerNotReachedError(f"the score does not depend on the attention of '{names[stop - 1]}'")
-                        pairs = [(out, grads[i]) for i, out in zip(range(first, stop), outs) if grads[i] is not None]
-                        got = torch.autograd.grad([out for out, _ in pairs], wrt, retain_graph=k < last, allow_unused=True,
-                                                  grad_outputs=[grad[part] for _, grad in pairs if grad is not None])
-                        for offset in reversed(range(stop - first)):
-                            grad = self._grads_of(got[offset], attentions[offset], names[first + offset])
-                            with torch.no_grad():
-                                cam = weighted_attention(attentions[offset].detach(), grad)
-                                if first + offset == len(blocks) - 1:
-                                    rows[k, part] = start @ cam
-                                else:
-                                    rows[k, part] += (start + rows[k, part]) @ cam
-                        if inputs is not None and got[-1] is not None:
-                            inputs[k, part] = got[-1]
-                        del got, pairs, grad, cam
-                    del outs, attentions, wrt, tokens
-                for k, grads in enumerate(upstream):
-                    for index in range(first, stop):
-                        grads[index] = None
-                    if inputs is not None:
-                        previous = grads[first - 1]
-                        grads[first - 1] = inputs[k] if previous is None else previous + inputs[k]
-                for index in range(first, stop):
-                    recorder.calls[index].clear()  # the kept input is freed with its segment
-                del inputs, kept
+            segments_back(self, capture, recorder, blocks, firsts, every, upstream, rows, start, parts)
             found = [(start + row)[:, 0, prefix:] for row in rows]
         return self._finish(found, x, grid, classes, scores)
 

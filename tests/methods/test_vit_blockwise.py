@@ -129,6 +129,21 @@ def test_block_by_block_equals_the_whole_graph(family, key, replays, forwards):
         forwards.clear()
         new, old = _both(METHODS[key], model, x, _two_classes)  # a callable target: the blocks called again
         assert forwards == [3, 3]
+    else:  # a family camkit knows, classes given: the forward halts at the last segment (block 2, segments of 2),
+        # which runs inside the model's own forward, sample by sample; the first segment is called again
+        assert forwards == [3, 1, 1, 1, 3]
+        assert len(replays) == 2 and replays.samples == [3, 3]
+        assert not new.flat.any()
+        _assert_equal(new, old)
+        forwards.clear()
+        replays.clear()
+        new, old = _both(METHODS[key], model, x, None)  # the predicted class: named in each part's forward
+        assert forwards == [3, 1, 1, 1, 3] and replays.samples == [3, 3]
+        _assert_equal(new, old)
+        forwards.clear()
+        replays.clear()
+        new, old = _both(METHODS[key], model, x, _two_classes)  # a callable target: the forward runs whole
+        assert forwards == [3, 3]
     assert len(replays) == 3 and replays.samples == [3, 3, 3]  # each block called again once on each sample
     assert not new.flat.any()
     _assert_equal(new, old)
@@ -185,20 +200,21 @@ class _ReadsMiddle(nn.Module):
     reference to the block's output (only the side branch's graph does).
     """
 
-    def __init__(self, early: bool = False) -> None:
+    def __init__(self, early: bool = False, read: int = 1) -> None:
         super().__init__()
         self.vit = timm_vit()
         self.side = nn.Linear(16, 4)
         self.early = early
+        self.read = read  # the block whose output is read (the first, with read=0)
 
     def forward(self, x: Tensor) -> Tensor:
         tokens = self.vit._pos_embed(self.vit.patch_embed(x))
         middle = side = None
         for index, block in enumerate(self.vit.blocks):
             tokens = block(tokens)
-            if index == 1 and self.early:
+            if index == self.read and self.early:
                 side = self.side(tokens[:, 0] * 2.0)
-            elif index == 1:
+            elif index == self.read:
                 middle = tokens
         side = self.side(middle[:, 0]) if middle is not None else side
         assert side is not None
@@ -222,6 +238,65 @@ def test_a_score_reading_a_middle_block_directly(early, segment, replays):
     assert (new.raw - without.raw).abs().max() > 0.05 * new.raw.abs().max()
 
 
+def _as_known(monkeypatch) -> None:
+    """Let CheferRollout treat any model as a family it knows (each sample scored alone): its last segment then
+    runs inside the model's own forward, the blocks before it standing in for themselves."""
+    monkeypatch.setattr(camkit.methods.attention, "known_head", lambda model: nn.Identity())
+
+
+@pytest.mark.parametrize("segment", [None, 3])
+@pytest.mark.parametrize("read", [0, 1])
+def test_the_last_segment_in_the_models_forward_when_the_score_reads_a_middle_block(read, segment, replays, forwards,
+                                                                                    monkeypatch):
+    """Block 1's output is the last segment's kept input (segments of 2): its stand-in gives it back, exactly.
+    Block 0's stand-in gives back a placeholder: a score that reads it is found on its graph and the forward
+    runs whole. With one segment of 3 no block stands in."""
+    _as_known(monkeypatch)
+    model = _ReadsMiddle(read=read).eval()
+    x, target = _x(2), torch.tensor([1, 2])
+    whole = camkit.CheferRollout(model)
+    whole._blockwise = False
+    old = whole.explain(x, target)
+    forwards.clear()
+    explainer = camkit.CheferRollout(model)
+    explainer._segment = segment
+    new = explainer.explain(x, target)
+    if segment == 3:  # halted at block 0; the model's forward on each sample runs every block
+        assert forwards == [2, 1, 1] and replays == []
+    elif read == 1:  # halted at block 2; blocks 0 and 1 stand in, then are called again
+        assert forwards == [2, 1, 1] and replays.samples == [2, 2]
+    else:  # the first part's score reads block 0's placeholder: the forward again, whole, then every block again
+        assert forwards == [2, 1, 2] and replays.samples == [2, 2, 2]
+    _assert_equal(new, old)
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+class _Forgiving(nn.Module):
+    """A timm ViT whose forward goes on past a block that raises (the halt of the first forward included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vit = timm_vit()
+
+    def forward(self, x: Tensor) -> Tensor:
+        tokens = self.vit._pos_embed(self.vit.patch_embed(x))
+        for block in self.vit.blocks:
+            try:
+                tokens = block(tokens)
+            except Exception:  # what the test is about
+                pass
+        return self.vit.forward_head(self.vit.norm(tokens))
+
+
+def test_a_model_that_catches_the_halt_takes_the_whole_forward(replays, forwards, monkeypatch):
+    _as_known(monkeypatch)
+    model = _Forgiving().eval()
+    x, target = _x(2), torch.tensor([0, 3])
+    new, old = _both(camkit.CheferRollout, model, x, target)
+    assert forwards == [2, 2, 2] and replays.samples == [2, 2, 2]  # the forward that went on is not used
+    _assert_equal(new, old)
+
+
 @pytest.mark.parametrize("segment", [1, 2, 3])
 @pytest.mark.parametrize("family", ["timm-registers", "torchvision", "hf-vit"])
 def test_chefer_segments_of_any_length_equal_the_whole_graph(family, segment, replays):
@@ -230,11 +305,17 @@ def test_chefer_segments_of_any_length_equal_the_whole_graph(family, segment, re
     target = torch.tensor([[0, 3], [2, 1], [1, 1]])
     explainer = camkit.CheferRollout(model)
     explainer._segment = segment
-    new = explainer.explain(x, target)
     whole = camkit.CheferRollout(model)
     whole._blockwise = False
+    old = whole.explain(x, target)
+    new = explainer.explain(x, target)
+    # the last segment starts at block 2 (segments of 1 or 2) or 0 (of 3): it runs in the model's own forward
+    assert replays.samples == [3] * (2 if segment < 3 else 0)
+    _assert_equal(new, old)
+    replays.clear()
+    new = explainer.explain(x, _two_classes)  # a callable target: the forward runs whole, every segment again
     assert replays.samples == [3, 3, 3]
-    _assert_equal(new, whole.explain(x, target))
+    _assert_equal(new, whole.explain(x, _two_classes))
 
 
 @pytest.mark.parametrize("key, kept", [("cheferrollout", [0, 2]), ("legrad", [0])])
@@ -335,6 +416,40 @@ def test_hygiene_when_a_replayed_block_fails(monkeypatch):
         _assert_same_state(before, _state(model))
 
 
+@pytest.mark.parametrize("fail", ["last segment", "head", "first segment"])
+def test_hygiene_when_cheferrollouts_last_segment_or_a_replay_fails(fail, monkeypatch):
+    """Class targets on torchvision's ViT: the last segment (block 2) runs in the model's forward, blocks 0 and 1
+    standing in for themselves (their forward replaced for the call), then blocks 0 and 1 are called again."""
+    model, before = _frozen_and_graded()
+    boom = ValueError("boom in Chefer's backward")
+    if fail == "first segment":
+        def failing(self, block, tokens):
+            raise boom
+
+        monkeypatch.setattr(_blockwise.BlockCall, "run", failing)
+        broken = None
+    else:
+        broken = model.encoder.layers[2] if fail == "last segment" else model.heads
+        original = broken.forward
+        calls = []
+
+        def forward(*args, **kwargs):  # the halted forward never reaches it: the first call is the last segment's
+            calls.append(1)
+            raise boom
+
+        broken.forward = forward
+    try:
+        with pytest.raises(ValueError, match="boom in Chefer"):
+            camkit.CheferRollout(model).explain(_x(2), [0, 1])
+    finally:
+        if broken is not None:
+            del broken.forward
+            assert broken.forward == original and calls == [1]
+    assert _hook_count(model) == 0 and torch.is_grad_enabled()
+    assert all("forward" not in m.__dict__ for m in model.modules())
+    _assert_same_state(before, _state(model))
+
+
 @pytest.mark.parametrize("fail", ["block", "head"])
 def test_hygiene_when_legrads_single_pass_fails(fail):
     model, before = _frozen_and_graded()
@@ -375,7 +490,8 @@ def test_batch_equals_one_by_one_block_by_block(key, replays, forwards):
     x = _x(3)
     target = torch.tensor([2, 0, 1])
     batched = METHODS[key](model).explain(x, target)
-    assert len(replays) == (0 if key == "legrad" else 3) and forwards == ([2, 1] if key == "legrad" else [3])
+    # Chefer: blocks 0 and 1 called again, block 2 in the model's forward on each sample after the halted one
+    assert len(replays) == (0 if key == "legrad" else 2) and forwards == ([2, 1] if key == "legrad" else [3, 1, 1, 1])
     for i in range(3):
         single = METHODS[key](model).explain(x[i : i + 1], target[i : i + 1])
         torch.testing.assert_close(batched.raw[i], single.raw[0], atol=1e-7, rtol=1e-5)
@@ -386,7 +502,8 @@ def test_batch_equals_one_by_one_block_by_block(key, replays, forwards):
 @pytest.mark.parametrize("key", list(METHODS))
 @pytest.mark.parametrize("family", ["timm-registers", "torchvision", "hf-dinov2-registers"])
 def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch, forwards):
-    """Chefer's blocks called again, or LeGrad's single pass (one forward per part), a micro-batch at a time."""
+    """Chefer's blocks called again (the first segment; the last runs in the model's forward on each part), or
+    LeGrad's single pass (one forward per part), a micro-batch at a time."""
     sizes = []
     run = _blockwise.BlockCall.run
 
@@ -395,28 +512,34 @@ def test_micro_batches_equal_the_whole_batch(family, key, monkeypatch, forwards)
         return run(self, block, tokens)
 
     monkeypatch.setattr(_blockwise.BlockCall, "run", counted)
-    seen = forwards if key == "legrad" else sizes
     model = BUILDERS[family]()
     x = _x(3)
     target = torch.tensor([[0, 3], [2, 1], [1, 1]])
     explainers = {size: METHODS[key](model) for size in (1, 2, 3)}
     for size, explainer in explainers.items():
         explainer._block_batch = size
-    whole = explainers[3].explain(x, target)
-    assert seen == ([3] if key == "legrad" else [3, 3, 3])
-    for size, expected in ((1, [1] * 9), (2, [2, 1] * 3)):
+
+    def expected(parts: list[int]) -> tuple[list[int], list[int]]:
+        """(samples per block call again, per model call) for micro-batches of these sizes"""
         if key == "legrad":
-            expected = expected[:3] if size == 1 else expected[:2]  # one forward per part
-        seen.clear()
+            return [], parts
+        return sorted(parts * 2), [3, *parts]  # blocks 0 and 1 on each part; the halted forward, then one per part
+
+    whole = explainers[3].explain(x, target)
+    assert (sorted(sizes), forwards) == expected([3])
+    for size, parts in ((1, [1, 1, 1]), (2, [2, 1])):
+        sizes.clear()
+        forwards.clear()
         got = explainers[size].explain(x, target)
-        assert sorted(seen) == sorted(expected)  # each block once per micro-batch (in segment or layer order)
+        assert (sorted(sizes), forwards) == expected(parts)
         torch.testing.assert_close(got.raw, whole.raw, atol=1e-7, rtol=1e-5)
         torch.testing.assert_close(got.maps, whole.maps, atol=1e-5, rtol=0)
-        # LeGrad's scores come from one forward per part: equal up to rounding
-        torch.testing.assert_close(got.scores, whole.scores, **({"atol": 1e-6, "rtol": 1e-5} if key == "legrad" else {"atol": 0, "rtol": 0}))
-    seen.clear()
+        # the scores come from one forward per part: equal up to rounding
+        torch.testing.assert_close(got.scores, whole.scores, atol=1e-6, rtol=1e-5)
+    sizes.clear()
+    forwards.clear()
     automatic = METHODS[key](model).explain(x, target)  # Chefer: ceil(3 / 4) = 1 sample per call; LeGrad: halves
-    assert seen == ([2, 1] if key == "legrad" else [1] * 9)
+    assert (sorted(sizes), forwards) == expected([2, 1] if key == "legrad" else [1, 1, 1])
     torch.testing.assert_close(automatic.raw, whole.raw, atol=1e-7, rtol=1e-5)
 
 
