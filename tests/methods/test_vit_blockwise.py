@@ -156,6 +156,10 @@ def test_clip_similarity_block_by_block(key, replays):
     new, old = _both(METHODS[key], model, _x(3), camkit.SimilarityTarget(text), output="image_embeds")
     assert len(replays) == 3
     _assert_equal(new, old)
+    replays.clear()
+    new, old = _both(METHODS[key], model, _x(3), 2, output="image_embeds")  # one embedding dimension
+    assert len(replays) == (0 if key == "legrad" else 2)  # Chefer: the last segment in the model's own forward
+    _assert_equal(new, old)
 
 
 def test_legrad_some_layers_replays_from_the_first_read_block_on(replays):
