@@ -6,7 +6,7 @@ to the first, each called again on a few samples at a time and differentiated
 (:func:`segments_back`).
 
 * :func:`from_last_segment`, when each sample is scored alone (a model family camkit knows, called on
-  the image alone, a class target or the predicted class): the forward halts at the last segment's
+  the image alone, which the caller checks, and a class target or the predicted class): the forward halts at the last segment's
   first block. The last segment and what follows it (final norm, head, target) then run once, in the
   model's own forward called on each micro-batch, with the blocks before that segment standing in
   for themselves (the last of them gives back the kept input; see :func:`_stand_in`). The model's own
@@ -36,7 +36,17 @@ from ._legrad import given_classes
 if TYPE_CHECKING:
     from .attention import CheferRollout
 
-__all__ = ["from_last_segment", "roll", "scored_alone", "segments_back"]
+__all__ = ["from_last_segment", "query_row", "roll", "segments_back"]
+
+
+def query_row(cam: Tensor, query: str) -> Tensor:
+    """The query row [B, 1, N] that :func:`~camkit.functional.token_relevance` reads of a relevance matrix."""
+    n = cam.shape[-1]
+    if query == "class":  # written, not one_hot: one_hot checks its indices on the host
+        row = torch.zeros(cam.shape[0], 1, n, dtype=cam.dtype, device=cam.device)
+        row[..., 0] = 1
+        return row
+    return torch.full((cam.shape[0], 1, n), 1.0 / n, dtype=cam.dtype, device=cam.device)
 
 
 def roll(rows: Tensor, start: Tensor, cam: Tensor, *, last: bool) -> Tensor:
@@ -111,18 +121,6 @@ def segments_back(
         del inputs, kept
 
 
-def scored_alone(explainer: CheferRollout) -> bool:
-    """Whether :func:`from_last_segment` may run the model on parts of the batch: each sample scored alone.
-
-    A model family camkit knows (:func:`~camkit.methods.attention.known_head`: tokens meet only within
-    a sample, from the input to the head) called on the image alone. The target must also name a class
-    per sample, or be ``None``; :func:`from_last_segment` checks that.
-    """
-    from .attention import known_head
-
-    return explainer._call is None and known_head(explainer.model) is not None
-
-
 def _stand_in(template: Any, tokens: Callable[[Any, Any], Tensor]) -> Callable[..., Any]:
     """A block's forward that runs nothing: its output's structure (``template``) around ``tokens(args, kwargs)``."""
 
@@ -145,8 +143,6 @@ def from_last_segment(explainer: CheferRollout, x: Tensor, target: Target, block
     blocks do not chain, a block's output holds other tensors, or the score reads the output of a
     block before the last segment's input directly): the caller then takes its other way.
     """
-    from .attention import _query_row
-
     model = explainer.model
     names = explainer.layer_names()
     every = explainer._segment or segment_length(len(blocks))
@@ -176,7 +172,7 @@ def from_last_segment(explainer: CheferRollout, x: Tensor, target: Target, block
         assert kept is not None  # every segment's first block keeps its input
         parts = recorder.calls[0][0].slices(explainer._block_batch, 2 * every)
         prefix, grid, query = explainer._layout(kept.shape[1], x)
-        start = _query_row(kept.new_empty(1, 1, kept.shape[1], dtype=torch.float32), query)  # v [1, 1, N]
+        start = query_row(kept.new_empty(1, 1, kept.shape[1], dtype=torch.float32), query)  # v [1, 1, N]
         rows: Tensor | None = None
         inputs: Tensor | None = None
         classes: list[Tensor] = []

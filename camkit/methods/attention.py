@@ -39,7 +39,7 @@ from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
 from ._binding import InputIndex
 from ._blockwise import BlockRecorder, attention_blocks, segment_length
-from ._chefer import from_last_segment, scored_alone, segments_back
+from ._chefer import from_last_segment, query_row, segments_back
 from ._legrad import given_classes, recompute, single_pass
 from ._output import make_explanation
 from .base import Explainer
@@ -302,7 +302,9 @@ class CheferRollout(AttentionExplainer):
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         blocks = self._replays(target)
         explanation = None
-        if blocks is not None and scored_alone(self):
+        # a family camkit knows (tokens meet only within a sample, from the input to the head) called on the image
+        # alone: the model's own forward may run on a few samples at a time
+        if blocks is not None and self._call is None and known_head(self.model) is not None:
             explanation = from_last_segment(self, x, target, blocks)
         if blocks is not None and explanation is None:
             explanation = self._by_block(x, target, blocks)
@@ -346,7 +348,7 @@ class CheferRollout(AttentionExplainer):
             # temporaries keep the C heap from shrinking).
             entry = cast(Tensor, call.tokens)  # the first block's input, kept: [B, N, D] on the model's device
             prefix, grid, query = self._layout(entry.shape[1], x)
-            start = _query_row(entry.new_empty(1, 1, entry.shape[1], dtype=torch.float32), query)  # v [1, 1, N]
+            start = query_row(entry.new_empty(1, 1, entry.shape[1], dtype=torch.float32), query)  # v [1, 1, N]
             rows = entry.new_zeros(len(columns), call.batch, 1, entry.shape[1], dtype=torch.float32)
             segments_back(self, capture, recorder, blocks, firsts, every, upstream, rows, start, parts)
             found = [(start + row)[:, 0, prefix:] for row in rows]
@@ -500,16 +502,6 @@ class LeGrad(AttentionExplainer):
         logits = select_output(out, self.output) if not isinstance(out, Tensor) else out
         index = classes[:, k] if multi else classes
         return logits.gather(1, index[:, None])[:, 0]
-
-
-def _query_row(cam: Tensor, query: str) -> Tensor:
-    """The query row [B, 1, N] that :func:`~camkit.functional.token_relevance` reads of a relevance matrix."""
-    n = cam.shape[-1]
-    if query == "class":  # written, not one_hot: one_hot checks its indices on the host
-        row = torch.zeros(cam.shape[0], 1, n, dtype=cam.dtype, device=cam.device)
-        row[..., 0] = 1
-        return row
-    return torch.full((cam.shape[0], 1, n), 1.0 / n, dtype=cam.dtype, device=cam.device)
 
 
 def _mean_head(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], Any]) -> Head:
