@@ -151,6 +151,8 @@ def from_last_segment(explainer: CheferRollout, x: Tensor, target: Target, block
     given = None if target is None else given_classes(target, x.shape[0])
     if target is not None and given is None:
         return None
+    if given is not None and given.device.type == "cpu" and x.device.type == "cuda":
+        given = given.pin_memory()  # each part's classes then reach the device without the host waiting for it
     with (
         AttentionCapture(model, gradients=True) as capture,
         BlockRecorder(blocks, leaves=False, keep=firsts, halt=last) as recorder,

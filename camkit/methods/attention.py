@@ -262,8 +262,9 @@ class CheferRollout(AttentionExplainer):
     Args:
         model: a vision transformer (see :class:`AttentionExplainer`).
         recompute: ``True`` (default): blocks called again a segment at a time, at about a no-grad
-            forward's peak memory (vit_b_16, batch 8, CPU: 3.5-4.1x its time); ``False``: one backward
-            through every block's graph, faster (2.1-2.5x a forward) but 14-18x its memory. Same maps.
+            forward's peak memory (batch 8, CPU: 3.1x its time on vit_b_16, 3.5x on vit_small);
+            ``False``: one backward through every block's graph, faster (2.4x a forward on vit_b_16)
+            but 16x its memory. Same maps.
         query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
 
     Example:
@@ -399,7 +400,7 @@ class LeGrad(AttentionExplainer):
         layers: which attention layers are averaged (indices, negative from the end); ``None``: all.
         recompute: ``True`` (default): no block's graph kept past its gradient, at about a no-grad
             forward's peak memory (see above); ``False``: one forward keeping every block's graph
-            (1.6-1.9x a forward's time on vit_b_16, batch 8, CPU, but 12-14x its memory). Same maps.
+            (1.7-1.9x a forward's time on vit_b_16, batch 8, CPU, but 13-14x its memory). Same maps.
         query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
 
     Example:
