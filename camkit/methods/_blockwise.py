@@ -64,6 +64,7 @@ __all__ = [
     "micro_batches",
     "replace_first",
     "segment_length",
+    "tokens_at",
 ]
 
 # a block called again on about a quarter of the batch at a time: its graph and backward (about three
@@ -143,6 +144,16 @@ def leaves_reached(roots: Sequence[Tensor], leaves: Sequence[Tensor]) -> list[bo
 
 # a block that returns its tokens alone (see BlockRecorder.templates)
 TOKENS_ONLY = "tokens only"
+
+
+def tokens_at(args: Sequence[Any], kwargs: dict[str, Any]) -> int | str | None:
+    """Where a block's call holds its input tokens: ``0`` (the first argument), ``"hidden_states"``
+    (Hugging Face's keyword), or ``None``."""
+    if args and isinstance(args[0], Tensor):
+        return 0
+    if isinstance(kwargs.get("hidden_states"), Tensor):
+        return "hidden_states"
+    return None
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -279,11 +290,7 @@ class BlockRecorder:
         def hook(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             if not self.recording:
                 return
-            where: int | str | None = None
-            if args and isinstance(args[0], Tensor):
-                where = 0
-            elif isinstance(kwargs.get("hidden_states"), Tensor):
-                where = "hidden_states"
+            where = tokens_at(args, kwargs)
             if where is not None:
                 tokens = args[0] if where == 0 else kwargs["hidden_states"]
                 self.chained[index] = index > 0 and tokens is self._previous

@@ -30,7 +30,15 @@ from ..explanation import Explanation
 from ..functional.attention import weighted_attention
 from ..targets.classes import Target
 from ._attention import AttentionCapture
-from ._blockwise import TOKENS_ONLY, BlockRecorder, Halted, leaves_reached, replace_first, segment_length
+from ._blockwise import (
+    TOKENS_ONLY,
+    BlockRecorder,
+    Halted,
+    leaves_reached,
+    replace_first,
+    segment_length,
+    tokens_at,
+)
 from ._legrad import given_classes
 
 if TYPE_CHECKING:
@@ -56,6 +64,31 @@ def roll(rows: Tensor, start: Tensor, cam: Tensor, *, last: bool) -> Tensor:
     the last block's step starts it: ``d = v C_L``.
     """
     return start @ cam if last else rows + (start + rows) @ cam
+
+
+def _take(
+    explainer: CheferRollout,
+    names: Sequence[str],
+    got: Sequence[Tensor | None],
+    attentions: Sequence[Tensor],
+    first: int,
+    blocks: int,
+    rows: Tensor,
+    inputs: Tensor | None,
+    k: int,
+    part: slice,
+    start: Tensor,
+) -> None:
+    """Take one backward of a segment starting at block ``first``: its attention gradients ``got`` rolled into
+    ``rows[part]`` (score column ``k``'s), last block first, and, where the segment's input is kept (``inputs``),
+    its gradient (``got[-1]``) into ``inputs[k, part]``."""
+    for offset in reversed(range(len(attentions))):
+        grad = explainer._grads_of(got[offset], attentions[offset], names[first + offset])
+        with torch.no_grad():
+            cam = weighted_attention(attentions[offset].detach(), grad)
+            rows[part] = roll(rows[part], start, cam, last=first + offset == blocks - 1)
+    if inputs is not None and got[-1] is not None:
+        inputs[k, part] = got[-1]
 
 
 def segments_back(
@@ -100,14 +133,8 @@ def segments_back(
                 pairs = [(out, grads[i]) for i, out in zip(range(first, stop), outs) if grads[i] is not None]
                 got = torch.autograd.grad([out for out, _ in pairs], wrt, retain_graph=k < columns - 1, allow_unused=True,
                                           grad_outputs=[grad[part] for _, grad in pairs if grad is not None])
-                for offset in reversed(range(stop - first)):
-                    grad = explainer._grads_of(got[offset], attentions[offset], names[first + offset])
-                    with torch.no_grad():
-                        cam = weighted_attention(attentions[offset].detach(), grad)
-                        rows[k, part] = roll(rows[k, part], start, cam, last=first + offset == len(blocks) - 1)
-                if inputs is not None and got[-1] is not None:
-                    inputs[k, part] = got[-1]
-                del got, pairs, grad, cam
+                _take(explainer, names, got, attentions, first, len(blocks), rows[k], inputs, k, part, start)
+                del got, pairs
             del outs, attentions, wrt, tokens
         for grads in upstream:
             for index in range(first, stop):
@@ -132,7 +159,8 @@ def _stand_in(template: Any, tokens: Callable[[Any, Any], Tensor]) -> Callable[.
 
 
 def _input_tokens(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
-    got = args[0] if args and isinstance(args[0], Tensor) else kwargs["hidden_states"]
+    where = tokens_at(args, kwargs)
+    got = args[0] if where == 0 else kwargs["hidden_states"]  # the halted forward recorded this block's tokens
     return got.detach().requires_grad_(True)  # a fresh leaf: a score that reads it is found on its graph
 
 
@@ -216,14 +244,8 @@ def from_last_segment(explainer: CheferRollout, x: Tensor, target: Target, block
                 wrt = [*attentions, entry] if last > 0 else attentions
                 for k, column in enumerate(columns):
                     got = torch.autograd.grad(column.sum(), wrt, retain_graph=k < len(columns) - 1, allow_unused=True)
-                    for offset in reversed(range(len(attentions))):
-                        grad = explainer._grads_of(got[offset], attentions[offset], names[last + offset])
-                        with torch.no_grad():
-                            cam = weighted_attention(attentions[offset].detach(), grad)
-                            rows[k, part] = roll(rows[k, part], start, cam, last=last + offset == len(blocks) - 1)
-                    if inputs is not None and got[-1] is not None:
-                        inputs[k, part] = got[-1]
-                    del got, grad, cam
+                    _take(explainer, names, got, attentions, last, len(blocks), rows[k], inputs, k, part, start)
+                    del got
                 if picked is not None:
                     classes.append(picked)
                 scores.append(scored.detach())
