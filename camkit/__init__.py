@@ -6,11 +6,18 @@ wing per concern: :mod:`camkit.layers` (which layer, and how its output lies on 
 :mod:`camkit.targets` (what is scored), :mod:`camkit.viz` (what people look at), pure tensor
 math in :mod:`camkit.functional`, the hook layer in :mod:`camkit.hooks`, the explainers in
 :mod:`camkit.methods`. CONTRIBUTING.md draws the map and says who may import whom.
+
+``import camkit`` loads the explanation core only (explainers, targets, layers, hooks, image IO).
+The apps and what they pull in (the audit, the evaluation, the explorer, model loading, the
+debugging tools and the pictures, with matplotlib, scipy and scikit-learn behind them) load on
+first use of their names (PEP 562): ``camkit.audit``, ``camkit.evaluate``, ``camkit.app``,
+``camkit.load_model``, ``camkit.figure`` ... are there as before.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .audit import audit
-from .debug.features import extract_features
 from .errors import (
     CamkitError,
     CamkitWarning,
@@ -19,14 +26,13 @@ from .errors import (
     InvalidTargetError,
     LayerNotFoundError,
     LayerNotReachedError,
+    ModelLoadError,
     NoReLUWarning,
     NoRuleWarning,
     OutputSelectionError,
     UnknownMethodError,
 )
-from .evaluation import evaluate
 from .explanation import Explanation
-from .explorer.entry import app
 from .functional.views import attribution_view
 from .hooks import HookScope, LayerCapture
 from .io import denormalize, load_image, read_rgb, save_png, to_tensor, to_uint8_rgb
@@ -89,7 +95,6 @@ from .methods import (
     XGradCAM,
     factorization_image,
 )
-from .modelload import ModelLoadError, load_model
 from .registry import get_method, list_methods, register_method
 from .targets import (
     BinaryTarget,
@@ -101,7 +106,40 @@ from .targets import (
     resolve_target,
     select_output,
 )
-from .viz import ExplanationFigure, figure, overlay
+
+# Names whose modules load on first use: {name: module}.
+_LAZY = {
+    "ExplanationFigure": "camkit.viz",
+    "app": "camkit.explorer.entry",
+    "audit": "camkit.audit",
+    "evaluate": "camkit.evaluation",
+    "extract_features": "camkit.debug.features",
+    "figure": "camkit.viz",
+    "load_model": "camkit.modelload",
+    "overlay": "camkit.viz",
+}
+
+if TYPE_CHECKING:
+    from .audit import audit
+    from .debug.features import extract_features
+    from .evaluation import evaluate
+    from .explorer.entry import app
+    from .modelload import load_model
+    from .viz import ExplanationFigure, figure, overlay
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'camkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "CAM",

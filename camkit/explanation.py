@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
 from .errors import InvalidInputError
-from .viz.figures import ExplanationFigure, figure
+
+if TYPE_CHECKING:
+    from .viz.canvas import ExplanationFigure
 
 __all__ = ["Explanation"]
 
@@ -141,4 +143,6 @@ class Explanation:
             >>> fig.titles[(0, "map: gradcam")].splitlines()[1].split(":")[0]
             'dog'
         """
+        from .viz.figures import figure  # pictures load when one is drawn: Explanation is plain data
+
         return figure(images, self, classes=classes, **options)

@@ -2,21 +2,26 @@
 
 The import graph is read from the source with ``ast``: every ``import`` and ``from ... import``
 of a camkit module counts, also inside functions (a lazy import that dodges a cycle is still
-one); imports under ``if TYPE_CHECKING:`` do not. CONTRIBUTING.md ("Architecture") states the
-rules checked here.
+one) and under ``if TYPE_CHECKING:`` (a cycle that only the type checker sees is still a cycle).
+CONTRIBUTING.md ("Architecture") states the rules checked here; each rule's checker is shown failing
+on a small planted package first.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "camkit"
-MAX_LINES = 600
+MAX_LINES = 500
+MAX_FUNCTION_LINES = 80  # docstrings included
 MAX_ROOT_MODULES = 12  # besides __init__, __main__ and _version
 
 
@@ -30,15 +35,8 @@ def _modules(root: Path) -> dict[str, Path]:
     return found
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The camkit modules ``name`` imports anywhere in its source, TYPE_CHECKING blocks aside."""
+    """The camkit modules ``name`` imports anywhere in its source, ``TYPE_CHECKING`` blocks included."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     top = name.split(".")[0]
     found: set[str] = set()
@@ -50,10 +48,6 @@ def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for other in child.orelse:
-                    visit(other)
-                continue
             if isinstance(child, ast.Import):
                 found.update(known(a.name) for a in child.names if a.name.split(".")[0] == top)
             elif isinstance(child, ast.ImportFrom):
@@ -111,7 +105,7 @@ def _write(root: Path, files: dict[str, str]) -> Path:
     return root / "pkg"
 
 
-def test_the_cycle_finder_sees_imports_inside_functions_and_skips_type_checking(tmp_path):
+def test_the_cycle_finder_sees_imports_inside_functions_and_under_type_checking(tmp_path):
     hidden = _write(tmp_path / "a", {
         "pkg/__init__.py": "",
         "pkg/io.py": "from .overlay import draw\n",
@@ -123,8 +117,8 @@ def test_the_cycle_finder_sees_imports_inside_functions_and_skips_type_checking(
         "pkg/figures.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .explanation import E\n",
         "pkg/explanation.py": "from .figures import figure\n",
     })  # fmt: skip
-    assert import_graph(typed)["pkg.figures"] == set()
-    assert find_cycle(import_graph(typed)) is None
+    assert import_graph(typed)["pkg.figures"] == {"pkg.explanation"}
+    assert find_cycle(import_graph(typed)) == ["pkg.explanation", "pkg.figures", "pkg.explanation"]
     submodule = _write(tmp_path / "c", {
         "pkg/__init__.py": "",
         "pkg/sub/__init__.py": "from . import a\n",
@@ -139,7 +133,7 @@ def test_no_import_cycle_between_camkit_modules():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-def test_no_module_over_600_lines():
+def test_no_module_over_500_lines():
     long = {
         str(path.relative_to(PACKAGE.parent)): n
         for path in PACKAGE.rglob("*.py")
@@ -265,3 +259,179 @@ def test_tests_mirror_the_package():
     assert [f for f in folders if not (PACKAGE / f / "__init__.py").is_file()] == []
     names = [p.name for p in tests.rglob("test_*.py")]
     assert len(names) == len(set(names)), "test module names must be unique (pytest imports them by basename)"
+
+
+# Private names stay in their wing. A wing is ``camkit.<name>`` (a root module is its own wing);
+# ``_internal`` and ``_version`` are the package's shared private helpers, open to every wing.
+SHARED_PRIVATE = ("_internal", "_version")
+
+
+def _wing(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def _private(dotted: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in dotted.split(".")[1:])
+
+
+def private_crossings(root: Path = PACKAGE) -> list[str]:
+    """``"importer -> module.name"`` for every private module or name imported from another wing."""
+    modules = _modules(root)
+    top = root.name
+    found = []
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                pairs = [(a.name, "") for a in node.names if a.name.split(".")[0] == top]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")
+                if node.level:
+                    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                if source.split(".")[0] != top:
+                    continue
+                pairs = [(source, a.name) for a in node.names]
+            else:
+                continue
+            for source, item in pairs:
+                target = f"{source}.{item}" if item and f"{source}.{item}" in modules else source
+                private = _private(target) or (item.startswith("_") and not item.startswith("__") and target == source)
+                if private and _wing(target) != _wing(name) and target.split(".")[1] not in SHARED_PRIVATE:
+                    found.append(f"{name} -> {source}.{item}" if item else f"{name} -> {source}")
+    return sorted(found)
+
+
+def test_the_private_name_check_sees_modules_and_names_across_wings(tmp_path):
+    planted = _write(tmp_path / "p", {
+        "pkg/__init__.py": "",
+        "pkg/functional/__init__.py": "",
+        "pkg/functional/maps.py": "def _lut(): ...\ndef lut(): ...\n",
+        "pkg/functional/_tables.py": "",
+        "pkg/functional/views.py": "from .maps import _lut\nfrom . import _tables\n",  # same wing: fine
+        "pkg/viz/__init__.py": "",
+        "pkg/viz/figures.py": "from ..functional.maps import _lut, lut\nfrom ..functional import _tables\n",
+        "pkg/viz/draw.py": "def f():\n    import pkg.functional._tables\n",
+        "pkg/_internal/__init__.py": "",
+        "pkg/_internal/checks.py": "",
+        "pkg/viz/ok.py": "from .._internal.checks import check\n",  # shared private helpers
+    })  # fmt: skip
+    assert private_crossings(planted) == [
+        "pkg.viz.draw -> pkg.functional._tables",
+        "pkg.viz.figures -> pkg.functional._tables",
+        "pkg.viz.figures -> pkg.functional.maps._lut",
+    ]
+
+
+def test_no_private_name_crosses_a_wing():
+    crossings = private_crossings()
+    assert crossings == [], f"private names used outside their wing (make them public there, or move them down): {crossings}"
+
+
+# The apps on top: nothing imports them but what stands above them.
+TOP = {
+    "camkit.compat": (),
+    "camkit.cli": ("camkit.__main__",),
+    "camkit.explorer": ("camkit.cli",),
+    "camkit.demo": ("camkit.cli", "camkit.explorer"),
+}
+
+
+def top_users(graph: dict[str, set[str]], top: dict[str, tuple[str, ...]] = TOP) -> list[str]:
+    """``"importer -> app module"`` for every import of an app by something not above it (nor inside it)."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        for app, above in top.items()
+        if (target == app or target.startswith(app + "."))
+        and not (module == app or module.startswith(app + "."))
+        and not any(module == a or module.startswith(a + ".") for a in above)
+        and (module, target) != ("camkit", "camkit.explorer.entry")  # camkit.app, loaded on first use
+    )
+
+
+def test_the_top_check_sees_an_app_imported_from_below():
+    graph = {"camkit.modelload.spec": {"camkit.demo.model"}, "camkit.cli.demo": {"camkit.demo.run"},
+             "camkit.demo.run": {"camkit.demo.model"}}
+    assert top_users(graph) == ["camkit.modelload.spec -> camkit.demo.model"]
+
+
+def test_nothing_imports_the_apps_on_top_but_what_is_above_them():
+    wrong = top_users(import_graph())
+    assert wrong == [], f"compat, cli, explorer and demo are the top of the package: {wrong}"
+
+
+# `import camkit` loads the explanation core only.
+HEAVY = ("camkit.audit", "camkit.evaluation", "camkit.explorer", "camkit.cli", "camkit.compat", "camkit.demo",
+         "camkit.runs", "camkit.explain", "camkit.modelload", "camkit.debug", "camkit.metrics", "camkit.viz",
+         "camkit.media", "scipy", "sklearn", "gradio", "matplotlib", "cv2", "pandas", "PIL")
+
+
+def heavy_at_import(package: str, path: Path, heavy: tuple[str, ...]) -> list[str]:
+    """The modules of ``heavy`` (and below them) that ``import package`` loads, in a fresh interpreter."""
+    code = f"import sys; sys.path.insert(0, {str(path)!r}); import {package}; print('\\n'.join(sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    return sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in heavy))
+
+
+def test_the_heavy_import_check_sees_a_planted_import(tmp_path):
+    planted = _write(tmp_path / "h", {
+        "pkg/__init__.py": "from .core import run\n",
+        "pkg/core.py": "import colorsys\nfrom . import app\ndef run(): ...\n",
+        "pkg/app.py": "",
+    })  # fmt: skip
+    assert heavy_at_import("pkg", planted.parent, ("pkg.app", "colorsys", "wave")) == ["colorsys", "pkg.app"]
+
+
+def test_import_camkit_loads_the_explanation_core_only():
+    loaded = heavy_at_import("camkit", PACKAGE.parent, HEAVY)
+    assert loaded == [], f"import camkit loads what it should load on first use (camkit.__getattr__): {loaded}"
+
+
+def _long_function_exceptions() -> dict[str, str]:
+    """The functions CONTRIBUTING.md allows over the limit, with the reason it gives for each."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text()
+    section = text.split("### Long functions", 1)[-1].split("\n## ", 1)[0] if "### Long functions" in text else ""
+    return dict(re.findall(r"^\| `([\w.]+)` \| (.+?) \|$", section, re.M))
+
+
+def long_functions(root: Path = PACKAGE, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``{"module.function": lines}`` for every function (methods and nested ones too) over ``limit`` lines."""
+    found = {}
+    for name, path in _modules(root).items():
+        tree = ast.parse(path.read_text(), str(path))
+        stack: list[tuple[ast.AST, str]] = [(tree, name)]
+        while stack:
+            node, prefix = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    dotted = f"{prefix}.{child.name}"
+                    lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                    if not isinstance(child, ast.ClassDef) and lines > limit:
+                        found[dotted] = lines
+                    stack.append((child, dotted))
+                else:
+                    stack.append((child, prefix))
+    return found
+
+
+def test_the_function_length_check_counts_docstrings_and_methods(tmp_path):
+    planted = _write(tmp_path / "f", {
+        "pkg/__init__.py": "",
+        "pkg/m.py": "def short():\n" + "    x = 1\n" * 3 + '\nclass A:\n    def long(self):\n        """Doc.\n\n        More.\n        """\n'
+                    + "        x = 1\n" * 3,
+    })  # fmt: skip
+    assert long_functions(planted, limit=6) == {"pkg.m.A.long": 8}
+
+
+def test_no_function_over_80_lines_but_the_named_exceptions():
+    allowed = _long_function_exceptions()
+    long = long_functions()
+    assert {k: n for k, n in long.items() if k not in allowed} == {}, (
+        f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps, or name the exception with its "
+        f"reason in CONTRIBUTING.md, 'Long functions'): {long}"
+    )
+    assert sorted(set(allowed) - set(long)) == [], "CONTRIBUTING.md names exceptions that are no longer long"
