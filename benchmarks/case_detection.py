@@ -24,7 +24,7 @@ Times, side by side (interleaved) on one model and batch:
 The routes compute different things (a gradient-free map of another layer), so only the YOLO
 EigenCAM pair's maps (same method, same layer) are compared;
 camkit's Grad-CAM maps are checked against a Grad-CAM written out by hand in
-``tests/methods/test_detectors.py``.
+``tests/detection/test_detectors.py``.
 
 Default: torchvision's ``fasterrcnn_resnet50_fpn`` (random weights, ``min_size=480``,
 ``max_size=640``, every box kept) on batch 2 of 3x480x640, and ultralytics' YOLOv8n (from its
@@ -118,7 +118,7 @@ def _top_detections(model: nn.Module, x: Tensor, yolo: bool) -> list[dict[str, T
         out = model(x)
     if not yolo:
         return [{k: v[:1] for k, v in d.items() if k in ("boxes", "labels", "scores")} for d in out]
-    from camkit.audit.explain_detect import detections_of
+    from camkit.detection import detections_of
 
     found = detections_of(model, out, (int(x.shape[2]), int(x.shape[3])))
     return [{k: v[d["scores"].argmax()][None] for k, v in d.items()} for d in found]
@@ -349,7 +349,7 @@ def _one(ctx: Context, name: str, yolo: bool, batch: int, height: int, width: in
 @contextmanager
 def _whole_head() -> Iterator[None]:
     """camkit's Grad-CAM with the single-stage narrowing off: the backward through the whole head."""
-    from camkit.methods import _narrow
+    from camkit.detection import narrow as _narrow
 
     keep = _narrow.single_stage
     _narrow.single_stage = lambda *args: None

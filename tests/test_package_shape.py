@@ -146,8 +146,8 @@ def test_the_root_holds_a_handful_of_modules():
     root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__", "_version"))
     assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules directly under camkit/: {root}; put new ones in a wing"
     wings = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    assert {"layers", "targets", "viz", "functional", "methods", "metrics", "audit", "evaluation", "debug", "cli",
-            "explorer"} <= wings
+    assert {"layers", "targets", "detection", "viz", "functional", "methods", "metrics", "audit", "evaluation", "debug",
+            "cli", "explorer"} <= wings
 
 
 # Who may not import whom: (importer prefix, imported prefixes it must not reach, why).
@@ -157,10 +157,14 @@ FORBIDDEN = [
      "the functional core is pure tensor math: no hooks, explainers or datasets"),
     ("camkit.hooks", ("camkit.methods", "camkit.layers", "camkit.targets", "camkit.audit", "camkit.cli"),
      "hooks know no explainers"),
-    ("camkit.layers", ("camkit.methods", "camkit.targets", "camkit.viz", "camkit.audit", "camkit.cli"),
+    ("camkit.layers", ("camkit.methods", "camkit.targets", "camkit.detection", "camkit.viz", "camkit.audit",
+                       "camkit.cli"),
      "layers are below the explainers and the targets"),
     ("camkit.targets", ("camkit.methods", "camkit.viz", "camkit.audit", "camkit.cli"),
      "targets are below the explainers"),
+    ("camkit.detection", ("camkit.targets", "camkit.methods", "camkit.viz", "camkit.audit", "camkit.explorer",
+                          "camkit.cli"),
+     "detection is below the explainers, the audit and the explorer; camkit.targets re-exports its target"),
     ("camkit.viz", ("camkit.methods", "camkit.explanation", "camkit.hooks", "camkit.audit", "camkit.cli"),
      "pictures take any object with maps"),
     ("camkit.registry", ("camkit.methods",), "each method tells the registry its kind"),

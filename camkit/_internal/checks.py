@@ -1,14 +1,18 @@
-"""Input checks shared by the explainers and the metrics (one place for one message)."""
+"""Input checks shared by the explainers, the targets and the metrics (one place for one message)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, InvalidTargetError
 from . import syncs as _syncs
 
-__all__ = ["ANY_BATCH", "BATCH_SHAPES", "check_broadcasts", "check_finite", "check_input_batch", "check_model_takes"]
+__all__ = [
+    "ANY_BATCH", "BATCH_SHAPES", "check_broadcasts", "check_finite", "check_input_batch", "check_model_takes", "per_sample",
+]  # fmt: skip
 
 
 #: What an input batch may be, by its number of dimensions.
@@ -146,3 +150,15 @@ def check_model_takes(model: nn.Module, x: Tensor) -> None:
                 "for an RGB model: x.expand(-1, 3, ...)) or pass the model that takes it"
             )
         return
+
+
+def per_sample(value: int | Sequence[int] | Tensor, batch: int, device: torch.device, name: str) -> Tensor:
+    """``value`` as a LongTensor [B]: one int for every sample, or one per sample (checked)."""
+    index = torch.as_tensor(value, device=device)
+    if index.is_floating_point() or index.dtype == torch.bool:
+        raise InvalidTargetError(f"{name} must be integers, got dtype {index.dtype}")
+    if index.dim() == 0:
+        return index.long().expand(batch)
+    if index.dim() != 1 or index.shape[0] != batch:
+        raise InvalidTargetError(f"{name} must be one int or {batch} ints (one per sample), got shape {list(index.shape)}")
+    return index.long()

@@ -22,12 +22,13 @@ import torch
 from torch import nn
 
 from .._version import __version__
+from ..detection import task_of
 from ..errors import InvalidInputError
 from ..methods.base import CAMExplainer
 from ..modelload import load_model, warn_random_weights
 from ..viz.overlay import overlay
 from .data import _reason, read_checked
-from .explain_detect import explain_dense_files, task_of
+from .explain_detect import explain_dense_files
 from .explain_media import explain_media_files, media_kind
 from .explaining import build_explainer, chooser, explain_batch, parse_target
 from .files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name

@@ -17,7 +17,7 @@ and box is taken back to the image's own pixels.
 
 Ultralytics' raw candidates are turned into detections as its ``predict`` does by default: a
 candidate's score is its best class probability, then class-wise NMS at IoU 0.7
-(``torchvision.ops.batched_nms``).
+(``torchvision.ops.batched_nms``; :func:`camkit.detection.detections_of`).
 """
 
 from __future__ import annotations
@@ -30,104 +30,21 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .._internal.state import eval_mode
 from .._version import __version__
+from ..detection import DetectionTarget, detections_of, task_of, threshold_hint
 from ..errors import InvalidInputError
-from ..layers.families.ultralytics import is_ultralytics
 from ..methods.base import Explainer
 from ..modelload import LoadedModel
-from ..targets.detection import DetectionTarget, candidates_of, cxcywh_to_xyxy
 from ..targets.tasks import SegmentationTarget
 from ..viz.boxes import draw_boxes
 from ..viz.overlay import overlay
 from .data import _reason, read_checked
 from .files import atomic_write, encode_image, npy_bytes, safe_name
 
-__all__ = ["detections_of", "explain_dense", "explain_dense_files", "task_of"]
-
-_SEGMENTERS = {"FCN", "DeepLabV3", "LRASPP", "SegformerForSemanticSegmentation"}
-_NMS_IOU = 0.7
-
-
-def task_of(model: nn.Module) -> str | None:
-    """``"detect"``, ``"segment"`` or ``None`` (a classifier, or a model camkit does not know).
-
-    Example:
-        >>> from torch import nn
-        >>> from camkit.audit.explain_detect import task_of
-        >>> task_of(nn.Linear(2, 2)) is None
-        True
-    """
-    names = {cls.__name__ for cls in type(model).__mro__}
-    if type(getattr(model, "transform", None)).__name__ == "GeneralizedRCNNTransform":
-        return "detect"
-    kind = is_ultralytics(model)
-    if kind is not None:
-        return None if kind == "ClassificationModel" else "detect"
-    if names & {"DetrForObjectDetection"}:
-        return "detect"
-    if names & _SEGMENTERS:
-        return "segment"
-    return None
-
-
-def detections_of(model: nn.Module, output: Any, size: tuple[int, int]) -> list[dict[str, Tensor]]:
-    """A detector's output as torchvision-style detections per image (boxes x1, y1, x2, y2 in input pixels).
-
-    torchvision's list is returned as it is; ultralytics' raw candidates go through class-wise
-    NMS at IoU 0.7 (each candidate scored by its best class); DETR's queries are each labelled
-    with their best real class and scored by its softmax probability, whatever the "no object"
-    probability, as Hugging Face's ``post_process_object_detection`` does (a score threshold then
-    keeps what that function keeps at the same threshold).
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> from camkit.audit.explain_detect import detections_of
-        >>> dets = [{"boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}]
-        >>> detections_of(nn.Identity(), dets, (8, 8)) == dets  # torchvision's list, as it is
-        True
-    """
-    if isinstance(output, (list, tuple)) and output and isinstance(output[0], dict) and "boxes" in output[0]:
-        return list(output)
-    candidates = candidates_of(output)
-    if candidates is not None and is_ultralytics(model) is not None:
-        from torchvision.ops import batched_nms
-
-        layers = model.get_submodule("model")
-        head = layers[-1] if isinstance(layers, nn.Sequential) else None
-        count = getattr(head, "nc", None)
-        classes = count if isinstance(count, int) else candidates.shape[1] - 4
-        found = []
-        for sample in candidates.detach():
-            boxes = cxcywh_to_xyxy(sample[:4].T)
-            scores, labels = sample[4 : 4 + classes].max(dim=0)
-            keep = batched_nms(boxes, scores, labels, _NMS_IOU)
-            found.append({"boxes": boxes[keep], "scores": scores[keep], "labels": labels[keep]})
-        return found
-    logits, pred = getattr(output, "logits", None), getattr(output, "pred_boxes", None)
-    if isinstance(logits, Tensor) and isinstance(pred, Tensor):
-        height, width = size
-        probs = logits.detach().softmax(dim=-1)
-        found = []
-        for p, b in zip(probs, pred.detach()):
-            scores, labels = p[:, :-1].max(dim=-1)
-            boxes = cxcywh_to_xyxy(b * b.new_tensor([width, height, width, height]))
-            found.append({"boxes": boxes, "scores": scores, "labels": labels})
-        return found
-    raise InvalidInputError(f"{type(model).__name__} returned {type(output).__name__}, not detections camkit can read")
-
-
-def _threshold_hint(model: nn.Module) -> str:
-    for path in ("roi_heads.score_thresh", "score_thresh"):
-        owner: Any = model
-        for part in path.split(".")[:-1]:
-            owner = getattr(owner, part, None)
-        if isinstance(getattr(owner, path.split(".")[-1], None), float):
-            return f"--score-threshold, or the model's {path} (box_score_thresh / score_thresh when building it)"
-    return "--score-threshold"
+__all__ = ["explain_dense", "explain_dense_files"]
 
 
 def _input(loaded: LoadedModel, rgb: np.ndarray, task: str) -> tuple[Tensor, bool]:
@@ -191,9 +108,8 @@ def explain_dense(
         keep = keep[torch.sort(found["scores"][keep], descending=True, stable=True).indices][: top or None]
         if keep.numel() == 0:
             best = float(found["scores"].max()) if found["scores"].numel() else None
-            entry["error"] = (
-                f"no detection with score >= {score_threshold} (best: {best}); lower {_threshold_hint(loaded.model)}"
-            )
+            hint = threshold_hint(loaded.model, "--score-threshold")
+            entry["error"] = f"no detection with score >= {score_threshold} (best: {best}); lower {hint}"
             entry["detections"] = []
             return
         kept = {k: v[keep] for k, v in found.items() if k in ("boxes", "scores", "labels")}

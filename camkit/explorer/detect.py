@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..audit.explain_detect import explain_dense, task_of
+from ..audit.explain_detect import explain_dense
+from ..detection import task_of
 from ..errors import InvalidInputError
 from .inputs import image_hash, read_image
 from .session import Session, settings_key

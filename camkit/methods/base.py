@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from .._internal import syncs as _syncs
 from .._internal.checks import BATCH_SHAPES, check_finite, check_input_batch, check_model_takes
 from .._internal.state import eval_mode, preserve_running_stats
+from ..detection import default_output, narrowed_scores
 from ..errors import CamkitWarning, InferenceModeError, InvalidInputError
 from ..explanation import Explanation
 from ..functional.concepts import channel_relevance
@@ -29,10 +30,8 @@ from ..layers.layout import conv_ranks, layer_grid, prefix_token_hint
 from ..layers.names import LayerSpec
 from ..layers.resolve import resolve_layers
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
-from ..targets.detection import default_output
 from ..targets.neuron import bind_target
 from ._binding import Call, InputIndex, bind_inputs, bound, current_call, run_model
-from ._narrow import narrowed_scores
 from ._output import finish_maps, make_explanation
 from ._placement import Placement
 

@@ -14,7 +14,7 @@ helper                      score of sample ``b``
 :class:`RegressionTarget`    ``output[b, index]`` (``-output[b, index]`` with ``negate``)
 :class:`BinaryTarget`        ``z[b]`` for the positive class, ``-z[b]`` for the negative one
 :class:`DetectionTarget`     the score of the detection best matching a reference box (IoU);
-                             in :mod:`camkit.targets.detection`, re-exported here
+                             in :mod:`camkit.detection`, re-exported here
 ==========================  ===============================================================
 """
 
@@ -27,9 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._internal.checks import per_sample as _per_sample
+from ..detection.outputs import box_iou
+from ..detection.target import DetectionTarget
 from ..errors import InvalidTargetError, OutputSelectionError
-from .detection import DetectionTarget, box_iou
-from .detection import per_sample as _per_sample
 
 __all__ = [
     "BinaryTarget", "DetectionTarget", "RegressionTarget", "SegmentationTarget", "SimilarityTarget", "box_iou",

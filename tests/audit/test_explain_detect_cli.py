@@ -12,8 +12,8 @@ from tinyfactory import tiny_detector
 
 import camkit
 from camkit.audit.explain import explain_files
-from camkit.audit.explain_detect import detections_of
 from camkit.cli import main
+from camkit.detection import detections_of
 from camkit.modelload import load_model
 
 

@@ -19,8 +19,9 @@ from torchvision.ops import box_area, box_iou
 import camkit
 from camkit._internal import syncs as _syncs
 from camkit._internal.syncs import record_syncs
-from camkit.methods import _narrow, _narrow_single
-from camkit.methods._narrow_dense import reach
+from camkit.detection import narrow as _narrow
+from camkit.detection import narrow_single as _narrow_single
+from camkit.detection.narrow_dense import reach
 
 CLASSES = 3  # RetinaNet v1: 2, so that keeping every candidate of its larger input stays cheap
 # each family's default layer, named so that no dry run looks for it

@@ -21,7 +21,7 @@ again, with a graph:
 * on the window of the level's map that the position reads, where the branch is a chain of
   stride-1 "same" convolutions, batch norms and pointwise activations (RetinaNet with the
   original head, SSD's one convolution, SSDlite's depthwise and pointwise pair): see
-  :func:`camkit.methods._narrow_dense.branch_at` (on a level so small that the windows would hold
+  :func:`camkit.detection.narrow_dense.branch_at` (on a level so small that the windows would hold
   more positions than its maps, on the maps);
 * on the level's whole map where a group norm takes its statistics over every position
   (RetinaNet v2 and FCOS): a window would change them.
@@ -33,7 +33,7 @@ whole head is run again with a graph and post-processed again, the full graph fr
 on. On a device nothing is read back: every level is rerun and each candidate's level selected
 with ``torch.where``.
 
-Private: used by :mod:`camkit.methods._narrow`.
+Used by :mod:`camkit.detection.narrow`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..hooks import HookScope
-from ._narrow_dense import branch_at, by_level
+from .narrow_dense import branch_at, by_level
 
 __all__ = ["SingleStage", "narrowed_single_scores", "single_stage"]
 

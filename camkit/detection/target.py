@@ -32,154 +32,20 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
+from .._internal.checks import per_sample
 from ..errors import InvalidTargetError, OutputSelectionError
 from ..hooks import HookScope
-from ..layers.families.ultralytics import is_ultralytics
+from .outputs import (
+    _class_count,
+    _is_detr,
+    _torchvision_classes,
+    box_iou,
+    candidates_of,
+    cxcywh_to_xyxy,
+    threshold_hint,
+)
 
-__all__ = ["DetectionTarget", "box_iou", "candidates_of", "cxcywh_to_xyxy", "default_output", "per_sample"]
-
-
-def per_sample(value: int | Sequence[int] | Tensor, batch: int, device: torch.device, name: str) -> Tensor:
-    """``value`` as a LongTensor [B]: one int for every sample, or one per sample (checked)."""
-    index = torch.as_tensor(value, device=device)
-    if index.is_floating_point() or index.dtype == torch.bool:
-        raise InvalidTargetError(f"{name} must be integers, got dtype {index.dtype}")
-    if index.dim() == 0:
-        return index.long().expand(batch)
-    if index.dim() != 1 or index.shape[0] != batch:
-        raise InvalidTargetError(f"{name} must be one int or {batch} ints (one per sample), got shape {list(index.shape)}")
-    return index.long()
-
-
-def box_iou(boxes: Tensor, reference: Tensor) -> Tensor:
-    """IoU of boxes [..., N, 4] with reference boxes [..., 4], all ``(x1, y1, x2, y2)``: [..., N].
-
-    Example:
-        >>> import torch
-        >>> from camkit.targets.tasks import box_iou
-        >>> box_iou(torch.tensor([[0.0, 0.0, 2.0, 2.0], [1.0, 0.0, 3.0, 2.0]]), torch.tensor([0.0, 0.0, 2.0, 2.0]))
-        tensor([1.0000, 0.3333])
-    """
-    reference = reference.unsqueeze(-2)
-    lt = torch.maximum(boxes[..., :2], reference[..., :2])
-    rb = torch.minimum(boxes[..., 2:], reference[..., 2:])
-    inter = (rb - lt).clamp_min(0).prod(dim=-1)
-    area = (boxes[..., 2:] - boxes[..., :2]).clamp_min(0).prod(dim=-1)
-    ref_area = (reference[..., 2:] - reference[..., :2]).clamp_min(0).prod(dim=-1)
-    union = area + ref_area - inter
-    return torch.where(union > 0, inter / torch.where(union > 0, union, torch.ones_like(union)), torch.zeros_like(union))
-
-
-def cxcywh_to_xyxy(boxes: Tensor) -> Tensor:
-    """Boxes [..., 4] as centre x, y, width, height to corners x1, y1, x2, y2.
-
-    Example:
-        >>> import torch
-        >>> from camkit.targets.detection import cxcywh_to_xyxy
-        >>> cxcywh_to_xyxy(torch.tensor([4.0, 3.0, 2.0, 4.0]))
-        tensor([3., 1., 5., 5.])
-    """
-    centre, size = boxes[..., :2], boxes[..., 2:4]
-    return torch.cat([centre - size / 2, centre + size / 2], dim=-1)
-
-
-def candidates_of(output: Any) -> Tensor | None:
-    """The raw candidates [B, 4 + K (+ extra), A] in an ultralytics detector's output, else ``None``.
-
-    Ultralytics' detectors return ``(candidates, extras)`` in eval mode, its segmenter
-    ``((candidates, protos), extras)``; the bare tensor is accepted too.
-
-    Example:
-        >>> import torch
-        >>> from camkit.targets.detection import candidates_of
-        >>> candidates_of((torch.zeros(2, 7, 10), {"feats": []})).shape
-        torch.Size([2, 7, 10])
-    """
-    while isinstance(output, (tuple, list)) and output and not isinstance(output[0], Mapping):
-        output = output[0]
-    if isinstance(output, Tensor) and output.dim() == 3 and output.shape[1] >= 5:
-        return output
-    return None
-
-
-def _ultralytics_candidates(output: Any) -> Tensor:
-    found = candidates_of(output)
-    if found is None:
-        raise OutputSelectionError("the ultralytics model did not return raw candidates [B, 4 + K, A]")
-    return found
-
-
-def _ultralytics_probabilities(output: Any) -> Tensor:
-    # Classify returns (probabilities, logits) in eval mode and the logits alone in training mode
-    return output[0] if isinstance(output, (tuple, list)) else output
-
-
-def default_output(model: nn.Module) -> Any:
-    """What to score of a model whose output is a tuple camkit knows, when no ``output=`` is given.
-
-    Ultralytics' classifier: its probabilities (the first of ``(probabilities, logits)``);
-    its detectors, segmenters and pose models: the raw candidates [B, 4 + K (+ extra), A]
-    (:func:`candidates_of`). ``None`` for other models (their output is used as it is, or a
-    Hugging Face output's ``logits``: :func:`camkit.targets.select_output`).
-
-    Example:
-        >>> from torch import nn
-        >>> from camkit.targets.detection import default_output
-        >>> default_output(nn.Linear(2, 2)) is None
-        True
-    """
-    kind = is_ultralytics(model)
-    if kind is None:
-        return None
-    return _ultralytics_probabilities if kind == "ClassificationModel" else _ultralytics_candidates
-
-
-def _class_count(output: Any, model: nn.Module | None) -> int | None:
-    """K of an ultralytics output: from its extras' ``scores`` [B, K, A], else from the model's head."""
-    if isinstance(output, (tuple, list)) and len(output) > 1 and isinstance(output[-1], Mapping):
-        scores = output[-1].get("scores")
-        if isinstance(scores, Tensor) and scores.dim() == 3:
-            return int(scores.shape[1])
-    inner = getattr(model, "model", None)
-    count = getattr(inner[-1], "nc", None) if isinstance(inner, nn.Sequential) and len(inner) else None
-    if isinstance(count, int):
-        return count
-    return None
-
-
-def _is_detr(output: Any) -> bool:
-    get = output.get if isinstance(output, Mapping) else lambda key: getattr(output, key, None)
-    logits, boxes = get("logits"), get("pred_boxes")
-    return isinstance(logits, Tensor) and isinstance(boxes, Tensor) and logits.dim() == 3 and boxes.dim() == 3
-
-
-def _torchvision_classes(model: nn.Module | None) -> int | None:
-    """The number of classes of a torchvision detector (background included), when its head says."""
-    for path in (
-        "roi_heads.box_predictor.cls_score.out_features",
-        "head.classification_head.num_classes",
-        "head.classification_head.num_columns",  # SSD, SSDlite
-    ):
-        value: Any = model
-        for part in path.split("."):
-            value = getattr(value, part, None)
-        if isinstance(value, int):
-            return value
-    return None
-
-
-def _threshold_hint(model: nn.Module | None) -> str:
-    """Which attribute of a torchvision detector decides what its post-processing keeps."""
-    if model is None:
-        return "the detector's score threshold (torchvision: box_score_thresh / score_thresh)"
-    for path in ("roi_heads.score_thresh", "score_thresh"):
-        owner: Any = model
-        for part in path.split(".")[:-1]:
-            owner = getattr(owner, part, None)
-        value = getattr(owner, path.split(".")[-1], None)
-        if isinstance(value, float):
-            return f"model.{path} (now {value}; the box_score_thresh / score_thresh argument when building it)"
-    return "the detector's score threshold"
+__all__ = ["DetectionTarget"]
 
 
 class DetectionTarget:
@@ -254,7 +120,7 @@ class DetectionTarget:
         Args:
             detections: one dict per image with ``"boxes"`` [N, 4] (x1, y1, x2, y2) and
                 ``"labels"`` [N], as torchvision's detectors return (or
-                :func:`camkit.audit.explain_detect.detections_of` makes from other outputs);
+                :func:`camkit.detection.detections_of` makes from other outputs);
                 every image must have the same N (one image at a time otherwise).
             kwargs: passed to the constructor (``iou_threshold``...).
 
@@ -463,7 +329,7 @@ class DetectionTarget:
         empty = [b for b, det in enumerate(output) if det["scores"].shape[0] == 0]
         if empty and not self.absent_scores_zero:
             raise InvalidTargetError(
-                f"the detector kept no detection in image(s) {empty}: lower {_threshold_hint(model)} so that its "
+                f"the detector kept no detection in image(s) {empty}: lower {threshold_hint(model)} so that its "
                 "post-processing keeps the object you want to explain."
             )
         scores, best, picks = [], [], []

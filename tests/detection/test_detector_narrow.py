@@ -19,9 +19,9 @@ from torch import Tensor, nn
 import camkit
 from camkit._internal import syncs as _syncs
 from camkit._internal.syncs import record_syncs
-from camkit.methods import _narrow_dense
-from camkit.methods._narrow_dense import reach
-from camkit.targets.detection import cxcywh_to_xyxy
+from camkit.detection import cxcywh_to_xyxy
+from camkit.detection import narrow_dense as _narrow_dense
+from camkit.detection.narrow_dense import reach
 
 # yolov8n and yolo11n on 64x96: levels of 8x12, 4x6 and 2x3 positions (A = 96 + 24 + 6 = 126)
 PICKS = torch.tensor([[0, 99], [125, 95]])  # a corner of level 0, inside level 1, the last of level 2, a border

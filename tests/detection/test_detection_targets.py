@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import camkit
-from camkit.targets.detection import candidates_of, cxcywh_to_xyxy
+from camkit.detection import candidates_of, cxcywh_to_xyxy
 
 
 def _candidates() -> torch.Tensor:

@@ -242,7 +242,7 @@ def _detector_case(name: str, yolo: Any) -> tuple[nn.Module, Tensor, Any, Callab
             branch[-1].bias.zero_()
     x = torch.rand(2, 3, 64, 96, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        candidates = camkit.targets.detection.candidates_of(model(x))
+        candidates = camkit.detection.candidates_of(model(x))
     refs = box_convert(candidates[:, :4, [5, 40]].transpose(1, 2)[:, 0], "cxcywh", "xyxy")
     labels = torch.tensor([2, 7])
     return model, x, camkit.DetectionTarget(refs, labels, iou_threshold=0.5), _yolo_detection_score(refs, labels, 0.5), None, "model.1"

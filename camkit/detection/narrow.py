@@ -15,12 +15,13 @@ post-processing scores the picked detections (the whole heads' graph, one read d
 device, where that read would wait for it, such a detection scores NaN and its map is flat.
 
 Ultralytics' dense heads get the same treatment, one candidate's window at a time
-(:mod:`camkit.methods._narrow_dense`), and so do torchvision's single-stage detectors, RetinaNet,
+(:mod:`camkit.detection.narrow_dense`), and so do torchvision's single-stage detectors, RetinaNet,
 FCOS, SSD and SSDlite: their head runs without autograd, each picked detection is traced back to
 its anchor, and the class branch of that anchor's level is rerun on the window around it (or on
-the level's whole map where a group norm spans it) (:mod:`camkit.methods._narrow_single`).
+the level's whole map where a group norm spans it) (:mod:`camkit.detection.narrow_single`).
 
-Private: used by :class:`camkit.methods.base.GradientCAM`.
+The explainers' base class calls :func:`narrowed_scores` (as ``camkit.detection.narrowed_scores``);
+the wing's one entry to the narrowing.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from torch import Tensor, nn
 
 from .._internal import syncs as _syncs
 from ..hooks import HookScope
-from ._narrow_dense import dense_head, narrowed_dense_scores
-from ._narrow_single import narrowed_single_scores, single_stage
+from .narrow_dense import dense_head, narrowed_dense_scores
+from .narrow_single import narrowed_single_scores, single_stage
 
 __all__ = ["narrowed_scores"]
 

@@ -246,7 +246,7 @@ def test_ultralytics_detectors(yaml: str, stages: list[int], yolo_env: Any) -> N
     model = _yolo(yolo_env, yaml)
     x = torch.rand(2, 3, 64, 96, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        candidates = camkit.targets.detection.candidates_of(model(x))
+        candidates = camkit.detection.candidates_of(model(x))
     boxes = box_convert(candidates[:, :4, [5, 40]].transpose(1, 2)[:, 0], "cxcywh", "xyxy")  # candidate 5, 40
     boxes = boxes.clamp(min=0)
     boxes[:, 2].clamp_(max=96)

@@ -14,12 +14,12 @@ score is the same value and its gradient at any layer before the head is the sam
 
 On the host, only the levels that hold a picked candidate are rerun: a layer that feeds only
 the other levels gets the gradient the full graph gives it, zero (see ``unreached_zero`` in
-:mod:`camkit.methods._narrow`). On a device, where reading which levels those are would wait
+:mod:`camkit.detection.narrow`). On a device, where reading which levels those are would wait
 for it, every level's window is scored and each candidate's level selected with
 ``torch.where``: no host read, and the backward also visits the other levels' windows (with a
 zero gradient) and the neck between them.
 
-Private: used by :mod:`camkit.methods._narrow`.
+Used by :mod:`camkit.detection.narrow`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from .._internal import syncs as _syncs
 from ..hooks import HookScope
 from ..layers.families.ultralytics import is_ultralytics
-from ..targets.detection import default_output
+from .outputs import default_output
 
 __all__ = ["branch_at", "by_level", "dense_head", "narrowed_dense_scores", "reach"]
 
@@ -58,7 +58,7 @@ def reach(branch: nn.Module) -> tuple[int, int] | None:
 
     Example:
         >>> from torch import nn
-        >>> from camkit.methods._narrow_dense import reach
+        >>> from camkit.detection.narrow_dense import reach
         >>> reach(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.SiLU(), nn.Conv2d(4, 2, (1, 5), padding=(0, 2))))
         (1, 3)
         >>> reach(nn.Sequential(nn.Conv2d(4, 4, 3, stride=2, padding=1))) is None
@@ -103,7 +103,7 @@ def branch_at(
     Example:
         >>> import torch
         >>> from torch import nn
-        >>> from camkit.methods._narrow_dense import branch_at
+        >>> from camkit.detection.narrow_dense import branch_at
         >>> branch = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.ReLU(), nn.Conv2d(3, 1, 3, padding=1))
         >>> x = torch.rand(2, 2, 9, 9)
         >>> image, row, col = torch.tensor([0, 1]), torch.tensor([0, 4]), torch.tensor([8, 4])
