@@ -49,9 +49,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError
-from ..hooks import HookScope
-from ._attention import block_of
+from ...errors import InvalidInputError
+from ...hooks import HookScope
+from .capture import block_of
 
 __all__ = [
     "BlockCall",

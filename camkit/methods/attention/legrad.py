@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
-from ..explanation import Explanation
-from ..functional.attention import legrad_relevance
-from ..hooks import HookScope
-from ..targets.classes import Target, _index_tensor, _plain_target, resolve_target, select_output
-from ._attention import AttentionCapture
-from ._blockwise import BlockRecorder, first_tensor, micro_batches, replace_first
+from ...errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
+from ...explanation import Explanation
+from ...functional.attention import legrad_relevance
+from ...hooks import HookScope
+from ...targets.classes import Target, _index_tensor, _plain_target, resolve_target, select_output
+from .blockwise import BlockRecorder, first_tensor, micro_batches, replace_first
+from .capture import AttentionCapture
 
 if TYPE_CHECKING:
-    from .attention import LeGrad
+    from .base import LeGrad
 
 __all__ = ["SINGLE_PASS_PARTS", "given_classes", "recompute", "single_pass"]
 

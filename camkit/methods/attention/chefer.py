@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from ..errors import LayerNotReachedError
-from ..explanation import Explanation
-from ..functional.attention import weighted_attention
-from ..targets.classes import Target
-from ._attention import AttentionCapture
-from ._blockwise import (
+from ...errors import LayerNotReachedError
+from ...explanation import Explanation
+from ...functional.attention import weighted_attention
+from ...targets.classes import Target
+from .blockwise import (
     TOKENS_ONLY,
     BlockRecorder,
     Halted,
@@ -39,10 +38,11 @@ from ._blockwise import (
     segment_length,
     tokens_at,
 )
-from ._legrad import given_classes
+from .capture import AttentionCapture
+from .legrad import given_classes
 
 if TYPE_CHECKING:
-    from .attention import CheferRollout
+    from .base import CheferRollout
 
 __all__ = ["from_last_segment", "query_row", "roll", "segments_back"]
 

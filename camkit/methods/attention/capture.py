@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError, LayerNotReachedError
-from ..hooks import HookScope
+from ...errors import InvalidInputError, LayerNotReachedError
+from ...hooks import HookScope
 
 __all__ = ["AttentionCapture", "attention_modules", "block_of"]
 

@@ -21,28 +21,28 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
-from .._internal.syncs import to_device
-from ..errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
-from ..explanation import Explanation
-from ..functional.attention import (
+from ..._internal.syncs import to_device
+from ...errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
+from ...explanation import Explanation
+from ...functional.attention import (
     attention_rollout,
     fuse_heads,
     gradient_rollout,
     legrad_relevance,
     token_relevance,
 )
-from ..functional.tokens import infer_token_grid
-from ..layers.layout import prefix_token_hint
-from ..registry import register_method
-from ..targets.classes import OutputSelector, Target, resolve_target, select_output
-from ..targets.neuron import NeuronTarget
-from ._attention import AttentionCapture, attention_modules
-from ._binding import InputIndex
-from ._blockwise import BlockRecorder, attention_blocks, segment_length
-from ._chefer import from_last_segment, query_row, segments_back
-from ._legrad import given_classes, recompute, single_pass
-from ._output import make_explanation
-from .base import Explainer
+from ...functional.tokens import infer_token_grid
+from ...layers.layout import prefix_token_hint
+from ...registry import register_method
+from ...targets.classes import OutputSelector, Target, resolve_target, select_output
+from ...targets.neuron import NeuronTarget
+from .._binding import InputIndex
+from .._output import make_explanation
+from ..base import Explainer
+from .blockwise import BlockRecorder, attention_blocks, segment_length
+from .capture import AttentionCapture, attention_modules
+from .chefer import from_last_segment, query_row, segments_back
+from .legrad import given_classes, recompute, single_pass
 
 __all__ = ["AttentionExplainer", "AttentionRollout", "CheferRollout", "LeGrad"]
 
