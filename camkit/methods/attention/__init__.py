@@ -5,6 +5,9 @@
 during a forward and ``blockwise`` calls the blocks again one segment at a time.
 """
 
-from .base import AttentionExplainer, AttentionRollout, CheferRollout, LeGrad
+from .base import AttentionExplainer
+from .chefer import CheferRollout
+from .legrad import LeGrad
+from .rollout import AttentionRollout
 
 __all__ = ["AttentionExplainer", "AttentionRollout", "CheferRollout", "LeGrad"]
