@@ -1,8 +1,8 @@
 """CheferRollout and LeGrad one block at a time: the same maps as one backward through every block's graph.
 
 The explainers recompute and differentiate one transformer block at a time
-(``camkit.methods._blockwise``); LeGrad with classes given before the forward differentiates each
-block as the forward reaches it instead (``camkit.methods._legrad.single_pass``). Their private
+(``camkit.methods.attention.blockwise``); LeGrad with classes given before the forward differentiates each
+block as the forward reaches it instead (``camkit.methods.attention.legrad``). Their private
 ``_blockwise = False`` keeps the whole-graph path (one forward that keeps every block's graph, one
 backward), which the formula tests in ``test_vit_attention.py`` check by hand. Here the paths run
 on every family and must agree, the path taken must really have run (its block calls or its
@@ -20,7 +20,7 @@ from vit_helpers import SIZE, assert_maps_close, hf_vit, timm_vit, torchvision_v
 
 import camkit
 from camkit.errors import InvalidInputError
-from camkit.methods import _blockwise
+from camkit.methods.attention import blockwise as _blockwise
 
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
@@ -245,7 +245,7 @@ def test_a_score_reading_a_middle_block_directly(early, segment, replays):
 def _as_known(monkeypatch) -> None:
     """Let CheferRollout treat any model as a family it knows (each sample scored alone): its last segment then
     runs inside the model's own forward, the blocks before it standing in for themselves."""
-    monkeypatch.setattr(camkit.methods.attention, "known_head", lambda model: nn.Identity())
+    monkeypatch.setattr(camkit.methods.attention.chefer, "known_head", lambda model: nn.Identity())
 
 
 @pytest.mark.parametrize("segment", [None, 3])
@@ -574,7 +574,7 @@ def test_recompute_false_is_the_whole_graph_path_with_the_same_maps(cls, replays
 
 
 def test_given_classes_are_the_targets_that_name_classes_before_the_forward():
-    from camkit.methods._legrad import given_classes
+    from camkit.methods.attention.base import given_classes
 
     assert given_classes(None, 2) is None and given_classes(lambda out: out[:, 0], 2) is None
     assert given_classes(True, 2) is None and given_classes([0.5, 1.0], 2) is None  # refused on the other path

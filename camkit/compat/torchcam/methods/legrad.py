@@ -14,10 +14,10 @@ from functools import partial
 from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ....functional import legrad_relevance
+from ....methods.attention.capture import mha_output, mha_unreadable, mha_values
 from .core import _CAM, OutputTarget
 
 __all__ = ["LeGrad"]
@@ -37,13 +37,17 @@ def _check_options(prefix_tokens: Any, grid_shape: Any, score_projection: Any) -
         raise TypeError(f"`score_projection` must be callable, got {type(score_projection).__name__}")
 
 
+_UNREADABLE = {
+    "batch_first": "requires batch-first attention (batch_first=True)",
+    "projection": "requires shared-dimension Q/K/V projections (one in_proj_weight)",
+    "added_tokens": "does not support added attention tokens (bias_kv, add_zero_attn)",
+}
+
+
 def _check_attention(attention: nn.MultiheadAttention, name: str) -> None:
-    if not attention.batch_first:
-        raise ValueError(f"target block '{name}' requires batch-first attention (batch_first=True)")
-    if attention.kdim != attention.embed_dim or attention.vdim != attention.embed_dim or attention.in_proj_weight is None:
-        raise ValueError(f"target block '{name}' requires shared-dimension Q/K/V projections (one in_proj_weight)")
-    if attention.bias_k is not None or attention.bias_v is not None or attention.add_zero_attn:
-        raise ValueError(f"target block '{name}' does not support added attention tokens (bias_kv, add_zero_attn)")
+    reason = mha_unreadable(attention)
+    if reason is not None:
+        raise ValueError(f"target block '{name}' {_UNREADABLE[reason]}")
 
 
 class LeGrad(_CAM):
@@ -184,19 +188,14 @@ class LeGrad(_CAM):
             raise ValueError(
                 f"incompatible attention probability shape {tuple(attention.shape)} for values {tuple(value.shape)}"
             )
-        # the block's output recomputed from the captured probabilities, so they are on the score's path
-        e = module.embed_dim
-        bias = None if module.in_proj_bias is None else module.in_proj_bias[2 * e :]
-        v = F.linear(value, module.in_proj_weight[2 * e :], bias)
-        v = v.reshape(batch, length, module.num_heads, e // module.num_heads).transpose(1, 2)
-        mixed = torch.matmul(attention, v).transpose(1, 2).reshape(batch, attention.shape[-2], e)
         self.hook_attn[idx] = attention
         options = self._weight_options[idx]
         if options is None:
             raise RuntimeError("missing original attention return options: the pre-forward hook did not run")
         requested, averaged = options
         weights = (attention.mean(dim=1) if averaged else attention) if requested else None
-        return module.out_proj(mixed), weights
+        # the block's output recomputed from the captured probabilities, so they are on the score's path
+        return mha_output(module, attention, mha_values(module, value)), weights
 
     def _precheck(self, class_idx: int | list[int] | None, scores: Any = None, targets: Any = None) -> None:
         if targets is not None:

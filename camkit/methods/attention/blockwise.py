@@ -1,4 +1,4 @@
-"""Gradients of a transformer's attention one block at a time, at about a forward's memory (private).
+"""Gradients of a transformer's attention one block at a time, at about a forward's memory.
 
 Chefer's rollout needs ``dS/dA_l`` for every block ``l``, LeGrad the gradient of block ``l``'s own
 score. Keeping the graph of every block for one backward costs the activations of the whole
@@ -14,10 +14,10 @@ network (11 to 16 times a no-grad forward on ViT-B/16). Here instead:
    (:meth:`BlockRecorder.outputs_read` finds those outputs on the score's graph). Where each
    sample is scored alone, Chefer's forward halts at the last segment instead (``halt=``,
    :class:`Halted`), and that segment runs with the score in the model's own forward
-   (:mod:`camkit.methods._chefer`).
+   (:meth:`~camkit.methods.attention.chefer.CheferRollout._from_last_segment`).
 2. Chefer: from the last segment of blocks to the first, the segment's blocks are called again,
    chained, from the segment's kept input, with their attention recorded on the graph
-   (:class:`~camkit.methods._attention.AttentionCapture`), and differentiated in one backward: the
+   (:class:`~camkit.methods.attention.capture.AttentionCapture`), and differentiated in one backward: the
    gradient with respect to the segment's input is the gradient with respect to the previous
    block's output, added to what the score reads of that output directly. Segments of about
    ``sqrt(L)`` blocks (:func:`segment_length`) keep ``sqrt(L)`` inputs and one segment's graph.
@@ -49,9 +49,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError
-from ..hooks import HookScope
-from ._attention import block_of
+from ...errors import InvalidInputError
+from ...hooks import HookScope
+from .capture import block_of
 
 __all__ = [
     "BlockCall",

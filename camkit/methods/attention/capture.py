@@ -1,4 +1,4 @@
-"""Attention probabilities of a vision transformer, read during one forward (private).
+"""Attention probabilities of a vision transformer, read during one forward, and ``nn.MultiheadAttention``'s parts.
 
 :class:`AttentionCapture` finds the model's attention modules, switches each to the path that
 computes its probabilities explicitly from its own queries and keys, for the call only, and
@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError, LayerNotReachedError
-from ..hooks import HookScope
+from ...errors import InvalidInputError, LayerNotReachedError
+from ...hooks import HookScope
 
-__all__ = ["AttentionCapture", "attention_modules", "block_of"]
+__all__ = ["AttentionCapture", "attention_modules", "block_of", "mha_output", "mha_unreadable", "mha_values"]
 
 _WINDOWED = ("Window", "Swin")
 _SWIN_HINT = (
@@ -272,7 +272,7 @@ class AttentionCapture:
         self._scope.forward(module, after, own_thread=True)
 
     def _hook_mha(self, index: int, module: Any) -> None:
-        if not module.batch_first or module.in_proj_weight is None or module.bias_k is not None or module.add_zero_attn:
+        if mha_unreadable(module) is not None:
             raise InvalidInputError(
                 "camkit reads nn.MultiheadAttention with batch_first=True, one packed input projection and no added "
                 "key/value biases (as torchvision's ViT builds it)"
@@ -305,11 +305,11 @@ class AttentionCapture:
                 attention, values = _probabilities(module, query)
             if self.gradients:
                 attention = self._record(index, attention)
-                out = _mix(module, attention, values if values is not None else _values(module, query, not self._local))
+                out = mha_output(module, attention, values if values is not None else _values(module, query, not self._local))
             else:
                 self._keep(index, attention)
                 if values is not None:
-                    out = _mix(module, attention, values)
+                    out = mha_output(module, attention, values)
             return out, ((attention.mean(dim=1) if average else attention) if need else None)
 
         module.forward = forward
@@ -373,15 +373,36 @@ def _probabilities(module: Any, x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _values(module: Any, x: Tensor, grad: bool) -> Tensor:
+    """:func:`mha_values`, on the graph only with ``grad`` (and autograd on)."""
+    with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+        return mha_values(module, x)
+
+
+def mha_unreadable(module: nn.MultiheadAttention) -> str | None:
+    """Why ``module``'s attention cannot be computed from its own packed projection; ``None`` when it can.
+
+    ``"batch_first"`` (it is not batch-first), ``"projection"`` (keys or values of other sizes: no one
+    ``in_proj_weight``) or ``"added_tokens"`` (``add_bias_kv`` or ``add_zero_attn``), the first that applies.
+    """
+    if not module.batch_first:
+        return "batch_first"
+    if module.kdim != module.embed_dim or module.vdim != module.embed_dim or module.in_proj_weight is None:
+        return "projection"
+    if module.bias_k is not None or module.bias_v is not None or module.add_zero_attn:
+        return "added_tokens"
+    return None
+
+
+def mha_values(module: Any, x: Tensor) -> Tensor:
     """An ``nn.MultiheadAttention``'s values [B, heads, N, d] over ``x`` [B, N, D], from its own packed projection."""
     batch, tokens, dim = x.shape
     weight, bias = module.in_proj_weight[2 * dim :], None if module.in_proj_bias is None else module.in_proj_bias[2 * dim :]
-    with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
-        return F.linear(x, weight, bias).view(batch, tokens, module.num_heads, dim // module.num_heads).transpose(1, 2)
+    return F.linear(x, weight, bias).view(batch, tokens, module.num_heads, dim // module.num_heads).transpose(1, 2)
 
 
-def _mix(module: Any, attention: Tensor, values: Tensor) -> Tensor:
-    """``out_proj(A @ V)`` of an ``nn.MultiheadAttention``: its output [B, N, D]."""
+def mha_output(module: Any, attention: Tensor, values: Tensor) -> Tensor:
+    """``out_proj(A @ V)`` of an ``nn.MultiheadAttention``: its output [B, N, D] mixed from ``attention``
+    [B, heads, N, N] and ``values`` [B, heads, N, d]."""
     batch, heads, _, dim = values.shape
     mixed = (attention.to(values.dtype) @ values).transpose(1, 2).reshape(batch, attention.shape[2], heads * dim)
     return cast(Tensor, module.out_proj(mixed))

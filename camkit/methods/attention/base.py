@@ -1,0 +1,229 @@
+"""What the attention methods share: :class:`AttentionExplainer` and the helpers its subclasses use.
+
+Each method reads the model's attention probabilities ``A_l`` [B, heads, N, N] during one forward
+(:class:`camkit.methods.attention.capture.AttentionCapture`: timm, torchvision and Hugging Face ViTs,
+fused attention switched off for the call only) and turns them into relevance over the patch
+tokens; the math is in :mod:`camkit.functional.attention`. Prefix tokens (class, distillation,
+register tokens) are dropped from the keys; their count comes from the model
+(:func:`camkit.layers.layout.prefix_token_hint`). The map is the patch grid, upsampled
+bilinearly (``align_corners=False``) to the input and min-max normalised; a constant map is
+flagged ``flat``, as for every camkit method.
+
+Models that read a class token use its row of the relevance matrix; models that pool their
+tokens (timm's ``global_pool="avg"``, a model without class token) use the mean of all rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ...errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
+from ...explanation import Explanation
+from ...functional.tokens import infer_token_grid
+from ...layers.layout import prefix_token_hint
+from ...targets.classes import OutputSelector, Target, _index_tensor, _plain_target
+from .._binding import InputIndex
+from .._output import make_explanation
+from ..base import Explainer
+from .blockwise import BlockRecorder, attention_blocks
+from .capture import AttentionCapture, attention_modules
+
+__all__ = ["AttentionExplainer", "bool_option", "frozen_parameters", "given_classes", "known_head"]
+
+Head = Callable[[Tensor], Any]
+
+
+def _reads_class_token(model: nn.Module, prefix: int) -> bool:
+    pool = getattr(model, "global_pool", None)
+    if isinstance(pool, str) and type(model).__module__.startswith("timm"):
+        return pool == "token" and prefix > 0
+    return prefix > 0
+
+
+class AttentionExplainer(Explainer):
+    """Base of the attention methods: the model's attention layers, its token layout, the output contract.
+
+    Args:
+        model: a vision transformer (timm, torchvision or Hugging Face ViT, DeiT, DINOv2, CLIP vision).
+        query: which query row is read: ``"auto"`` (the class token's row when the model reads its
+            class token, else the mean of all rows), ``"class"`` or ``"mean"``.
+        output, keep_mode, input_index: see :class:`camkit.Explainer`.
+
+    Raises:
+        InvalidInputError: for a model without attention camkit can read: windowed attention (Swin),
+            or an attention class it does not know (named in the message).
+
+    Example:
+        >>> import torch
+        >>> from torchvision.models import VisionTransformer
+        >>> import camkit
+        >>> vit = VisionTransformer(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16)
+        >>> camkit.AttentionRollout(vit).layer_names()
+        ['encoder.layers.encoder_layer_0.self_attention', 'encoder.layers.encoder_layer_1.self_attention']
+    """
+
+    family: ClassVar[str | None] = "attention"
+    # the gradient methods differentiate one block at a time (camkit.methods.attention.blockwise); False: one
+    # backward through the graph of every block (also what a model or target it cannot replay gets)
+    _blockwise: bool = True
+    # samples per block call in that path (camkit.methods.attention.blockwise.micro_batches); None: about a quarter of the batch
+    _block_batch: int | None = None
+    # blocks per segment of CheferRollout's backward (camkit.methods.attention.blockwise.segment_length); None: ceil(sqrt(L))
+    _segment: int | None = None
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        query: str = "auto",
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        input_index: InputIndex = 0,
+    ) -> None:
+        super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
+        if query not in ("auto", "class", "mean"):
+            raise InvalidInputError(f"query must be 'auto', 'class' or 'mean', got {query!r}")
+        self.query = query
+        self._modules = attention_modules(self.model)
+        hint = prefix_token_hint(self.model)
+        self._prefix = hint if isinstance(hint, int) else None
+
+    def layer_names(self) -> list[str]:
+        """The attention modules read, in the order the model registers them."""
+        return [name for name, _, _ in self._modules]
+
+    def _layout(self, tokens: int, x: Tensor) -> tuple[int, tuple[int, ...], str]:
+        prefix, *grid = infer_token_grid(tokens, tuple(int(s) for s in x.shape[2:]), prefix=self._prefix)
+        query = self.query
+        if query == "auto":
+            query = "class" if _reads_class_token(self.model, prefix) else "mean"
+        return prefix, tuple(grid), query
+
+    def _finish(self, rows: list[Tensor], x: Tensor, grid: tuple[int, ...], classes: Tensor | None, scores: Tensor) -> Explanation:
+        maps = [row.reshape(row.shape[0], *grid) for row in rows]
+        raw = torch.stack(maps, dim=1) if scores.dim() == 2 else maps[0]
+        return make_explanation(self.key, [raw], x, classes, scores.detach(), tuple(self.layer_names()))
+
+    def _replays(self, target: Target) -> list[nn.Module] | None:
+        """The blocks to call again one at a time, or ``None`` for the whole-graph path.
+
+        Not when a module is in training mode (dropout would draw new masks), nor for a target that
+        reads a hidden layer (its score is on no graph in a forward without one).
+        """
+        if not self._blockwise or callable(getattr(target, "bind_model", None)):
+            return None
+        if any(m.training for m in self.model.modules()):
+            return None
+        return attention_blocks(self.model, self.layer_names())
+
+    def _recorded_forward(
+        self, capture: AttentionCapture, recorder: BlockRecorder, x: Tensor, target: Target
+    ) -> tuple[Tensor | None, Tensor] | None:
+        """The forward that only records the block calls (the model's own attention): ``(classes, scores)``,
+        with ``capture`` recording again after it; ``None`` when the blocks cannot be called again."""
+        capture.live = False
+        classes, scores = self._target_scores(x, target)
+        if not recorder.replayable(chain=True):
+            return None
+        recorder.stop()
+        capture.live = True
+        return classes, scores
+
+    @staticmethod
+    def _columns(scores: Tensor) -> tuple[Tensor, ...]:
+        return scores.unbind(dim=1) if scores.dim() == 2 else (scores,)
+
+    @staticmethod
+    def _grads_of(grad: Tensor | None, attention: Tensor, name: str) -> Tensor:
+        if grad is None:
+            raise LayerNotReachedError(f"the score does not depend on the attention of '{name}'")
+        return grad if grad.shape == attention.shape else grad.expand_as(attention)
+
+    @staticmethod
+    def _grads(score: Tensor, attentions: list[Tensor], names: list[str], retain: bool) -> list[Tensor]:
+        if not score.requires_grad:
+            raise LayerNotReachedError("the score does not depend on the model's attention: no graph links them")
+        grads = torch.autograd.grad(score.sum(), attentions, retain_graph=retain, allow_unused=True)
+        out = []
+        for name, attention, grad in zip(names, attentions, grads):
+            if grad is None:
+                raise LayerNotReachedError(f"the score does not depend on the attention of '{name}'")
+            out.append(grad if grad.shape == attention.shape else grad.expand_as(attention))
+        return out
+
+
+def bool_option(value: object, name: str) -> bool:
+    """``value`` when it is a bool; an :class:`~camkit.errors.InvalidInputError` naming option ``name`` otherwise."""
+    if isinstance(value, bool):
+        return value
+    raise InvalidInputError(f"{name} must be True or False, got {value!r}")
+
+
+def given_classes(target: Target, batch: int) -> Tensor | None:
+    """The classes a target names before any forward, [B] or [B, K] (range checked later); ``None`` if it names none.
+
+    ``None`` for the predicted class (``target=None``), a callable, or anything :func:`resolve_target`
+    would refuse (it then refuses it on the other path, with its message). Numpy integers and arrays
+    count as the ints and tensors they hold, as :func:`resolve_target` reads them.
+    """
+    if target is None or callable(target):
+        return None
+    try:
+        target = _plain_target(target)
+        if isinstance(target, int):
+            return torch.full((batch,), target, dtype=torch.long)
+        return _index_tensor(target, batch).long()
+    except (InvalidTargetError, TypeError, ValueError, RuntimeError):  # the last three: what torch.as_tensor refuses
+        return None
+
+
+@contextmanager
+def frozen_parameters(model: nn.Module) -> Iterator[None]:
+    """The model's parameters that require grad set not to for the block, put back after (also after an error).
+
+    No parameter gradient is taken then: autograd keeps only what the attention's gradient needs.
+    """
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    try:
+        for p in frozen:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+
+
+def _mean_head(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], Any]) -> Head:
+    return lambda tokens: head(norm(tokens.mean(dim=1)))
+
+
+def known_head(model: nn.Module) -> Head | None:
+    """The final norm and head of a known family, applied to the mean of one block's tokens; ``None`` if unknown."""
+    names = {cls.__name__ for cls in type(model).__mro__}
+    get = model.get_submodule
+    if "VisionTransformer" in names and type(model).__module__.startswith("timm"):
+        if getattr(model, "attn_pool", None) is not None:
+            return None  # attention pooling: no mean-of-tokens head
+        return _mean_head(get("norm"), nn.Sequential(get("fc_norm"), get("head_drop"), get("head")))
+    if "VisionTransformer" in names and hasattr(model, "heads") and hasattr(model, "encoder"):
+        return _mean_head(get("encoder.ln"), get("heads"))
+    if "ViTForImageClassification" in names:
+        return _mean_head(get("vit.layernorm"), get("classifier"))
+    if "DeiTForImageClassificationWithTeacher" in names:
+        cls_head, dist_head = get("cls_classifier"), get("distillation_classifier")
+        return _mean_head(get("deit.layernorm"), lambda z: (cls_head(z) + dist_head(z)) / 2)
+    if "DeiTForImageClassification" in names:
+        return _mean_head(get("deit.layernorm"), get("cls_classifier"))
+    if names & {"Dinov2ForImageClassification", "Dinov2WithRegistersForImageClassification"}:
+        base = "dinov2" if hasattr(model, "dinov2") else "dinov2_with_registers"
+        classifier = get("classifier")  # it reads [class token, patch mean]: both are the tokens' mean here
+        return _mean_head(get(f"{base}.layernorm"), lambda z: classifier(torch.cat([z, z], dim=1)))
+    if names & {"CLIPVisionModelWithProjection", "CLIPVisionModel"}:
+        norm = get("vision_model.post_layernorm") if hasattr(model, "vision_model") else get("post_layernorm")
+        return _mean_head(norm, get("visual_projection") if hasattr(model, "visual_projection") else nn.Identity())
+    return None
