@@ -118,7 +118,7 @@ def _top_detections(model: nn.Module, x: Tensor, yolo: bool) -> list[dict[str, T
         out = model(x)
     if not yolo:
         return [{k: v[:1] for k, v in d.items() if k in ("boxes", "labels", "scores")} for d in out]
-    from camkit.audit.explain_detect import detections_of
+    from camkit.explain.detect import detections_of
 
     found = detections_of(model, out, (int(x.shape[2]), int(x.shape[3])))
     return [{k: v[d["scores"].argmax()][None] for k, v in d.items()} for d in found]

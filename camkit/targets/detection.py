@@ -254,7 +254,7 @@ class DetectionTarget:
         Args:
             detections: one dict per image with ``"boxes"`` [N, 4] (x1, y1, x2, y2) and
                 ``"labels"`` [N], as torchvision's detectors return (or
-                :func:`camkit.audit.explain_detect.detections_of` makes from other outputs);
+                :func:`camkit.explain.detect.detections_of` makes from other outputs);
                 every image must have the same N (one image at a time otherwise).
             kwargs: passed to the constructor (``iou_threshold``...).
 

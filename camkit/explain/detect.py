@@ -38,12 +38,12 @@ from ..errors import InvalidInputError
 from ..layers.families.ultralytics import is_ultralytics
 from ..methods.base import Explainer
 from ..modelload import LoadedModel
+from ..runs.data import error_reason, read_checked
+from ..runs.files import atomic_write, encode_image, npy_bytes, safe_name
 from ..targets.detection import DetectionTarget, candidates_of, cxcywh_to_xyxy
 from ..targets.tasks import SegmentationTarget
 from ..viz.boxes import draw_boxes
 from ..viz.overlay import overlay
-from .data import _reason, read_checked
-from .files import atomic_write, encode_image, npy_bytes, safe_name
 
 __all__ = ["detections_of", "explain_dense", "explain_dense_files", "task_of"]
 
@@ -56,7 +56,7 @@ def task_of(model: nn.Module) -> str | None:
 
     Example:
         >>> from torch import nn
-        >>> from camkit.audit.explain_detect import task_of
+        >>> from camkit.explain.detect import task_of
         >>> task_of(nn.Linear(2, 2)) is None
         True
     """
@@ -85,7 +85,7 @@ def detections_of(model: nn.Module, output: Any, size: tuple[int, int]) -> list[
     Example:
         >>> import torch
         >>> from torch import nn
-        >>> from camkit.audit.explain_detect import detections_of
+        >>> from camkit.explain.detect import detections_of
         >>> dets = [{"boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}]
         >>> detections_of(nn.Identity(), dets, (8, 8)) == dets  # torchvision's list, as it is
         True
@@ -240,11 +240,11 @@ def explain_dense_files(
     top: int | None,
     max_pixels: int,
 ) -> dict[str, Any]:
-    """:func:`camkit.audit.explain.explain_files` for a detector or a segmenter: one image at a time.
+    """:func:`camkit.explain.files.explain_files` for a detector or a segmenter: one image at a time.
 
     Example:
         >>> import os, tempfile, numpy as np, torch, camkit
-        >>> from camkit.audit.explain import explain_files
+        >>> from camkit.explain.files import explain_files
         >>> from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn
         >>> root = tempfile.mkdtemp(); camkit.save_png(f"{root}/a.png", np.full((48, 64, 3), 90, np.uint8))
         >>> torch.manual_seed(0) and None
@@ -273,7 +273,7 @@ def explain_dense_files(
         try:
             rgb, entry["note"] = read_checked(Path(image), max_pixels)
         except Exception as err:  # an unreadable image is reported in its entry; the others go on
-            entry["error"] = _reason(err)
+            entry["error"] = error_reason(err)
             continue
         explain_dense(loaded, explainer, entry, rgb, out_dir, score_threshold=score_threshold, top=top)
     layers = list(explainer._names()) if getattr(explainer, "_layers", None) else []  # type: ignore[attr-defined]
