@@ -342,7 +342,14 @@ class AuditDataset(torch.utils.data.Dataset[dict[str, Any]]):
 
 
 def error_reason(err: BaseException) -> str:
-    """One line saying why a file failed: the message of camkit's input errors, else the error's type and message."""
+    """One line saying why a file failed: the message of camkit's input errors, else the error's type and message.
+
+    Example:
+        >>> from camkit.errors import InvalidInputError
+        >>> from camkit.runs.data import error_reason
+        >>> error_reason(ValueError("bad value")), error_reason(OSError()), error_reason(InvalidInputError("empty"))
+        ('ValueError: bad value', 'OSError', 'empty')
+    """
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if isinstance(err, InvalidInputError):
         return text

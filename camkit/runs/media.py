@@ -34,7 +34,13 @@ def explain_media_batch(ctx: dict[str, Any], x: Tensor, choose: Any) -> Any:
 
 
 def volume_size(size: Sequence[int] | int | None) -> tuple[int, int, int] | None:
-    """The (D, H, W) every volume is resized to for ``--size``: N (a cube) or DxHxW; ``None`` keeps each size."""
+    """The (D, H, W) every volume is resized to for ``--size``: N (a cube) or DxHxW; ``None`` keeps each size.
+
+    Example:
+        >>> from camkit.runs.media import volume_size
+        >>> volume_size(64), volume_size((32, 32)), volume_size((16, 32, 32)), volume_size(None)
+        ((64, 64, 64), (32, 32, 32), (16, 32, 32), None)
+    """
     if size is None:
         return None
     values = [int(size)] if isinstance(size, int) else [int(s) for s in size]
