@@ -41,8 +41,8 @@ import numpy as np
 import torch
 
 import camkit
-from camkit.audit.data import AuditDataset, discover
 from camkit.modelload import Preprocess
+from camkit.runs.data import AuditDataset, discover
 
 from ._harness import Context, Goal, Row, build_model, goal_at_least, paired_ratio, rows_for_timings
 

@@ -68,10 +68,11 @@ def _synthetic(n: int, classes: int = 10, channels: int = 64, seed: int = 0) -> 
 
 
 def run(ctx: Context) -> list[Row | Goal]:
-    from camkit.audit.explaining import chooser, explain_batch, parse_target
     from camkit.audit.strategies import find_strategies
     from camkit.audit.strategies.store import downsample_maps
     from camkit.demo.model import CAM_LAYER
+    from camkit.runs.explaining import explain_batch
+    from camkit.runs.targeting import chooser, parse_target
 
     rows: list[Row | Goal] = []
     demo_n, scale_n = (40, 2_000) if ctx.smoke else (200, 100_000)

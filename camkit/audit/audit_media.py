@@ -1,7 +1,7 @@
 """``camkit audit`` over volumes and videos: the same outputs as for images, measured in 3-D.
 
 ``DATA`` is a folder of NIfTI volumes or video files (sub-folders are classes, as for images)
-or a CSV manifest whose ``path`` column lists them (:func:`camkit.audit.data.discover`'s
+or a CSV manifest whose ``path`` column lists them (:func:`camkit.runs.data.discover`'s
 format); a region is a mask volume: a ``NAME_mask`` column naming a NIfTI file (or a ``.npy``
 array) of the scan's shape (a video's: ``[T, H, W]`` at its frame size), non-zero inside. Each
 volume or video gives a row of ``results.csv`` with the image audit's columns: per region the
@@ -39,13 +39,14 @@ from ..media.nifti import INTENSITY_MODES, is_nifti, normalize_intensity, read_v
 from ..media.video import VIDEO_SUFFIXES, is_video, read_video
 from ..modelload import LoadedModel, load_model, warn_random_weights
 from ..modelload.video import VideoPreprocess, video_preprocess
-from .data import Dataset, Record, _from_csv, _reason
-from .distributed import DistContext
-from .explain_media import _explain, _volume_size
-from .explaining import build_explainer, chooser
-from .files import atomic_write, encode_image, npy_bytes, safe_name
-from .labels import map_labels
-from .outdir import PARTS, finished_keys, prepare_out
+from ..runs.data import Dataset, Record, error_reason, read_manifest
+from ..runs.distributed import DistContext
+from ..runs.explaining import build_explainer
+from ..runs.files import atomic_write, encode_image, npy_bytes, safe_name
+from ..runs.labels import map_labels
+from ..runs.media import explain_media_batch, volume_size
+from ..runs.outdir import PARTS, finished_keys, prepare_out
+from ..runs.targeting import chooser
 
 if TYPE_CHECKING:
     from .run import RunConfig
@@ -111,7 +112,7 @@ def is_media_data(data: str | os.PathLike[str], exclude: Sequence[str | os.PathL
         return first is not None and _is_media((first.get("path") or "").strip())
     if not root.is_dir():
         return False
-    from .data import IMAGE_SUFFIXES
+    from ..runs.data import IMAGE_SUFFIXES
 
     skip = {Path(p).resolve() for p in exclude}
     media = image = False
@@ -129,7 +130,7 @@ def is_media_data(data: str | os.PathLike[str], exclude: Sequence[str | os.PathL
 def discover_media(data: Path, exclude: Sequence[Path]) -> Dataset:
     """The volumes or videos of an audit: a CSV manifest (mask regions only) or a folder (class sub-folders)."""
     if data.is_file():
-        dataset = _from_csv(data)
+        dataset = read_manifest(data)
         if dataset.box_regions:
             raise InvalidInputError(f"box regions {list(dataset.box_regions)} are for images; give volumes as NAME_mask")
         return dataset
@@ -242,7 +243,7 @@ def _row(record: Record, index: int, ctx: dict[str, Any]) -> dict[str, Any]:
     else:
         x, masks, shown, extra = _video_item(record, ctx["opts"], ctx["video_pre"], ctx["regions"])
     labels = ctx["labels"][index : index + 1]
-    result = _explain(ctx, x.to(ctx["device"]), chooser(ctx["spec"], labels))
+    result = explain_media_batch(ctx, x.to(ctx["device"]), chooser(ctx["spec"], labels))
     logits = result.logits.float()
     heat = result.maps.detach().float()
     if not bool(logits.isfinite().all()):
@@ -301,7 +302,7 @@ def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ct
     size = load.get("size")
     cube = None
     if size is not None and "volume" in kinds:
-        cube = _volume_size(size)
+        cube = volume_size(size)
     video_pre = video_preprocess(model, load.get("weights"), size=size if "video" in kinds and size else None,
                                  mean=load.get("mean"), std=load.get("std")) if "video" in kinds else None  # fmt: skip
     mapping = map_labels([r.label for r in dataset.records], classes=cfg.classes, model_classes=loaded.categories,
@@ -332,7 +333,7 @@ def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ct
                 rows.append(_row(record, index, state))
             except Exception as err:  # this input's error row; the others go on
                 rows.append({"key": record.key, "label": record.label or "", "note": "",
-                             "error": _reason(err).replace(str(record.path), record.path.name)})  # fmt: skip
+                             "error": error_reason(err).replace(str(record.path), record.path.name)})  # fmt: skip
             bar.update(ctx.world)
             if len(rows) >= cfg.batch_size or n == len(shard) - 1:
                 part = cfg.out / PARTS / f"{session}-r{ctx.rank:03d}-{seq:06d}.jsonl"

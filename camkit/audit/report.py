@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .files import image_uri
+from ..runs.files import image_uri
 
 __all__ = ["GALLERY", "TABLE_ROWS", "Summary", "summarize", "write_outputs"]
 
@@ -233,8 +233,8 @@ def write_outputs(
     (:func:`camkit.audit.strategies.store.merge_strategies`): rows get ``strategy`` and
     ``concept_strategy``, the summary a ``strategies`` section, the report its section.
     """
-    from .files import atomic_write, file_mode
-    from .outdir import iter_part_rows
+    from ..runs.files import atomic_write, file_mode
+    from ..runs.outdir import iter_part_rows
 
     lines: dict[str, str] = {}
     for line in iter_part_rows(out):

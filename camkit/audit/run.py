@@ -7,7 +7,7 @@ by batch in ``DIR/parts/`` (each batch one JSON-lines file written under a tempo
 renamed, after its overlays); an interruption loses at most the batches in flight, and
 ``resume=True`` skips every image already in a part. When all images are done, rank 0 merges
 the parts into ``results.csv``, ``summary.json`` and ``report.html``. Nothing is written
-outside ``out``; the rules that protect ``out`` are in :mod:`camkit.audit.outdir`.
+outside ``out``; the rules that protect ``out`` are in :mod:`camkit.runs.outdir`.
 """
 
 from __future__ import annotations
@@ -28,14 +28,16 @@ from ..errors import InvalidInputError
 from ..methods.base import GradientCAM
 from ..methods.concepts import ConceptRelevance
 from ..modelload import LoadedModel, load_model, resolve_device, warn_random_weights
+from ..runs.data import AuditDataset, Dataset, discover
+from ..runs.distributed import DistContext
+from ..runs.explaining import build_explainer
+from ..runs.files import OVERLAY_FORMATS, atomic_write, refresh_umask, safe_name
+from ..runs.labels import LabelMapping, map_labels
+from ..runs.loaders import make_loader
+from ..runs.outdir import PARTS, AuditError, finished_keys, prepare_out
+from ..runs.targeting import TargetSpec, parse_target
 from .audit_media import MediaOptions, audit_media, is_media_data
-from .data import AuditDataset, Dataset, discover
-from .distributed import DistContext
-from .explaining import TargetSpec, build_explainer, parse_target
-from .files import OVERLAY_FORMATS, atomic_write, refresh_umask, safe_name
-from .labels import LabelMapping, map_labels
-from .outdir import PARTS, AuditError, finished_keys, prepare_out
-from .stages import ExplainStage, ThreadPacer, Writer, default_threads, make_loader, spread_and_border
+from .stages import ExplainStage, ThreadPacer, Writer, default_threads, spread_and_border
 
 __all__ = ["AuditError", "RunConfig", "atomic_write", "audit", "base_columns", "safe_name", "spread_and_border"]
 
@@ -153,10 +155,10 @@ def audit(
 
     Args:
         data: a folder of images, a folder of class sub-folders, or a CSV manifest
-            (see :mod:`camkit.audit.data`). ``out`` is never read as data.
+            (see :mod:`camkit.runs.data`). ``out`` is never read as data.
         model: a model description (see :func:`camkit.modelload.load_model`) or an ``nn.Module``.
         out: the output folder; everything is written inside it. A non-empty folder that is
-            not a camkit run is refused unless ``overwrite`` (see :mod:`camkit.audit.outdir`).
+            not a camkit run is refused unless ``overwrite`` (see :mod:`camkit.runs.outdir`).
         weights, trust_pickle, size, mean, std, device, crop: as in :func:`~camkit.modelload.load_model`.
         method, layer: the explainer (a registry key) and its layer (``None``: automatic).
         target: ``"pred"`` (the predicted class), a class index, or ``"label"`` (the true class).
@@ -167,7 +169,7 @@ def audit(
         faithfulness: also compute deletion and insertion AUC (``steps`` steps; costly).
         classes: class names in the model's output order; labels are looked up there.
         alphabetical_classes: without ``classes`` or a class list from the model, accept
-            numbering the sorted label names 0, 1, ... (see :mod:`camkit.audit.labels`).
+            numbering the sorted label names 0, 1, ... (see :mod:`camkit.runs.labels`).
         max_pixels: images with more pixels give an error row instead of being decoded.
         save_maps: also save each exact map as ``maps/NAME.npy`` (float32 [H, W] in [0, 1]).
         overlay_format, overlay_quality: ``"jpg"`` (default, quality 90) or ``"png"``; overlays

@@ -1,7 +1,7 @@
 """The four stages of an audit batch: decode, explain, draw, write.
 
 * **decode**: a ``DataLoader`` with worker processes reads, checks and preprocesses the
-  images (:class:`~camkit.audit.data.AuditDataset`), ahead of the model.
+  images (:class:`~camkit.runs.data.AuditDataset`, :func:`~camkit.runs.loaders.make_loader`), ahead of the model.
 * **explain** (:class:`ExplainStage`): on the model's device, predictions, maps and every
   measure of the batch, moved to the host in one transfer; rows whose scores or maps are
   not finite become error rows. On the CPU it runs with the intra-op threads the decode
@@ -32,24 +32,15 @@ import torch
 from torch import Tensor
 
 from ..functional import colormap_lut
-from .data import AuditDataset, Dataset
-from .explaining import TargetSpec, chooser, explain_batch
-from .files import atomic_write, encode_image, npy_bytes, safe_name
+from ..runs.data import Dataset
+from ..runs.explaining import explain_batch
+from ..runs.files import atomic_write, encode_image, npy_bytes, safe_name
+from ..runs.targeting import TargetSpec, chooser
 
 __all__ = [
-    "BatchResult", "ExplainStage", "ThreadPacer", "Writer", "draw_overlays", "explain_threads", "make_loader",
+    "BatchResult", "ExplainStage", "ThreadPacer", "Writer", "draw_overlays", "explain_threads",
     "spread_and_border",
 ]  # fmt: skip
-
-
-def make_loader(items: AuditDataset, batch_size: int, workers: int, device: torch.device) -> Any:
-    """The decode stage: a ``DataLoader`` over ``items`` with ``workers`` processes (0: in this one)."""
-    from torch.utils.data import DataLoader
-
-    return DataLoader(
-        items, batch_size=batch_size, shuffle=False, num_workers=workers, pin_memory=device.type == "cuda",
-        persistent_workers=False, prefetch_factor=2 if workers > 0 else None,
-    )  # fmt: skip
 
 
 def spread_and_border(maps: Tensor, top: float = 0.1, frame: float = 0.1) -> tuple[Tensor, Tensor]:

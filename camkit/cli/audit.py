@@ -44,7 +44,7 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _media_arguments(parser: argparse.ArgumentParser) -> None:
-    """Volumes, videos and signals: see camkit.audit.explain_media."""
+    """Volumes, videos and signals: see camkit.explain.media."""
     group = parser.add_argument_group("volumes, videos and signals")
     group.add_argument("--max-voxels", type=int, default=64_000_000,
                        help="larger volumes (and videos: frames x pixels) get an error entry, unread")  # fmt: skip
@@ -105,8 +105,8 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 @command("explain", "explain image files: overlay PNGs, maps (.npy) and manifest.json", _explain_arguments)
 def run_explain(args: argparse.Namespace) -> int:
-    from ..audit.explain import explain_files
-    from ..audit.explain_media import explain_media_files, media_kind
+    from ..explain.files import explain_files
+    from ..explain.media import explain_media_files, media_kind
 
     if any(media_kind(p) for p in args.images):  # volumes, videos and signals
         manifest = explain_media_files(

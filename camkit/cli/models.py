@@ -83,7 +83,7 @@ def read_class_names(path: str | None) -> list[str] | None:
     """The class names a ``--classes`` file lists, one per non-empty line; ``None`` without the option."""
     if not path:
         return None
-    from ..audit.outdir import AuditError
+    from ..runs.outdir import AuditError
 
     try:
         text = Path(path).read_text(encoding="utf-8")

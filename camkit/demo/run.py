@@ -113,8 +113,8 @@ def _write_gallery(gallery: Path, data: Path, reports: Mapping[str, Path]) -> li
     """Overlay strips (image | one overlay per method) and, when Chromium is found, a report screenshot."""
     import csv
 
-    from ..audit.run import safe_name
     from ..io import save_png
+    from ..runs.files import safe_name
 
     gallery.mkdir(parents=True, exist_ok=True)
     with open(data / "manifest.csv", newline="") as handle:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import warnings
 
-from ..audit.data import Dataset
 from ..errors import InvalidInputError
+from ..runs.data import Dataset
 
 __all__ = ["check_masks"]
 
@@ -28,7 +28,7 @@ def check_masks(dataset: Dataset, region: str) -> None:
     Example:
         >>> import tempfile, numpy as np, camkit
         >>> from pathlib import Path
-        >>> from camkit.audit.data import Dataset, Record
+        >>> from camkit.runs.data import Dataset, Record
         >>> from camkit.evaluation.inputs import check_masks
         >>> root = Path(tempfile.mkdtemp())
         >>> camkit.save_png(root / "a.png", np.zeros((8, 8, 3), np.uint8))

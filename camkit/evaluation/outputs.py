@@ -1,6 +1,6 @@
 """The merged outputs of an evaluation: ``scores.csv``, ``summary.json`` and ``report.html``.
 
-Rank 0 reads the batches' rows from ``parts/`` (:func:`camkit.audit.outdir.iter_part_rows`),
+Rank 0 reads the batches' rows from ``parts/`` (:func:`camkit.runs.outdir.iter_part_rows`),
 builds one table per metric (images x methods, in the data's order), writes every score to
 ``scores.csv`` and the statistics of :func:`camkit.evaluation.analysis.analyse` to ``summary.json``,
 then draws the report (:mod:`camkit.evaluation.report`).
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._version import __version__
-from ..audit.files import atomic_write
-from ..audit.outdir import iter_part_rows
+from ..runs.files import atomic_write
+from ..runs.outdir import iter_part_rows
 from .analysis import analyse
 from .report import render
 

@@ -1,9 +1,9 @@
 """The evaluation loop: explain every image once with every method, score every map, never lose work.
 
-Data, models and preprocessing are read as ``camkit audit`` reads them (:mod:`camkit.audit.data`,
-:mod:`camkit.modelload`), the output folder follows the audit's rules (:mod:`camkit.audit.outdir`:
+Data, models and preprocessing are read as ``camkit audit`` reads them (:mod:`camkit.runs.data`,
+:mod:`camkit.modelload`), the output folder follows the audit's rules (:mod:`camkit.runs.outdir`:
 never writing into a folder that is not a camkit run, ``resume`` refusing changed settings) and
-``torchrun`` shards the images as the audit does (:mod:`camkit.audit.distributed`). Each batch:
+``torchrun`` shards the images as the audit does (:mod:`camkit.runs.distributed`). Each batch:
 one forward pass picks the classes to explain; every method and control explains them once
 (the maps stay in memory for the batch; ``save_maps`` writes them); every metric scores every
 map; the batch's rows go to ``parts/`` as one JSON-lines file. The sanity gates run once, on the
@@ -30,17 +30,17 @@ import torch
 from torch import Tensor, nn
 
 from .._internal.state import eval_mode
-from ..audit.data import AuditDataset, Dataset, discover
-from ..audit.distributed import DistContext
-from ..audit.explaining import chooser, parse_target
-from ..audit.files import atomic_write, refresh_umask, safe_name
-from ..audit.labels import LabelMapping, LabelMappingError, map_labels
-from ..audit.outdir import AuditError, finished_keys, prepare_out
-from ..audit.stages import make_loader
 from ..errors import InvalidInputError
 from ..metrics import region_masks
 from ..modelload import LoadedModel, Preprocess, load_model, resolve_device, warn_random_weights
 from ..registry import get_method, list_methods
+from ..runs.data import AuditDataset, Dataset, discover
+from ..runs.distributed import DistContext
+from ..runs.files import atomic_write, refresh_umask, safe_name
+from ..runs.labels import LabelMapping, LabelMappingError, map_labels
+from ..runs.loaders import make_loader
+from ..runs.outdir import AuditError, finished_keys, prepare_out
+from ..runs.targeting import chooser, parse_target
 from .controls import CONTROLS, centre_map, edge_map, gate_checks
 from .inputs import check_masks
 from .outputs import GATES, finish
@@ -190,7 +190,7 @@ def evaluate(
         controls: add the three controls; gates: run the sanity gates on the first ``gate_images`` images.
         classes, alphabetical_classes, max_pixels: as :func:`camkit.audit.audit`.
         save_maps: write each map as ``maps/METHOD-HASH/NAME-HASH.npy`` (float32 [H, W] in [0, 1]; each
-            name is :func:`camkit.audit.files.safe_name`'s: the stem and a short hash of the method or image key).
+            name is :func:`camkit.runs.files.safe_name`'s: the stem and a short hash of the method or image key).
         resume: continue the run in ``out``; overwrite: start it afresh.
         progress: show a progress bar (rank 0).
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..audit.explain_media import media_kind
 from ..errors import CamkitError
+from ..explain.media import media_kind
 from ..registry import list_methods
 from .inputs import IMAGE_BUTTONS
 from .media import explain_media, media_view

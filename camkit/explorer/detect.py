@@ -1,6 +1,6 @@
 """Detectors in the explorer: every detection explained, each with its own overlay and box.
 
-The work is ``camkit explain``'s (:func:`camkit.audit.explain_detect.explain_dense`): the detector
+The work is ``camkit explain``'s (:func:`camkit.explain.detect.explain_dense`): the detector
 runs once without autograd, its detections above ``score_threshold`` (best first, at most
 ``top``) are explained in one call through :meth:`camkit.DetectionTarget.from_detections`, and
 each gets its map and overlay (box and label drawn) at the image's own size. Here they are
@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..audit.explain_detect import explain_dense
 from ..detection import task_of
 from ..errors import InvalidInputError
+from ..explain.detect import explain_dense
 from .inputs import image_hash, read_image
 from .session import Session, settings_key
 

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..audit.explain_media import media_kind
 from ..errors import InvalidInputError
+from ..explain.media import media_kind
 from ..explanation import Explanation
 from ..media.nifti import normalize_intensity, read_volume
 from ..media.signal import read_signal

@@ -13,10 +13,10 @@ from media_helpers import AFFINE, lesion_scan, moving_clip, write_scan
 from mediafactory import volume_net
 
 import camkit
-from camkit.audit.files import safe_name
 from camkit.cli import main
 from camkit.media import write_video, write_volume
 from camkit.metrics import energy_pointing_game, pointing_game
+from camkit.runs.files import safe_name
 
 needs_nibabel = pytest.mark.skipif(
     importlib.util.find_spec("nibabel") is None, reason="NIfTI files need nibabel (the optional 'medical' extra)"

@@ -12,9 +12,9 @@ from audit_helpers import BAD_NOTES, SCRIPT_NAME, make_bad_data, make_images, re
 from tinyfactory import Tiny
 
 import camkit
-from camkit.audit.data import discover
 from camkit.audit.run import AuditError, safe_name
 from camkit.modelload import Preprocess
+from camkit.runs.data import discover
 
 COMMON = {"layer": "conv2", "size": 32, "device": "cpu", "workers": 0, "progress": False, "alphabetical_classes": True}
 

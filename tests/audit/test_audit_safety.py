@@ -17,12 +17,12 @@ from audit_helpers import make_images, read_rows
 from tinyfactory import Tiny
 
 import camkit
-from camkit.audit.data import discover
-from camkit.audit.explain import explain_files
-from camkit.audit.labels import LabelMappingError
 from camkit.audit.run import AuditError
 from camkit.errors import CamkitWarning, InvalidInputError
+from camkit.explain.files import explain_files
 from camkit.modelload import ModelLoadError, Preprocess, load_model
+from camkit.runs.data import discover
+from camkit.runs.labels import LabelMappingError
 
 COMMON = {"layer": "conv2", "size": 32, "device": "cpu", "workers": 0, "progress": False}
 

@@ -1,18 +1,15 @@
-"""The audit's throughput choices keep its results: the CPU top-k sum, the thread limit, the encoder."""
+"""The audit's throughput choices keep its results: the CPU top-k sum, the thread limit."""
 
 from __future__ import annotations
 
 import importlib
 
-import numpy as np
 import pytest
 import torch
 from audit_helpers import make_images, read_rows
 
 import camkit
-from camkit.audit.files import encode_image
 from camkit.audit.stages import ThreadPacer, _top_sum, explain_threads, spread_and_border
-from camkit.errors import InvalidInputError
 
 stages = importlib.import_module("camkit.audit.stages")  # the module, not a name camkit.audit re-exports
 
@@ -94,26 +91,3 @@ def test_audit_runs_the_model_on_the_cores_workers_leave_then_restores(tmp_path,
         assert summary["images"] == 3 and len(read_rows(tmp_path / "out" / "results.csv")) == 3
     finally:
         torch.set_num_threads(before)
-
-
-def _decoded(path, data):
-    path.write_bytes(data)
-    return camkit.read_rgb(path)
-
-
-def test_encode_image_keeps_rgb_order_and_refuses_other_dtypes(tmp_path):
-    rgb = np.zeros((6, 8, 3), np.uint8)
-    rgb[:, :4] = (255, 0, 0)  # red left half
-    rgb[:, 4:] = (0, 0, 255)  # blue right half
-    png = _decoded(tmp_path / "a.png", encode_image(rgb, "png"))
-    assert np.array_equal(png, rgb)
-    wide = np.zeros((6, 16, 3), np.uint8)
-    wide[:, ::2] = rgb  # a strided view is encoded as the pixels it shows
-    assert np.array_equal(_decoded(tmp_path / "b.png", encode_image(wide[:, ::2], "png")), rgb)
-    jpg = _decoded(tmp_path / "c.jpg", encode_image(rgb, "jpg", 95)).astype(int)
-    assert jpg[:, 1, 0].min() > 230 and jpg[:, 1, 2].max() < 25  # red stays red
-    assert jpg[:, 6, 2].min() > 230 and jpg[:, 6, 0].max() < 25  # blue stays blue
-    with pytest.raises(InvalidInputError, match=r"uint8 RGB \[H, W, 3\], got float32 \[6, 8, 3\]"):
-        encode_image(rgb.astype(np.float32))
-    with pytest.raises(InvalidInputError, match=r"got uint8 \[6, 8\]"):
-        encode_image(rgb[:, :, 0])

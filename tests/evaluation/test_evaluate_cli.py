@@ -61,7 +61,7 @@ def test_saved_maps_are_the_explainers_maps(run, data):
     model = TruthModel()
     x = camkit.to_tensor(camkit.read_rgb(data.parent / "img0.png"))[None]  # [1, 3, 16, 16] in [0, 1]
     target = model(x).argmax(dim=1)
-    from camkit.audit.files import safe_name
+    from camkit.runs.files import safe_name
 
     for method, explainer in (("saliency", camkit.Saliency(model)), ("hirescam", camkit.HiResCAM(model, "relu"))):
         saved = np.load(run / "maps" / safe_name(method, "") / safe_name("img0.png", ".npy"))

@@ -13,9 +13,9 @@ from models import TinyNet
 
 import camkit
 from camkit import metrics as M
-from camkit.audit.files import safe_name
 from camkit.evaluation import METRICS
 from camkit.evaluation.rows import layer_features, mosaics
+from camkit.runs.files import safe_name
 
 ROWS = ["infidelity_unnormalised", "local_lipschitz_estimate", "continuity", "relative_input_stability",
         "relative_output_stability", "relative_representation_stability", "consistency", "sufficiency",

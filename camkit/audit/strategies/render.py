@@ -41,7 +41,7 @@ def _map_png(mean_map: np.ndarray | None) -> str:
     import cv2
 
     from ...functional import colormap_lut
-    from ..files import encode_image
+    from ...runs.files import encode_image
 
     m = np.asarray(mean_map, dtype=np.float32)
     if m.ndim == 1:
@@ -58,7 +58,7 @@ def _map_png(mean_map: np.ndarray | None) -> str:
 
 
 def _thumb(out: Path, row: dict[str, Any] | None, caption: str = "") -> str:
-    from ..files import image_uri
+    from ...runs.files import image_uri
 
     if row is None:
         return ""

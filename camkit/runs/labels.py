@@ -61,7 +61,7 @@ def map_labels(
     """Map labels to output indices (see the module docstring for the rule).
 
     Example:
-        >>> from camkit.audit.labels import map_labels
+        >>> from camkit.runs.labels import map_labels
         >>> m = map_labels(["square", "circle", None], model_classes=["circle", "square"])
         >>> m.indices, m.source
         ([1, 0, -1], 'model')

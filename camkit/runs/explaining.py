@@ -7,8 +7,6 @@ Predictions come from the same forward pass as the maps when the method allows i
 from __future__ import annotations
 
 import inspect
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -18,45 +16,9 @@ from .._internal.state import eval_mode
 from ..errors import InvalidInputError, InvalidTargetError
 from ..methods.base import Explainer, GradientCAM
 from ..registry import get_method
+from .targeting import Choose
 
-__all__ = ["BatchResult", "TargetSpec", "build_explainer", "explain_batch", "parse_target"]
-
-Choose = Callable[[Tensor], Tensor]
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """Which class each image is explained for: ``kind`` is ``"pred"``, ``"class"``, ``"topk"`` or ``"label"``."""
-
-    kind: str
-    value: int = 1
-
-    def __str__(self) -> str:
-        return {"pred": "pred", "class": str(self.value), "topk": f"top{self.value}", "label": "label"}[self.kind]
-
-
-def parse_target(text: str | int | None, allow: tuple[str, ...] = ("pred", "class", "topk", "label")) -> TargetSpec:
-    """Parse ``pred`` (top-1, the default), a class index ``N``, ``topK`` or ``label``.
-
-    Example:
-        >>> from camkit.audit.explaining import parse_target
-        >>> parse_target("top3"), parse_target(7), parse_target(None)
-        (TargetSpec(kind='topk', value=3), TargetSpec(kind='class', value=7), TargetSpec(kind='pred', value=1))
-    """
-    if text is None or text == "pred" or text == "top1":
-        spec = TargetSpec("pred")
-    elif (isinstance(text, int) and not isinstance(text, bool)) or (isinstance(text, str) and text.isdigit()):
-        spec = TargetSpec("class", int(text))
-    elif isinstance(text, str) and re.fullmatch(r"top[1-9]\d*", text):
-        spec = TargetSpec("topk", int(text[3:]))
-    elif text == "label":
-        spec = TargetSpec("label")
-    else:
-        spec = TargetSpec("?")
-    if spec.kind not in allow:
-        forms = {"pred": "pred", "class": "a class index N", "topk": "topK (e.g. top3)", "label": "label"}
-        raise InvalidTargetError(f"--target {text!r} is not one of: {', '.join(forms[a] for a in allow)}")
-    return spec
+__all__ = ["BatchResult", "build_explainer", "explain_batch"]
 
 
 def build_explainer(method: str, model: nn.Module, layer: str | None) -> Explainer:
@@ -64,7 +26,7 @@ def build_explainer(method: str, model: nn.Module, layer: str | None) -> Explain
 
     Example:
         >>> import torch
-        >>> from camkit.audit.explaining import build_explainer
+        >>> from camkit.runs.explaining import build_explainer
         >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3), torch.nn.Flatten(), torch.nn.LazyLinear(2))
         >>> build_explainer("gradcam", net, "0")
         GradCAM(model=Sequential, layer=['0'])
@@ -117,36 +79,6 @@ class _CaptureTarget:
         if classes.dim() == 1:
             return logits.gather(1, classes[:, None])[:, 0]
         return logits.gather(1, classes)
-
-
-def chooser(spec: TargetSpec, labels: Tensor | None = None) -> Choose:
-    """``f(logits [B, C]) -> classes`` ([B], or [B, K] for ``topK``) for a target spec.
-
-    ``labels`` [B] (class indices, -1 unknown) is needed for ``label``; an unknown label
-    falls back to the prediction.
-    """
-
-    def choose(logits: Tensor) -> Tensor:
-        if spec.kind == "pred":
-            return logits.argmax(dim=1)
-        if spec.kind == "class":
-            if not 0 <= spec.value < logits.shape[1]:
-                raise InvalidTargetError(
-                    f"--target {spec.value} is out of range for a model with {logits.shape[1]} classes"
-                )
-            return torch.full((logits.shape[0],), spec.value, dtype=torch.long, device=logits.device)
-        if spec.kind == "topk":
-            if spec.value > logits.shape[1]:
-                raise InvalidTargetError(
-                    f"--target top{spec.value} asks for more classes than the model's {logits.shape[1]}"
-                )
-            return logits.topk(spec.value, dim=1).indices
-        if labels is None:
-            raise InvalidTargetError("--target label needs labels (class folders or a CSV 'label' column)")
-        known = labels.to(logits.device)
-        return torch.where((known >= 0) & (known < logits.shape[1]), known, logits.argmax(dim=1))
-
-    return choose
 
 
 def explain_batch(explainer: Explainer, x: Tensor, choose: Choose) -> BatchResult:

@@ -36,7 +36,7 @@ def atomic_write(path: Path, data: bytes | str, *, sync: bool = False) -> None:
     Example:
         >>> import os, tempfile
         >>> from pathlib import Path
-        >>> from camkit.audit.files import atomic_write
+        >>> from camkit.runs.files import atomic_write
         >>> path = Path(tempfile.mkdtemp()) / "sub" / "a.txt"
         >>> atomic_write(path, "hello")
         >>> path.read_text(), sorted(os.listdir(path.parent))
@@ -63,7 +63,7 @@ def safe_name(key: str, suffix: str = ".png") -> str:
     The hash keeps names unique (``a/x.png`` and ``b/x.png``) and the name never leaves its folder.
 
     Example:
-        >>> from camkit.audit.files import safe_name
+        >>> from camkit.runs.files import safe_name
         >>> safe_name("../<script>x.png"), safe_name("a/x.png", ".jpg")
         ('script_x-daa1624687.png', 'x-15a6511e7a.jpg')
     """
@@ -78,7 +78,7 @@ def encode_image(rgb: np.ndarray, fmt: str = "jpg", quality: int = 90) -> bytes:
 
     Example:
         >>> import numpy as np
-        >>> from camkit.audit.files import encode_image
+        >>> from camkit.runs.files import encode_image
         >>> encode_image(np.zeros((4, 4, 3), np.uint8), "png")[:4]
         b'\\x89PNG'
     """
@@ -106,7 +106,7 @@ def npy_bytes(array: np.ndarray, dtype: type = np.float32) -> bytes:
 
     Example:
         >>> import io, numpy as np
-        >>> from camkit.audit.files import npy_bytes
+        >>> from camkit.runs.files import npy_bytes
         >>> np.load(io.BytesIO(npy_bytes(np.ones((2, 2)), np.float16))).dtype
         dtype('float16')
     """

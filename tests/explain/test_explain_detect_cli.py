@@ -11,9 +11,9 @@ import torch
 from tinyfactory import tiny_detector
 
 import camkit
-from camkit.audit.explain import explain_files
 from camkit.cli import main
 from camkit.detection import detections_of
+from camkit.explain.files import explain_files
 from camkit.modelload import load_model
 
 

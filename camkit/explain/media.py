@@ -1,6 +1,6 @@
 """``camkit explain`` on volumes, videos and signals: maps in their own formats, pictures, a manifest.
 
-Per input ``NAME`` (its safe name, see :func:`camkit.audit.files.safe_name`), in ``out``:
+Per input ``NAME`` (its safe name, see :func:`camkit.runs.files.safe_name`), in ``out``:
 
 * a NIfTI volume (``.nii``, ``.nii.gz``): ``maps/NAME.nii.gz``, the map on the scan's own voxel
   grid with the scan's affine (it opens aligned with the scan in any viewer), and
@@ -47,9 +47,11 @@ from ..media.video import is_video, read_video, write_video
 from ..methods.base import CAMExplainer
 from ..modelload import load_model, warn_random_weights
 from ..modelload.video import video_preprocess
-from .data import _reason
-from .explaining import TargetSpec, build_explainer, chooser, explain_batch, parse_target
-from .files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
+from ..runs.data import error_reason
+from ..runs.explaining import build_explainer
+from ..runs.files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
+from ..runs.media import explain_media_batch, volume_size
+from ..runs.targeting import TargetSpec, chooser, parse_target
 
 __all__ = ["explain_media_files", "media_kind"]
 
@@ -58,7 +60,7 @@ def media_kind(path: str | os.PathLike[str]) -> str | None:
     """``"volume"``, ``"video"`` or ``"signal"`` by a file's ending; ``None`` for anything else (images).
 
     Example:
-        >>> from camkit.audit.explain_media import media_kind
+        >>> from camkit.explain.media import media_kind
         >>> media_kind("scan.nii.gz"), media_kind("clip.MP4"), media_kind("ecg.npy"), media_kind("a.png")
         ('volume', 'video', 'signal', None)
     """
@@ -96,25 +98,6 @@ class _Files:
             raise
 
 
-_KINDS = {1: "signals [B, C, T]", 2: "images [B, C, H, W]", 3: "volumes or videos [B, C, D, H, W]"}
-
-
-def _explain(ctx: dict[str, Any], x: Tensor, choose: Any) -> Any:
-    """:func:`explain_batch`, with a forward that fails on the input's rank named as such (one line)."""
-    try:
-        return explain_batch(ctx["explainer"], x, choose)
-    except RuntimeError as err:
-        first = next((m for m in ctx["explainer"].model.modules() if isinstance(m, nn.modules.conv._ConvNd)), None)
-        rank = next((n for n in (1, 2, 3) if first is not None and f"{n}d" in type(first).__name__), None)
-        if rank is None or rank == x.dim() - 2:
-            raise
-        raise InvalidInputError(
-            f"the model takes {_KINDS[rank]} (its first convolution is a {type(first).__name__}), but this input is "
-            f"{_KINDS[x.dim() - 2].split(' [')[0]} {list(x.shape)}; pass a model for them "
-            f"(PyTorch: {str(err).splitlines()[0][:120]})"
-        ) from None
-
-
 def _png(fig: Any) -> bytes:
     return encode_image(fig.image, "png")
 
@@ -148,7 +131,7 @@ def _volume(path: Path, ctx: dict[str, Any], files: _Files, entry: dict[str, Any
     grid = tuple(volume.shape)
     if size is not None:
         data = F.interpolate(data, size=size, mode="trilinear", align_corners=False)
-    result = _explain(ctx, data.to(ctx["device"]), chooser(ctx["spec"]))
+    result = explain_media_batch(ctx, data.to(ctx["device"]), chooser(ctx["spec"]))
     _predict(entry, result.logits, result.classes, ctx["names"])
     heat = result.maps.detach().float().cpu()[0]
     native = heat if size is None else F.interpolate(heat[None, None], size=grid, mode="trilinear",
@@ -197,14 +180,14 @@ def _video(path: Path, ctx: dict[str, Any], files: _Files, entry: dict[str, Any]
                 try:
                     keep(explainer._forward(clips[i : i + batch].to(ctx["device"])))
                 except RuntimeError:  # the first clip's explanation below names the problem
-                    _explain(ctx, clips[:1].to(ctx["device"]), keep)
+                    explain_media_batch(ctx, clips[:1].to(ctx["device"]), keep)
                     raise
         spec = TargetSpec("class", int(torch.cat(scored).softmax(dim=1).mean(dim=0).argmax()))
     total_map = torch.zeros(total, *x.shape[2:])
     count = torch.zeros(total)
     all_logits, all_classes = [], []
     for i in range(0, len(starts), batch):
-        result = _explain(ctx, clips[i : i + batch].to(ctx["device"]), chooser(spec))
+        result = explain_media_batch(ctx, clips[i : i + batch].to(ctx["device"]), chooser(spec))
         all_logits.append(result.logits.detach().float().cpu())
         all_classes.append(result.classes.detach().cpu())
         for j, start in enumerate(starts[i : i + batch]):
@@ -246,7 +229,7 @@ def _signal(path: Path, ctx: dict[str, Any], files: _Files, entry: dict[str, Any
     signal = torch.from_numpy(read_signal(path))[None]
     if signal.numel() > ctx["max_voxels"]:
         raise InvalidInputError(f"{path.name} has {signal.numel()} values, more than max_voxels={ctx['max_voxels']}")
-    result = _explain(ctx, signal.to(ctx["device"]), chooser(ctx["spec"]))
+    result = explain_media_batch(ctx, signal.to(ctx["device"]), chooser(ctx["spec"]))
     _predict(entry, result.logits, result.classes, ctx["names"])
     heat = result.maps.detach().float().cpu()[0]
     entry["map"] = files.add(f"maps/{ctx['stem']}.npy", npy_bytes(heat.numpy()))
@@ -285,7 +268,7 @@ def explain_media_files(
 
     Args:
         paths: NIfTI volumes, video files and ``.npy`` signals (:func:`media_kind`).
-        model, weights, trust_pickle, method, layer, device: as in :func:`camkit.audit.explain.explain_files`.
+        model, weights, trust_pickle, method, layer, device: as in :func:`camkit.explain.files.explain_files`.
         target: ``"pred"`` (the best class) or a class index.
         size: volumes: ``(D, H, W)`` to resize to (an ``N`` or ``(N, N)`` means a cube); videos:
             ``(H, W)`` every frame is resized to (replacing the model's preset). Default: volumes
@@ -302,7 +285,7 @@ def explain_media_files(
 
     Example:
         >>> import os, tempfile, numpy as np, torch
-        >>> from camkit.audit.explain_media import explain_media_files
+        >>> from camkit.explain.media import explain_media_files
         >>> root = tempfile.mkdtemp(); np.save(f"{root}/ecg.npy", np.random.rand(2, 64))
         >>> net = torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool1d(1),
         ...                           torch.nn.Flatten(), torch.nn.Linear(4, 3))
@@ -326,7 +309,7 @@ def explain_media_files(
     if (mean is not None or std is not None) and kinds & {"volume", "signal"}:
         raise InvalidInputError("--mean/--std normalise video frames; volumes take --intensity, signals are used as stored")
     spec = parse_target(target, allow=("pred", "class"))
-    cube = _volume_size(size) if "volume" in kinds else None
+    cube = volume_size(size) if "volume" in kinds else None
     video_pre = (
         video_preprocess(model, weights, size=None if size is None else _frame_size(size), mean=mean, std=std)
         if "video" in kinds else None
@@ -358,7 +341,7 @@ def explain_media_files(
             for key in ("prediction", "prediction_name", "confidence", "targets", "target_probabilities", "map",
                         "map_shape", "pictures", "overlay_video", "curve", "clips", "fps", "model_input"):  # fmt: skip
                 entry.pop(key, None)
-            entry["error"] = _reason(err).replace(str(path), Path(path).name)
+            entry["error"] = error_reason(err).replace(str(path), Path(path).name)
     layers = list(explainer._names()) if isinstance(explainer, CAMExplainer) and explainer._layers else []
     import torchvision
 
@@ -375,19 +358,6 @@ def explain_media_files(
     }  # fmt: skip
     atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, allow_nan=False))
     return manifest
-
-
-def _volume_size(size: Sequence[int] | int | None) -> tuple[int, int, int] | None:
-    if size is None:
-        return None
-    values = [int(size)] if isinstance(size, int) else [int(s) for s in size]
-    if len(values) == 2 and values[0] == values[1]:
-        values = values[:1]  # "--size N" arrives as (N, N)
-    if len(values) == 1:
-        values = values * 3
-    if len(values) != 3 or min(values) < 1:
-        raise InvalidInputError(f"--size for volumes is N (a cube) or DxHxW, got {'x'.join(map(str, values))}")
-    return values[0], values[1], values[2]
 
 
 def _frame_size(size: Sequence[int] | int) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""What an audit runs over: finding the images, labels and regions, and reading them safely.
+"""What an audit or an evaluation runs over: finding the images, labels and regions, and reading them safely.
 
 ``DATA`` is one of
 
@@ -34,7 +34,7 @@ from ..errors import InvalidInputError
 from ..io import read_rgb
 from ..modelload import Preprocess
 
-__all__ = ["IMAGE_SUFFIXES", "AuditDataset", "Dataset", "Record", "discover", "read_checked"]
+__all__ = ["IMAGE_SUFFIXES", "AuditDataset", "Dataset", "Record", "discover", "error_reason", "read_checked", "read_manifest"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
 _BOX = ("x0", "y0", "x1", "y1")
@@ -115,7 +115,8 @@ def _images_under(root: Path, exclude: Sequence[Path] = ()) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def _from_csv(path: Path) -> Dataset:
+def read_manifest(path: Path) -> Dataset:
+    """The records of a CSV manifest: a ``path`` column, optional ``label``, ``NAME_x0..y1`` boxes and ``NAME_mask`` masks."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
@@ -185,7 +186,7 @@ def discover(data: str | os.PathLike[str], exclude: Sequence[str | os.PathLike[s
 
     Example:
         >>> import os, tempfile
-        >>> from camkit.audit.data import discover
+        >>> from camkit.runs.data import discover
         >>> root = tempfile.mkdtemp()
         >>> for rel in ("cat/b.png", "cat/a.png", "dog/c.jpg", "dog/notes.txt"):
         ...     os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
@@ -198,7 +199,7 @@ def discover(data: str | os.PathLike[str], exclude: Sequence[str | os.PathLike[s
     if root.is_file():
         if root.suffix.lower() != ".csv":
             raise InvalidInputError(f"DATA {root} is a file but not a .csv manifest; pass a folder or a CSV")
-        return _from_csv(root)
+        return read_manifest(root)
     if not root.is_dir():
         raise InvalidInputError(f"DATA {root} does not exist; pass a folder of images or a CSV manifest")
     skip = [Path(p) for p in exclude]
@@ -332,7 +333,7 @@ class AuditDataset(torch.utils.data.Dataset[dict[str, Any]]):
                     out["mask_present"][r] = True
             out["x"], out["shown"] = x, torch.from_numpy(shown)
         except Exception as err:  # any failure becomes this image's error row; the run goes on
-            out["error"] = _reason(err).replace(str(record.path), record.path.name)
+            out["error"] = error_reason(err).replace(str(record.path), record.path.name)
             out["note"] = ""
             out["boxes"].fill_(float("nan"))
             out["masks"].zero_()
@@ -340,7 +341,15 @@ class AuditDataset(torch.utils.data.Dataset[dict[str, Any]]):
         return out
 
 
-def _reason(err: BaseException) -> str:
+def error_reason(err: BaseException) -> str:
+    """One line saying why a file failed: the message of camkit's input errors, else the error's type and message.
+
+    Example:
+        >>> from camkit.errors import InvalidInputError
+        >>> from camkit.runs.data import error_reason
+        >>> error_reason(ValueError("bad value")), error_reason(OSError()), error_reason(InvalidInputError("empty"))
+        ('ValueError: bad value', 'OSError', 'empty')
+    """
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if isinstance(err, InvalidInputError):
         return text

@@ -38,11 +38,11 @@ from ..detection import DetectionTarget, detections_of, task_of, threshold_hint
 from ..errors import InvalidInputError
 from ..methods.base import Explainer
 from ..modelload import LoadedModel
+from ..runs.data import error_reason, read_checked
+from ..runs.files import atomic_write, encode_image, npy_bytes, safe_name
 from ..targets.tasks import SegmentationTarget
 from ..viz.boxes import draw_boxes
 from ..viz.overlay import overlay
-from .data import _reason, read_checked
-from .files import atomic_write, encode_image, npy_bytes, safe_name
 
 __all__ = ["explain_dense", "explain_dense_files"]
 
@@ -156,11 +156,11 @@ def explain_dense_files(
     top: int | None,
     max_pixels: int,
 ) -> dict[str, Any]:
-    """:func:`camkit.audit.explain.explain_files` for a detector or a segmenter: one image at a time.
+    """:func:`camkit.explain.files.explain_files` for a detector or a segmenter: one image at a time.
 
     Example:
         >>> import os, tempfile, numpy as np, torch, camkit
-        >>> from camkit.audit.explain import explain_files
+        >>> from camkit.explain.files import explain_files
         >>> from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn
         >>> root = tempfile.mkdtemp(); camkit.save_png(f"{root}/a.png", np.full((48, 64, 3), 90, np.uint8))
         >>> torch.manual_seed(0) and None
@@ -189,7 +189,7 @@ def explain_dense_files(
         try:
             rgb, entry["note"] = read_checked(Path(image), max_pixels)
         except Exception as err:  # an unreadable image is reported in its entry; the others go on
-            entry["error"] = _reason(err)
+            entry["error"] = error_reason(err)
             continue
         explain_dense(loaded, explainer, entry, rgb, out_dir, score_threshold=score_threshold, top=top)
     layers = list(explainer._names()) if getattr(explainer, "_layers", None) else []  # type: ignore[attr-defined]

@@ -34,7 +34,7 @@ class DistContext:
 
     Example:
         >>> import torch
-        >>> from camkit.audit.distributed import DistContext
+        >>> from camkit.runs.distributed import DistContext
         >>> ctx, device = DistContext.start(torch.device("cpu"), env={})
         >>> ctx.rank, ctx.world, ctx.broadcast("same"), device
         (0, 1, 'same', device(type='cpu'))

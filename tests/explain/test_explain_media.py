@@ -14,9 +14,9 @@ from media_helpers import AFFINE, burst_signal, moving_clip, write_scan
 from mediafactory import signal_net, video_net, volume_net
 
 import camkit
-from camkit.audit.files import safe_name
 from camkit.cli import main
 from camkit.media import read_video, read_volume, write_video
+from camkit.runs.files import safe_name
 
 needs_nibabel = pytest.mark.skipif(
     importlib.util.find_spec("nibabel") is None, reason="NIfTI files need nibabel (the optional 'medical' extra)"

@@ -6,7 +6,7 @@ centre crop; pixels the crop left out are shown without colour), ``maps/NAME.npy
 maps in [0, 1] at the model input's size: [H, W], or [K, H, W] for ``topK``) and
 ``manifest.json`` (versions, model, method, layer, and per image its prediction, confidence,
 targets and files, or its error). ``NAME`` is the file's stem made safe plus a short hash of
-the path as given (see :func:`camkit.audit.files.safe_name`).
+the path as given (see :func:`camkit.runs.files.safe_name`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from ..detection import task_of
 from ..errors import InvalidInputError
 from ..methods.base import CAMExplainer
 from ..modelload import load_model, warn_random_weights
+from ..runs.data import error_reason, read_checked
+from ..runs.explaining import build_explainer, explain_batch
+from ..runs.files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
+from ..runs.targeting import chooser, parse_target
 from ..viz.overlay import overlay
-from .data import _reason, read_checked
-from .explain_detect import explain_dense_files
-from .explain_media import explain_media_files, media_kind
-from .explaining import build_explainer, chooser, explain_batch, parse_target
-from .files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
+from .detect import explain_dense_files
+from .media import explain_media_files, media_kind
 
 __all__ = ["explain_files"]
 
@@ -62,13 +63,13 @@ def explain_files(
     one map each). Overlays are at each image's own size; images above ``max_pixels``
     pixels get an error entry. Other arguments as in :func:`camkit.audit`. An image that cannot be read
     gets an ``error`` entry in the manifest; the others are still explained. NIfTI volumes, videos
-    and ``.npy`` signals go to :func:`camkit.audit.explain_media.explain_media_files` (with its defaults).
+    and ``.npy`` signals go to :func:`camkit.explain.media.explain_media_files` (with its defaults).
     Detectors and segmenters are explained per detection (``score_threshold``, ``top``) or per
-    predicted class: :func:`camkit.audit.explain_detect.explain_dense_files`.
+    predicted class: :func:`camkit.explain.detect.explain_dense_files`.
 
     Example:
         >>> import os, tempfile, numpy as np, torch, camkit
-        >>> from camkit.audit.explain import explain_files
+        >>> from camkit.explain.files import explain_files
         >>> root = tempfile.mkdtemp(); camkit.save_png(f"{root}/a.png", np.zeros((8, 8, 3), np.uint8))
         >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
         ...                           torch.nn.Flatten(), torch.nn.Linear(4, 3))
@@ -77,7 +78,7 @@ def explain_files(
         >>> len(manifest["images"][0]["targets"]), sorted(os.listdir(f"{root}/out"))
         (2, ['manifest.json', 'maps', 'overlays'])
     """
-    if any(media_kind(p) for p in images):  # volumes, videos and signals (camkit.audit.explain_media)
+    if any(media_kind(p) for p in images):  # volumes, videos and signals (camkit.explain.media)
         if crop is not None:
             raise InvalidInputError("--crop applies to images; volumes keep their size unless --size, videos follow the model's preset")
         return explain_media_files(images, model, out=out, weights=weights, trust_pickle=trust_pickle, method=method,
@@ -90,7 +91,7 @@ def explain_files(
     spec = parse_target(target, allow=("pred", "class", "topk"))
     explainer = build_explainer(method, loaded.model, layer)
     out_dir = Path(out)
-    if task_of(loaded.model) is not None:  # detectors and segmenters: audit/explain_detect.py
+    if task_of(loaded.model) is not None:  # detectors and segmenters: explain/detect.py
         return explain_dense_files(images, loaded, explainer, out_dir=out_dir, method=method, layer=layer, target=target,
                                    score_threshold=score_threshold, top=top, max_pixels=max_pixels)  # fmt: skip
     names = loaded.categories
@@ -135,7 +136,7 @@ def explain_files(
             rgb, entry["note"] = read_checked(Path(image), max_pixels)
             x, _shown = loaded.preprocess(rgb)
         except Exception as err:  # an unreadable image is reported in its entry; the others go on
-            entry["error"] = _reason(err)
+            entry["error"] = error_reason(err)
             continue
         pending.append((entry, x, rgb))
         if len(pending) >= batch_size:
