@@ -33,7 +33,7 @@ from torch import Tensor
 from .._internal import syncs as _syncs
 from ..errors import InvalidTargetError, OutputSelectionError
 
-__all__ = ["OutputSelector", "Target", "resolve_target", "select_output"]
+__all__ = ["OutputSelector", "Target", "given_classes", "resolve_target", "select_output"]
 
 Target = Union[None, int, Sequence[int], Tensor, Callable[[Tensor], Tensor]]
 OutputSelector = Union[None, int, str, Callable[[Any], Tensor]]
@@ -188,6 +188,31 @@ def _index_tensor(target: Any, batch: int) -> Tensor:
             "per sample ([B]), K classes per sample ([B, K]), or a single int for all."
         )
     return index
+
+
+def given_classes(target: Target, batch: int) -> Tensor | None:
+    """The classes a target names before any forward, [B] or [B, K] (range checked later); ``None`` if it names none.
+
+    ``None`` for the predicted class (``target=None``), a callable, or anything :func:`resolve_target`
+    would refuse (it then refuses it on the other path, with its message). Numpy integers and arrays
+    count as the ints and tensors they hold, as :func:`resolve_target` reads them.
+
+    Example:
+        >>> from camkit.targets.classes import given_classes
+        >>> given_classes(3, batch=2).tolist(), given_classes([[1, 2], [0, 4]], batch=2).shape
+        ([3, 3], torch.Size([2, 2]))
+        >>> given_classes(None, batch=2) is None, given_classes("cat", batch=2) is None
+        (True, True)
+    """
+    if target is None or callable(target):
+        return None
+    try:
+        target = _plain_target(target)
+        if isinstance(target, int):
+            return torch.full((batch,), target, dtype=torch.long)
+        return _index_tensor(target, batch).long()
+    except (InvalidTargetError, TypeError, ValueError, RuntimeError):  # the last three: what torch.as_tensor refuses
+        return None
 
 
 def resolve_target(target: Target, output: Any, batch: int | None = None) -> tuple[Tensor | None, Tensor]:

@@ -574,7 +574,7 @@ def test_recompute_false_is_the_whole_graph_path_with_the_same_maps(cls, replays
 
 
 def test_given_classes_are_the_targets_that_name_classes_before_the_forward():
-    from camkit.methods.attention.base import given_classes
+    from camkit.targets.classes import given_classes
 
     assert given_classes(None, 2) is None and given_classes(lambda out: out[:, 0], 2) is None
     assert given_classes(True, 2) is None and given_classes([0.5, 1.0], 2) is None  # refused on the other path

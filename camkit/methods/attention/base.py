@@ -22,18 +22,18 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ...errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
+from ...errors import InvalidInputError, LayerNotReachedError
 from ...explanation import Explanation
 from ...functional.tokens import infer_token_grid
 from ...layers.layout import prefix_token_hint
-from ...targets.classes import OutputSelector, Target, _index_tensor, _plain_target
+from ...targets.classes import OutputSelector, Target
 from .._binding import InputIndex
 from .._output import make_explanation
 from ..base import Explainer
 from .blockwise import BlockRecorder, attention_blocks
 from .capture import AttentionCapture, attention_modules
 
-__all__ = ["AttentionExplainer", "bool_option", "frozen_parameters", "given_classes", "known_head"]
+__all__ = ["AttentionExplainer", "bool_option", "frozen_parameters", "known_head"]
 
 Head = Callable[[Tensor], Any]
 
@@ -162,24 +162,6 @@ def bool_option(value: object, name: str) -> bool:
     if isinstance(value, bool):
         return value
     raise InvalidInputError(f"{name} must be True or False, got {value!r}")
-
-
-def given_classes(target: Target, batch: int) -> Tensor | None:
-    """The classes a target names before any forward, [B] or [B, K] (range checked later); ``None`` if it names none.
-
-    ``None`` for the predicted class (``target=None``), a callable, or anything :func:`resolve_target`
-    would refuse (it then refuses it on the other path, with its message). Numpy integers and arrays
-    count as the ints and tensors they hold, as :func:`resolve_target` reads them.
-    """
-    if target is None or callable(target):
-        return None
-    try:
-        target = _plain_target(target)
-        if isinstance(target, int):
-            return torch.full((batch,), target, dtype=torch.long)
-        return _index_tensor(target, batch).long()
-    except (InvalidTargetError, TypeError, ValueError, RuntimeError):  # the last three: what torch.as_tensor refuses
-        return None
 
 
 @contextmanager

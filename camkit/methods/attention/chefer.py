@@ -32,9 +32,9 @@ from ...errors import LayerNotReachedError
 from ...explanation import Explanation
 from ...functional.attention import gradient_rollout, token_relevance, weighted_attention
 from ...registry import register_method
-from ...targets.classes import OutputSelector, Target
+from ...targets.classes import OutputSelector, Target, given_classes
 from .._binding import InputIndex
-from .base import AttentionExplainer, bool_option, frozen_parameters, given_classes, known_head
+from .base import AttentionExplainer, bool_option, frozen_parameters, known_head
 from .blockwise import (
     TOKENS_ONLY,
     BlockRecorder,
