@@ -37,12 +37,12 @@ from ..registry import register_method
 from ..targets.classes import OutputSelector, Target, resolve_target, select_output
 from ..targets.neuron import NeuronTarget
 from ._attention import AttentionCapture, attention_modules
-from ._binding import InputIndex
 from ._blockwise import BlockRecorder, attention_blocks, segment_length
 from ._chefer import from_last_segment, query_row, segments_back
+from ._core.binding import InputIndex
+from ._core.explainer import Explainer
+from ._core.output import make_explanation
 from ._legrad import given_classes, recompute, single_pass
-from ._output import make_explanation
-from .base import Explainer
 
 __all__ = ["AttentionExplainer", "AttentionRollout", "CheferRollout", "LeGrad"]
 

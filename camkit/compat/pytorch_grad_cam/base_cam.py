@@ -22,7 +22,8 @@ from torch import Tensor, nn
 from ..._internal.state import eval_mode
 from ...errors import CamkitWarning, InvalidInputError
 from ...hooks import HookScope
-from ...methods.base import CAMExplainer, Explainer, GradientCAM
+from ...methods._core.cam_base import CAMExplainer, GradientCAM
+from ...methods._core.explainer import Explainer
 from ._support import augmented, camkit_target, category_targets, dress_maps, layer_list, model_device, pop_legacy
 
 __all__ = ["BaseCAM"]
