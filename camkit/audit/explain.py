@@ -23,7 +23,7 @@ from torch import nn
 
 from .._version import __version__
 from ..errors import InvalidInputError
-from ..methods._core.cam_base import CAMExplainer
+from ..methods import CAMExplainer
 from ..modelload import load_model, warn_random_weights
 from ..viz.overlay import overlay
 from .data import _reason, read_checked

@@ -36,7 +36,7 @@ from .._internal.state import eval_mode
 from .._version import __version__
 from ..errors import InvalidInputError
 from ..layers.families.ultralytics import is_ultralytics
-from ..methods._core.explainer import Explainer
+from ..methods import Explainer
 from ..modelload import LoadedModel
 from ..targets.detection import DetectionTarget, candidates_of, cxcywh_to_xyxy
 from ..targets.tasks import SegmentationTarget

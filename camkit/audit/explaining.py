@@ -16,8 +16,7 @@ from torch import Tensor, nn
 
 from .._internal.state import eval_mode
 from ..errors import InvalidInputError, InvalidTargetError
-from ..methods._core.cam_base import GradientCAM
-from ..methods._core.explainer import Explainer
+from ..methods import Explainer, GradientCAM
 from ..registry import get_method
 
 __all__ = ["BatchResult", "TargetSpec", "build_explainer", "explain_batch", "parse_target"]

@@ -25,8 +25,7 @@ from torch import nn
 
 from .._version import __version__
 from ..errors import InvalidInputError
-from ..methods._core.cam_base import GradientCAM
-from ..methods.attribution.concepts import ConceptRelevance
+from ..methods import ConceptRelevance, GradientCAM
 from ..modelload import LoadedModel, load_model, resolve_device, warn_random_weights
 from .audit_media import MediaOptions, audit_media, is_media_data
 from .data import AuditDataset, Dataset, discover

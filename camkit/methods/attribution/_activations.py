@@ -6,12 +6,15 @@ method a forward calls (``nn.ReLU`` calls ``F.relu``; ``nn.Sigmoid`` calls
 elementwise activation camkit has a rule for, and gives it back as an out-of-place
 function of the input, plus whether the call was in place. :func:`unruled_name` names the
 non-linear calls that no rule covers (softmax, max-pooling, normalisations ...), so that the
-methods can warn about them.
+methods can warn about them (:func:`warn_unruled`, once per call, at the user's line).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Activation", "match_activation", "slope", "unruled_name"]
+from ...errors import NoRuleWarning
+
+__all__ = ["Activation", "match_activation", "slope", "unruled_name", "warn_unruled"]
 
 
 @dataclass(frozen=True)
@@ -163,3 +168,23 @@ def unruled_name(func: Callable[..., Any]) -> str | None:
         return None
     name = name.lstrip("_")
     return name if name in _UNRULED else None
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside the camkit package (the user's call)."""
+    # this file is camkit/methods/attribution/_activations.py: three levels up is camkit/
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
+def warn_unruled(method: str, names: set[str], instead: str) -> None:
+    """One :class:`NoRuleWarning` naming every rule-less non-linearity a call met, at the user's line."""
+    if names:
+        warnings.warn(
+            f"{method}: no rule for {', '.join(sorted(names))} in this forward pass; {instead}",
+            NoRuleWarning,
+            stacklevel=_caller_level(),
+        )

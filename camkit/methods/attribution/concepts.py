@@ -29,7 +29,7 @@ from ...layers.names import LayerSpec
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from .._core.binding import InputIndex
 from .._core.cam_base import CAMExplainer
-from .deeplift import warn_unruled
+from ._activations import warn_unruled
 from .lrp import LRP, _LRPMode
 from .pixel import pixel_maps
 

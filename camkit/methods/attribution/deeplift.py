@@ -31,9 +31,6 @@ the cost of a call is about that of :class:`~camkit.Saliency` plus one single-im
 
 from __future__ import annotations
 
-import os
-import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Union, cast
 
@@ -42,13 +39,13 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from ..._internal.checks import check_broadcasts
-from ...errors import InvalidInputError, InvalidTargetError, NoRuleWarning
+from ...errors import InvalidInputError, InvalidTargetError
 from ...explanation import Explanation
 from ...functional.attribution import completeness_gap
 from ...registry import register_method
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from .._core.binding import InputIndex
-from ._activations import Activation, match_activation, unruled_name
+from ._activations import Activation, match_activation, unruled_name, warn_unruled
 from ._activations import slope as activation_slope
 from ._baselines import baseline_hint, baselines_for, check_baselines
 from ._maxpool_rule import RescaleMaxPool, max_pool_call, max_pool_name, pool
@@ -191,25 +188,6 @@ def _class_scores(output: Tensor, classes: Tensor) -> Tensor:
     """``output``'s entries at ``classes`` row by row: [N] for classes [N], [N, K] for [N, K]."""
     scores = output.gather(1, classes if classes.dim() == 2 else classes[:, None])
     return scores if classes.dim() == 2 else scores[:, 0]
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside the camkit package (the user's call)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
-    return level
-
-
-def warn_unruled(method: str, names: set[str], instead: str) -> None:
-    """One :class:`NoRuleWarning` naming every rule-less non-linearity a call met, at the user's line."""
-    if names:
-        warnings.warn(
-            f"{method}: no rule for {', '.join(sorted(names))} in this forward pass; {instead}",
-            NoRuleWarning,
-            stacklevel=_caller_level(),
-        )
 
 
 @register_method("deeplift")

@@ -51,8 +51,7 @@ from ...functional.propagation import epsilon_scale, gamma_params, relevance_gra
 from ...registry import register_method
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from .._core.binding import InputIndex
-from ._activations import match_activation, unruled_name
-from .deeplift import warn_unruled
+from ._activations import match_activation, unruled_name, warn_unruled
 from .pixel import GradientAttribution, score_gradients
 
 __all__ = ["LRP", "LRPRule"]
