@@ -8,7 +8,7 @@ the model. Every implementation gets the same explicit classes (the top-1 of a n
 forward).
 
 Map agreement: captum's attributions [B, C, H, W] are given camkit's pixel contract
-(``max_c |attr|``, then per-map min-max; :func:`camkit.methods.pixel.pixel_maps`), so the
+(``max_c |attr|``, then per-map min-max; :func:`camkit.methods.attribution.pixel.pixel_maps`), so the
 difference printed compares the attributions themselves. On torchvision's resnet50 every
 ReLU is an ``nn.ReLU`` module, which captum's module hooks see; the agreement row is
 therefore a correctness check, not the functional-ReLU failure the issue describes
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 import camkit
-from camkit.methods.pixel import pixel_maps
+from camkit.methods.attribution.pixel import pixel_maps
 
 from ._harness import (
     Context,

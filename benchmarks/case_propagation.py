@@ -17,7 +17,7 @@ call, made camkit's Saliency fault its memory in afresh too under glibc's defaul
 DeepLift's ratio to it measured that (docs/guide/performance.md).
 
 Agreement: captum's attributions [B, C, H, W] are given camkit's pixel contract
-(``max_c |attr|``, then per-map min-max; :func:`camkit.methods.pixel.pixel_maps`) and
+(``max_c |attr|``, then per-map min-max; :func:`camkit.methods.attribution.pixel.pixel_maps`) and
 compared with camkit's DeepLift and LRP epsilon (``epsilon=1e-9``, captum's value). An
 implementation that cannot run the model (captum's DeepLift refuses a ReLU module called
 twice, which every torchvision ResNet block does) gets a row with the error instead.
@@ -41,7 +41,7 @@ import torch
 from torch import Tensor, nn
 
 import camkit
-from camkit.methods.pixel import pixel_maps
+from camkit.methods.attribution.pixel import pixel_maps
 
 from ._harness import (
     Context,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar, overload
 from .errors import UnknownMethodError
 
 if TYPE_CHECKING:
-    from .methods.base import Explainer
+    from .methods import Explainer
 
 __all__ = ["MethodInfo", "get_method", "list_methods", "register_method"]
 
@@ -69,7 +69,7 @@ class MethodInfo(NamedTuple):
 
 
 def _family(cls: type[Explainer]) -> str:
-    # Each base class states its kind (methods.base, methods._forward, methods.pixel).
+    # Each base class states its kind (methods._core: explainer, cam_base, forward; methods.attribution.pixel).
     return cls.family or ("attribution" if cls.needs_grad else "perturbation")
 
 

@@ -72,7 +72,7 @@ def check_finite(x: Tensor, *, what: str = "x") -> None:
 
     Only CPU tensors are checked here: reading a device tensor's values would make the host
     wait for the device on every call. On an accelerator the explainers give those samples
-    NaN maps instead (see :func:`camkit.methods.base.make_explanation`); call
+    NaN maps instead (see :func:`camkit.methods._core.output.make_explanation`); call
     ``torch.isfinite(x).all()`` yourself where one sync per batch is acceptable.
 
     Example:

@@ -25,8 +25,7 @@ from torch import nn
 
 from .._version import __version__
 from ..errors import InvalidInputError
-from ..methods.base import GradientCAM
-from ..methods.concepts import ConceptRelevance
+from ..methods import ConceptRelevance, GradientCAM
 from ..modelload import LoadedModel, load_model, resolve_device, warn_random_weights
 from ..runs.data import AuditDataset, Dataset, discover
 from ..runs.distributed import DistContext

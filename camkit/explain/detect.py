@@ -36,7 +36,7 @@ from .._internal.state import eval_mode
 from .._version import __version__
 from ..detection import DetectionTarget, detections_of, task_of, threshold_hint
 from ..errors import InvalidInputError
-from ..methods.base import Explainer
+from ..methods import Explainer
 from ..modelload import LoadedModel
 from ..runs.data import error_reason, read_checked
 from ..runs.files import atomic_write, encode_image, npy_bytes, safe_name

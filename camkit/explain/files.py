@@ -24,7 +24,7 @@ from torch import nn
 from .._version import __version__
 from ..detection import task_of
 from ..errors import InvalidInputError
-from ..methods.base import CAMExplainer
+from ..methods import CAMExplainer
 from ..modelload import load_model, warn_random_weights
 from ..runs.data import error_reason, read_checked
 from ..runs.explaining import build_explainer, explain_batch

@@ -44,7 +44,7 @@ from ..errors import InvalidInputError
 from ..media.nifti import INTENSITY_MODES, is_nifti, normalize_intensity, read_volume, write_volume
 from ..media.signal import read_signal
 from ..media.video import is_video, read_video, write_video
-from ..methods.base import CAMExplainer
+from ..methods import CAMExplainer
 from ..modelload import load_model, warn_random_weights
 from ..modelload.video import video_preprocess
 from ..runs.data import error_reason

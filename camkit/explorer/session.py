@@ -24,7 +24,7 @@ from .._internal.state import eval_mode
 from ..errors import CamkitError, InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..layers import list_layers
-from ..methods.base import CAMExplainer, Explainer, GradientCAM
+from ..methods import CAMExplainer, Explainer, GradientCAM
 from ..modelload import LoadedModel, Preprocess, load_model
 from ..registry import get_method, list_methods
 from ..viz.overlay import overlay as blend

@@ -128,7 +128,7 @@ def flat_maps(maps: Tensor, rtol: float = FLAT_RTOL, *, spatial_dims: int = 2) -
 def multiply_maps(maps: Sequence[Tensor], *, spatial_dims: int = 2) -> tuple[Tensor, Tensor]:
     """Fuse maps of the same size by their product, then min-max normalise (RefineCAM's fusion).
 
-    Where :func:`camkit.methods.base.finish_maps` averages the layers' maps, a product keeps
+    Where :func:`camkit.methods._core.output.finish_maps` averages the layers' maps, a product keeps
     only what every layer shows: a position that one layer rates 0 stays 0. Give each map in
     [0, 1] (already normalised).
 

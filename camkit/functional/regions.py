@@ -5,7 +5,7 @@ A *region map* is an integer tensor [*S] (or [B, *S]) giving each position of an
 [B, C, *S] a region id, for a signal (``S = (T,)``), an image (``(H, W)``) or a volume or
 clip (``(D, H, W)``). A *coalition* is a boolean row [M] over a sample's M regions: True
 keeps the region's positions from the input, False replaces them with the baseline. No hooks, no model: the
-explainers in :mod:`camkit.methods.regions` evaluate the coalitions and call these.
+explainers in :mod:`camkit.methods.perturbation.regions` evaluate the coalitions and call these.
 """
 
 from __future__ import annotations

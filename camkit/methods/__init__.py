@@ -1,32 +1,55 @@
-"""Explainer classes, one module per method family."""
+"""Explainer classes, one folder per method family (``cam``, ``attribution``, ``perturbation``,
+``wrappers``, and attention) over a shared private core (``_core``)."""
 
+from ._core.cam_base import CAMExplainer, GradientCAM
+from ._core.explainer import Explainer
 from .attention import AttentionExplainer, AttentionRollout, CheferRollout, LeGrad
-from .base import CAMExplainer, Explainer, GradientCAM
-from .cam import CAM
-from .cam_extra import FEM, KPCACAM, FinerCAM, FullGrad, GradCAMElementWise, RandomCAM, ShapleyCAM
-from .concepts import ConceptReferences, ConceptRelevance
-from .deeplift import DeepLift, DeepLiftShap
-from .dff import DeepFeatureFactorization, factorization_image
-from .eigen import EigenCAM, EigenGradCAM, SegEigenCAM
-from .gradcam import GradCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
-from .gradientshap import GradientShap
-from .integrated import IntegratedGradients
-from .layer import (
+from .attribution import (
+    LRP,
+    ConceptReferences,
+    ConceptRelevance,
+    Deconvolution,
+    DeepLift,
+    DeepLiftShap,
+    GradientAttribution,
+    GradientShap,
+    GuidedBackprop,
+    GuidedGradCAM,
+    InputXGradient,
+    IntegratedGradients,
     LayerActivation,
     LayerAttribution,
     LayerConductance,
     LayerGradientXActivation,
     LayerIntegratedGradients,
+    Saliency,
 )
-from .lrp import LRP
-from .perturbation import RISE, Occlusion
-from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGradCAM, InputXGradient, Saliency
-from .refine import RefineCAM
-from .regions import FeatureAblation, KernelShap, Lime, RegionAttribution, ShapleyValueSampling
-from .score_averaged import ISCAM, SSCAM
-from .scorecam import AblationCAM, ScoreCAM
-from .sess import SESS
-from .smooth import AugSmooth, SmoothGrad
+from .cam import (
+    CAM,
+    FEM,
+    ISCAM,
+    KPCACAM,
+    SSCAM,
+    AblationCAM,
+    DeepFeatureFactorization,
+    EigenCAM,
+    EigenGradCAM,
+    FinerCAM,
+    FullGrad,
+    GradCAM,
+    GradCAMElementWise,
+    GradCAMPlusPlus,
+    HiResCAM,
+    LayerCAM,
+    RandomCAM,
+    ScoreCAM,
+    SegEigenCAM,
+    ShapleyCAM,
+    XGradCAM,
+    factorization_image,
+)
+from .perturbation import RISE, FeatureAblation, KernelShap, Lime, Occlusion, RegionAttribution, ShapleyValueSampling
+from .wrappers import SESS, AugSmooth, RefineCAM, SmoothGrad
 
 __all__ = [
     "CAM",

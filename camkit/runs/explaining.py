@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from .._internal.state import eval_mode
 from ..errors import InvalidInputError, InvalidTargetError
-from ..methods.base import Explainer, GradientCAM
+from ..methods import Explainer, GradientCAM
 from ..registry import get_method
 from .targeting import Choose
 

@@ -211,7 +211,7 @@ def test_flatness_is_decided_on_the_raw_map_with_a_relative_tolerance():
     raw[0, 1, 1] += 1e-13  # a spread of 1e-13 on a map of 1.44e-6: rounding
     raw[1] *= 1 + 1e-7 * torch.randn(4, 4, generator=_seeded(7))  # relative noise of 1e-7
     raw[2, 0, 0] = 2e-6  # a real bump
-    maps, flat = camkit.methods.base.finish_maps([raw], (8, 8))
+    maps, flat = camkit.methods._core.output.finish_maps([raw], (8, 8))
     assert flat.tolist() == [True, True, False]
     assert torch.equal(maps[:2], torch.zeros(2, 8, 8))
     assert maps[2].max() == 1 and maps[2].min() == 0

@@ -398,7 +398,7 @@ def test_factorization_image_hand_computed_and_inputs_untouched():
 
 
 def test_sess_windows_and_blur_by_hand():
-    from camkit.methods.sess import gaussian_blur, window_starts
+    from camkit.methods.wrappers.sess import gaussian_blur, window_starts
 
     assert window_starts(224, 224, 224) == [0]
     assert window_starts(288, 224, 224) == [0, 64]  # the second window flush with the border
@@ -418,7 +418,7 @@ def test_sess_with_one_full_window_is_the_blurred_inner_map():
     # one patch (the image), weight 1, mean fusion of the values > 0, blur, min-max
     plain = inner(x, [0, 2])
     fused = torch.where(plain > 0, plain, torch.zeros_like(plain))
-    from camkit.methods.sess import gaussian_blur
+    from camkit.methods.wrappers.sess import gaussian_blur
 
     expected = camkit.functional.normalize_maps(gaussian_blur(fused))[0]
     torch.testing.assert_close(e.maps, expected, atol=1e-6, rtol=0)

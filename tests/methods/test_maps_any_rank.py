@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import camkit
 from camkit.functional import flat_maps, interpolation_mode, normalize_maps, upsample_maps
-from camkit.methods.base import finish_maps
+from camkit.methods._core.output import finish_maps
 
 
 @pytest.mark.parametrize(("size", "mode"), [((12,), "linear"), ((6, 10), "bilinear"), ((3, 6, 10), "trilinear")])

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 import camkit
 from camkit.hooks import HookScope
-from camkit.methods import _placement
+from camkit.methods._core import placement as _placement
 
 FAR = torch.device("cuda", 7)
 

@@ -428,7 +428,7 @@ def test_lrp_epsilon_plus_uses_zplus_on_convs_and_epsilon_on_linear_layers():
 
 @pytest.mark.parametrize("rule", ["zplus", "alphabeta", "epsilonplus", "epsilonalpha2beta1"])
 def test_lrp_sign_split_rules_skip_nothing_that_matters_after_relus(rule, monkeypatch):
-    import camkit.methods.lrp as lrp_module
+    import camkit.methods.attribution.lrp as lrp_module
 
     model, x = ResBlockNet().eval(), tiny_input(batch=2)
     calls: list[bool] = []
@@ -756,7 +756,7 @@ def test_deepliftshap_shared_passes_on_a_model_that_moves_the_batch_dimension(mo
 def test_deeplift_keeps_only_the_references_inputs_and_drops_each_after_use(monkeypatch):
     """With a baseline per image the reference pass is batch-sized: it keeps each activation's input, not its output
     too, and the main pass lets each record go once it has used it."""
-    import camkit.methods.deeplift as deeplift
+    import camkit.methods.attribution.deeplift as deeplift
 
     handed: list[list] = []  # the records as the main pass received them
     modes: list[deeplift._RescaleMode] = []

@@ -23,7 +23,7 @@ from torch import nn
 import camkit
 from camkit.functional import normalize_maps
 from camkit.functional.perturbation import eigen_projection
-from camkit.methods.sess import _rescale, gaussian_blur
+from camkit.methods.wrappers.sess import _rescale, gaussian_blur
 
 RANKS = (1, 3)
 CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}

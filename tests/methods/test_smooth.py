@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 import camkit
 from camkit import functional as CF
-from camkit.methods.base import finish_maps
+from camkit.methods._core.output import finish_maps
 
 
 def _manual_noisy_raws(explainer: camkit.Explainer, x: Tensor, classes: Tensor, samples: int, sigma: float, seed: int):

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ..._internal.state import eval_mode
 from ...errors import CamkitWarning, InvalidInputError
 from ...hooks import HookScope
-from ...methods.base import CAMExplainer, Explainer, GradientCAM
+from ...methods import CAMExplainer, Explainer, GradientCAM
 from ._support import augmented, camkit_target, category_targets, dress_maps, layer_list, model_device, pop_legacy
 
 __all__ = ["BaseCAM"]

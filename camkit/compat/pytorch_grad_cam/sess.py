@@ -8,7 +8,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from ... import methods as _m
-from ...methods.sess import window_starts as _window_starts
+from ...methods.wrappers.sess import window_starts as _window_starts
 from ._cams import GradCAM
 from ._support import augmented, camkit_target, pop_legacy, to_numpy
 

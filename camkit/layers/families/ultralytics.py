@@ -4,7 +4,7 @@ An ultralytics model keeps its layers in ``model.model``, an ``nn.Sequential`` w
 say where their inputs come from (``f``: ``-1`` for the module before, or indices). The head
 (``Detect``, ``Segment``, ``Pose``, ``OBB``) reads several neck stages, one per scale; the
 default layers are those stages, and a CAM explainer fuses their maps (each upsampled to the
-input and normalised, then averaged: :func:`camkit.methods.base.finish_maps`). The classifier's
+input and normalised, then averaged: :func:`camkit.methods._core.output.finish_maps`). The classifier's
 ``Classify`` head reads one stage: the default is that stage.
 """
 

@@ -27,9 +27,9 @@ from ...explanation import Explanation
 from ...functional.tokens import infer_token_grid
 from ...layers.layout import prefix_token_hint
 from ...targets.classes import OutputSelector, Target
-from .._binding import InputIndex
-from .._output import make_explanation
-from ..base import Explainer
+from .._core.binding import InputIndex
+from .._core.explainer import Explainer
+from .._core.output import make_explanation
 from .blockwise import BlockRecorder, attention_blocks
 from .capture import AttentionCapture, attention_modules
 

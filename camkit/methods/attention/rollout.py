@@ -11,7 +11,7 @@ from ...explanation import Explanation
 from ...functional.attention import attention_rollout, fuse_heads, token_relevance
 from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
-from .._binding import InputIndex
+from .._core.binding import InputIndex
 from .base import AttentionExplainer
 from .capture import AttentionCapture
 

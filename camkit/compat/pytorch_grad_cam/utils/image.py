@@ -15,7 +15,7 @@ import torch
 from ....errors import InvalidInputError
 from ....functional.maps import normalize_maps, upsample_maps
 from ....functional.overlay import colormap_lut
-from ....methods.dff import factorization_image
+from ....methods.cam.dff import factorization_image
 
 __all__ = [
     "create_labels_legend",

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from .... import methods as _methods
-from ....methods.base import CAMExplainer, GradientCAM
+from ....methods import CAMExplainer, GradientCAM
 from .core import _CAM, OutputTarget, _target_scores
 
 __all__ = ["GradCAM", "GradCAMpp", "LayerCAM", "XGradCAM"]

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from .... import methods as _methods
-from ....methods.base import CAMExplainer
+from ....methods import CAMExplainer
 from .core import _CAM, OutputTarget, _target_scores
 
 __all__ = ["CAM", "ISCAM", "SSCAM", "ScoreCAM"]

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from ...._internal.state import eval_mode
 from ....hooks import HookScope
-from ....methods.base import CAMExplainer
+from ....methods import CAMExplainer
 from ._utils import locate_candidate_layer
 
 __all__ = ["_CAM", "OutputTarget"]

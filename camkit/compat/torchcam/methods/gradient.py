@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from .... import methods as _methods
 from ....functional.maps import upsample_maps
-from ....methods.base import CAMExplainer
+from ....methods import CAMExplainer
 from ._gradient_base import GradCAM, GradCAMpp, LayerCAM, XGradCAM, _GradCAM, _Wrapper
 from .core import _CAM, OutputTarget
 from .finer import FinerCAM

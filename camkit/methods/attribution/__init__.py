@@ -1,0 +1,38 @@
+"""Attributions to the input or a layer: gradients (pixel, guided, integrated, GradientShap, layer
+attributions) and relevance propagation (DeepLift, LRP, concept relevance) with their rule helpers.
+"""
+
+from .concepts import ConceptReferences, ConceptRelevance
+from .deeplift import DeepLift, DeepLiftShap
+from .gradientshap import GradientShap
+from .integrated import IntegratedGradients
+from .layer import (
+    LayerActivation,
+    LayerAttribution,
+    LayerConductance,
+    LayerGradientXActivation,
+    LayerIntegratedGradients,
+)
+from .lrp import LRP
+from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGradCAM, InputXGradient, Saliency
+
+__all__ = [
+    "LRP",
+    "ConceptReferences",
+    "ConceptRelevance",
+    "Deconvolution",
+    "DeepLift",
+    "DeepLiftShap",
+    "GradientAttribution",
+    "GradientShap",
+    "GuidedBackprop",
+    "GuidedGradCAM",
+    "InputXGradient",
+    "IntegratedGradients",
+    "LayerActivation",
+    "LayerAttribution",
+    "LayerConductance",
+    "LayerGradientXActivation",
+    "LayerIntegratedGradients",
+    "Saliency",
+]

@@ -1,0 +1,387 @@
+"""Layer-wise relevance propagation (Bach et al. 2015; Montavon et al. 2019) as modified gradients.
+
+camkit keeps, for every tensor ``a`` of the forward pass, a modified gradient ``g`` whose
+product ``a * g`` is the relevance of ``a``; the attribution is ``x * g`` at the input
+(plus the bound terms of the z-box rule). The rules then read:
+
+* **Convolutions and linear layers** (``nn.Conv1d/2d/3d``, ``nn.Linear`` *and* direct
+  ``F.conv2d`` / ``F.linear`` calls: a :class:`~torch.overrides.TorchFunctionMode` sees the
+  calls, not the modules): the chosen rule, via
+  :func:`camkit.functional.relevance_gradient`. The layer's output keeps its value; only
+  its backward changes. Nothing of the model is replaced, hooked or patched.
+* **Batch norm in eval mode** (``nn.BatchNorm1d/2d/3d``, all one ``F.batch_norm`` call): the epsilon rule, treating it as the per-channel affine map
+  it is (what captum does); its shift absorbs relevance like a bias does. Batch norm with
+  batch statistics (training mode) has no rule (warned; plain gradient).
+* **ReLU and leaky ReLU, every spelling, in place or not**: their own gradient is exactly
+  LRP's rule for them (relevance passes unchanged, since ``f(z) = f'(z) z``), so no
+  interception is needed and none can be missed.
+* **Average pooling (plain and adaptive, 1-D to 3-D), means, additions (residual
+  connections), concatenation, reshapes**: their own gradient is the z-rule (relevance
+  shared in proportion to the contributions, conserved exactly); **max-pooling** of every
+  rank: winner takes all (conserved exactly).
+
+Every rule is written for any rank: an input [B, C, *S] may be a signal [B, C, T], an image
+[B, C, H, W] or a volume or a video [B, C, D, H, W].
+* **Other non-linearities** (sigmoid, tanh, GELU, SiLU, softmax, layer norm, ...): no rule;
+  their plain gradient is used and one :class:`~camkit.errors.NoRuleWarning` per call names them.
+* **Transposed convolutions**: refused with :class:`~camkit.errors.InvalidInputError`.
+
+Rules (``rule=``): ``"epsilon"``, ``"gamma"``, ``"zplus"``, ``"alphabeta"`` (on every
+convolution and linear layer), and the composites ``"epsilonplus"`` (z+ on convolutions, epsilon on linear layers),
+``"epsilongammabox"`` (z-box on the first convolution or linear layer called, gamma on the
+other convolutions, epsilon on linear layers) and ``"epsilonalpha2beta1"`` (alpha=2,
+beta=1 on convolutions, epsilon on linear layers), as zennit names them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from ..._internal import syncs as _syncs
+from ...errors import InvalidInputError
+from ...explanation import Explanation
+from ...functional.propagation import epsilon_scale, gamma_params, relevance_gradient, split_by_sign
+from ...registry import register_method
+from ...targets.classes import OutputSelector, Target, resolve_target, select_output
+from .._core.binding import InputIndex
+from ._activations import match_activation, unruled_name, warn_unruled
+from .pixel import GradientAttribution, score_gradients
+
+__all__ = ["LRP", "LRPRule"]
+
+LRPRule = Literal["epsilon", "gamma", "zplus", "alphabeta", "epsilonplus", "epsilongammabox", "epsilonalpha2beta1"]
+Bound = Union[float, Tensor, None]
+
+_RULES = ("epsilon", "gamma", "zplus", "alphabeta")
+# composite -> {"first": rule for the first layer called, "conv": ..., "linear": ...}
+_COMPOSITES: dict[str, dict[str, str]] = {
+    "epsilonplus": {"conv": "zplus", "linear": "epsilon"},
+    "epsilongammabox": {"first": "zbox", "conv": "gamma", "linear": "epsilon"},
+    "epsilonalpha2beta1": {"conv": "alphabeta", "linear": "epsilon"},
+}
+_CONVS = {F.conv1d: "conv", F.conv2d: "conv", F.conv3d: "conv", F.linear: "linear"}
+_REFUSED = {F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d, F.bilinear}
+# Elementwise activations whose own gradient is LRP's rule (f(z) = f'(z) z).
+_PASSING = {"relu", "leaky_relu"}
+
+
+class _EpsilonBatchNorm(torch.autograd.Function):
+    """Batch norm with running statistics whose backward follows the epsilon rule at its output."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: Tensor,
+        mean: Tensor,
+        var: Tensor,
+        weight: Tensor | None,
+        bias: Tensor | None,
+        bn_eps: float,
+        epsilon: float,
+    ) -> Tensor:
+        w = None if weight is None else weight.detach()
+        b = None if bias is None else bias.detach()
+        z = F.batch_norm(x, mean, var, w, b, False, 0.0, bn_eps)
+        slope = torch.rsqrt(var.detach().to(z.dtype) + bn_eps)
+        if w is not None:
+            slope = slope * w.to(z.dtype)
+        ctx.save_for_backward(epsilon_scale(z, epsilon), slope.view(1, -1, *([1] * (z.dim() - 2))))
+        return z
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        scale, slope = ctx.saved_tensors
+        return (grad * scale).mul_(slope), None, None, None, None, None, None
+
+
+def _known_non_negative(a: Tensor) -> bool:
+    """Whether ``a`` has no negative entry, checked only where reading a value costs no device sync."""
+    return _syncs.reads_are_free(a) and not bool((a < 0).any())
+
+
+def _lookup(table: Any, func: Callable[..., Any]) -> Any:
+    try:
+        return table.get(func) if isinstance(table, dict) else func in table
+    except TypeError:
+        return None
+
+
+class _LRPMode(TorchFunctionMode):
+    def __init__(self, explainer: LRP) -> None:
+        super().__init__()
+        self.lrp = explainer
+        self.layers = 0
+        self.bounds: list[tuple[Tensor, Tensor]] = []  # z-box leaves (low, high), in call order
+        self.unruled: set[str] = set()
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        kind = _lookup(_CONVS, func)
+        if kind is not None:
+            return self._layer(kind, func, args, kwargs)
+        if func is F.batch_norm:
+            return self._batch_norm(func, args, kwargs)
+        if _lookup(_REFUSED, func):
+            raise InvalidInputError(
+                f"LRP has no rule for {getattr(func, '__name__', func)} in camkit; explain a model without "
+                "transposed convolutions (or use camkit.IntegratedGradients / camkit.DeepLift)."
+            )
+        activation = match_activation(func, args, kwargs)
+        if activation is not None and activation.name not in _PASSING:
+            self.unruled.add(activation.name)
+        elif activation is None:
+            name = unruled_name(func)
+            if name is not None and "max_pool" not in name:  # max-pooling: winner takes all, conserved
+                self.unruled.add(name)
+        return func(*args, **kwargs)
+
+    def _layer(self, kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        z = func(*args, **kwargs)
+        call = dict(kwargs)
+        names = ("input", "weight", "bias")
+        for name, value in zip(names, args):
+            call[name] = value
+        rest = args[3:]
+        a, weight, bias = call.pop("input", None), call.pop("weight", None), call.pop("bias", None)
+        if not isinstance(a, Tensor) or not isinstance(weight, Tensor) or not isinstance(z, Tensor):
+            return z
+        first = self.layers == 0
+        self.layers += 1
+        if not a.requires_grad:
+            return z
+        rule = self.lrp._rule_for(kind, first)
+
+        def run(inp: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+            out: Tensor = func(inp, w, b, *rest, **call)
+            return out
+
+        lrp = self.lrp
+        if rule == "epsilon":
+            parts = [(1.0, z)]
+        elif rule == "gamma":
+            w_g, b_g = gamma_params(weight, bias, lrp.gamma)
+            parts = [(1.0, run(a, w_g, b_g))]
+        elif rule in ("zplus", "alphabeta"):
+            w_pos, w_neg = split_by_sign(weight)
+            if _known_non_negative(a):  # after a ReLU: the a- terms are zero, skip their convolutions
+                a_pos, a_neg = a, None
+            else:
+                a_pos, a_neg = split_by_sign(a)
+
+            def both(first: Tensor, second: Tensor) -> Tensor:
+                out = run(a_pos, first, None)
+                return out if a_neg is None else out + run(a_neg, second, None)
+
+            positive = both(w_pos, w_neg)
+            if rule == "zplus":
+                parts = [(1.0, positive)]
+            else:
+                negative = both(w_neg, w_pos)
+                if bias is not None:
+                    b_pos, b_neg = split_by_sign(bias)
+                    shape = (-1,) + (1,) * (z.dim() - 2) if kind == "conv" else (-1,)
+                    positive = positive + b_pos.view(shape)
+                    negative = negative + b_neg.view(shape)
+                parts = [(lrp.alpha, positive), (-lrp.beta, negative)]
+        else:  # zbox
+            low, high = lrp._box(a)
+            self.bounds.append((low, high))
+            w_pos, w_neg = split_by_sign(weight)
+            parts = [(1.0, run(a, weight, None) - run(low, w_pos, None) - run(high, w_neg, None))]
+        return relevance_gradient(z, parts, lrp.epsilon)
+
+    def _batch_norm(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Batch norm with running statistics: the epsilon rule, in one autograd node where it can be.
+
+        The node computes the layer's output itself, so no copy of it is needed (a node that
+        returned its input would be a view that the in-place ReLU after it may not change), and
+        its backward is the rule's factor times the per-channel slope ``weight / sqrt(var + eps)``.
+        """
+        names = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+        call = dict(zip(names, args), **kwargs)
+        if call.get("training", False):
+            self.unruled.add("batch_norm (training mode)")
+            return func(*args, **kwargs)
+        x, mean, var = call.get("input"), call.get("running_mean"), call.get("running_var")
+        if (
+            isinstance(x, Tensor) and isinstance(mean, Tensor) and isinstance(var, Tensor)
+            and x.requires_grad and x.dim() >= 2 and x.is_floating_point()
+        ):  # fmt: skip
+            eps = float(call.get("eps", 1e-5))
+            return _EpsilonBatchNorm.apply(x, mean, var, call.get("weight"), call.get("bias"), eps, self.lrp.epsilon)
+        z = func(*args, **kwargs)
+        if not isinstance(z, Tensor) or not z.requires_grad:
+            return z
+        return relevance_gradient(z, [(1.0, z)], self.lrp.epsilon)
+
+
+@register_method("lrp")
+class LRP(GradientAttribution):
+    """Layer-wise relevance propagation with the epsilon, gamma, z+, alpha-beta and z-box rules and composites.
+
+    The relevance starts as the target score and flows back layer by layer, each layer
+    sharing it among its inputs by its rule (``R_out`` is a layer's output relevance,
+    ``z = W a + b`` its output, ``s(t) = t + epsilon * sign(t)``):
+
+    * ``"epsilon"``: ``R_i = sum_j a_i w_ij / s(z_j) R_j``; conserves relevance as
+      ``epsilon -> 0`` on layers without bias.
+    * ``"gamma"``: the epsilon rule with ``w + gamma * max(w, 0)`` (bias likewise) in
+      numerator and denominator.
+    * ``"zplus"``: only positive contributions ``(a_i w_ij)^+``, bias ignored; conserves
+      relevance wherever a unit has a positive contribution.
+    * ``"alphabeta"``: ``alpha`` times the positive contributions' share minus ``beta`` times
+      the negative ones' (bias split by sign into both); needs ``alpha - beta = 1``. A unit
+      without negative contributions passes ``alpha`` times its relevance (as in zennit).
+    * z-box (first layer of ``"epsilongammabox"``), for pixels in ``[low, high]``:
+      ``R_i = sum_j (a_i w_ij - low_i w+_ij - high_i w-_ij) / s(z_j) R_j`` (bias ignored). It
+      assumes the first layer reads the image itself or a flattened view of it (normalise
+      outside the model).
+
+    See :mod:`camkit.methods.attribution.lrp` for the composites, which layers get which rule, and how
+    every ReLU spelling is handled. ``raw`` is the relevance of each input value [B, C, *S]
+    for an input of any rank [B, C, *S] ([B, K, C, *S] for [B, K] targets), ``maps`` [B, *S]
+    its normalised ``max_c |raw|``; ``extras["delta"]`` is ``sum(raw) - score`` per input
+    (zero where relevance is conserved).
+
+    Args:
+        model: the model to explain.
+        rule: a rule or composite name (default ``"epsilon"``).
+        epsilon: the stabiliser (default ``1e-6``; it is in the units of the layer outputs).
+        gamma: the gamma rule's weight on positive parameters (default ``0.25``).
+        alpha, beta: the alpha-beta rule's weights (default ``2`` and ``1``).
+        low, high: the z-box rule's input bounds: numbers or tensors broadcasting to the first
+            layer's input; ``None`` (default) takes each image's own minimum / maximum.
+        output, keep_mode, input_index: see :class:`~camkit.Explainer`.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> import camkit
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(2, 2, bias=False), nn.ReLU(), nn.Linear(2, 1, bias=False))
+        >>> with torch.no_grad():
+        ...     _ = net[1].weight.copy_(torch.tensor([[1.0, 1.0], [1.0, -1.0]]))
+        ...     _ = net[3].weight.copy_(torch.tensor([[1.0, 2.0]]))
+        >>> e = camkit.LRP(net, "epsilon", epsilon=0.0).explain(torch.tensor([[[[3.0, 1.0]]]]), target=0)
+        >>> e.scores.tolist(), e.raw.tolist()  # h = [4, 2]; R_h = [4, 4]; R_x = [3 + 6, 1 - 2]
+        ([8.0], [[[[9.0, -1.0]]]])
+    """
+
+    cost: ClassVar[str] = "1 forward + 1 backward (gamma, z+, alpha-beta and z-box add 1 to 4 convolutions per layer)"
+    use_when: ClassVar[str] = (
+        "You want a single-pass attribution that conserves the score, with rules tuned per layer type (composites)."
+    )
+
+    def __init__(
+        self,
+        model: nn.Module,
+        rule: LRPRule = "epsilon",
+        *,
+        epsilon: float = 1e-6,
+        gamma: float = 0.25,
+        alpha: float = 2.0,
+        beta: float = 1.0,
+        low: Bound = None,
+        high: Bound = None,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        input_index: InputIndex = 0,
+    ) -> None:
+        super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
+        if rule not in _RULES and rule not in _COMPOSITES:
+            raise InvalidInputError(
+                f"rule must be one of {', '.join(repr(r) for r in (*_RULES, *_COMPOSITES))}, got {rule!r}"
+            )
+        for name, value in (("epsilon", epsilon), ("gamma", gamma), ("beta", beta)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not math.isclose(alpha - beta, 1.0, abs_tol=1e-9):
+            raise InvalidInputError(
+                f"the alpha-beta rule needs alpha - beta = 1 to conserve relevance, got alpha={alpha}, beta={beta}"
+            )
+        self.rule = rule
+        self.epsilon, self.gamma, self.alpha, self.beta = float(epsilon), float(gamma), float(alpha), float(beta)
+        self.low, self.high = low, high
+
+    def _rule_for(self, kind: str, first: bool) -> str:
+        composite = _COMPOSITES.get(self.rule)
+        if composite is None:
+            return self.rule
+        if first and "first" in composite:
+            return composite["first"]
+        return composite[kind]
+
+    def _box(self, a: Tensor) -> tuple[Tensor, Tensor]:
+        """Leaves holding the z-box bounds, shaped like the first layer's input ``a``."""
+        dims = tuple(range(1, a.dim()))
+        leaves = []
+        for bound, reduce in ((self.low, torch.amin), (self.high, torch.amax)):
+            if bound is None:
+                value = reduce(a.detach(), dim=dims, keepdim=True) if dims else a.detach()
+            else:
+                value = torch.as_tensor(bound, dtype=a.dtype, device=a.device)
+            try:
+                leaf = value.expand_as(a).clone()
+            except RuntimeError:
+                raise InvalidInputError(
+                    f"the z-box bound has shape {list(value.shape)}, which does not broadcast to the first layer's "
+                    f"input {list(a.shape)}; pass a number or a tensor of that shape."
+                ) from None
+            leaves.append(leaf.requires_grad_(True))
+        return leaves[0], leaves[1]
+
+    def _explain(self, x: Tensor, target: Target) -> Explanation:
+        x = x.detach()
+        leaf = x.clone().requires_grad_(True)
+        mode = _LRPMode(self)
+        with torch.enable_grad():
+            with mode:
+                raw_out = self._call_model(leaf.clone())
+            if self.output is None and getattr(target, "takes_model_output", False) and not isinstance(raw_out, Tensor):
+                classes, scores = resolve_target(target, raw_out, batch=x.shape[0])
+            else:
+                classes, scores = resolve_target(target, select_output(raw_out, self.output), batch=x.shape[0])
+            raw = _relevance(scores, leaf, mode.bounds)
+        warn_unruled(
+            "LRP", mode.unruled, "their plain gradient is used, so relevance is not conserved through them."
+        )
+        scores = scores.detach()
+        size = tuple(x.shape[2:])
+        maps, flat = self.maps_from_raw(raw, size)
+        delta = raw.sum(dim=tuple(range(-(len(size) + 1), 0))) - scores.float()  # over C and every spatial axis
+        return Explanation(
+            maps=maps, raw=raw, target=classes, scores=scores, flat=flat, method=self.key,
+            extras={"delta": delta, "rule": self.rule},
+        )
+
+
+def _relevance(scores: Tensor, leaf: Tensor, bounds: Sequence[tuple[Tensor, Tensor]]) -> Tensor:
+    """Input relevance ``x * g`` (plus the z-box bound terms) for each score column."""
+    if not bounds or not scores.requires_grad:  # score_gradients raises the usual error for the latter
+        grads = score_gradients(scores, leaf)
+        return (leaf.detach().unsqueeze(1) if scores.dim() == 2 else leaf.detach()) * grads
+    columns = scores.unbind(dim=1) if scores.dim() == 2 else (scores,)
+    inputs = [leaf] + [t for pair in bounds for t in pair]
+    out = []
+    for k, column in enumerate(columns):
+        parts = torch.autograd.grad(column.sum(), inputs, retain_graph=k < len(columns) - 1, allow_unused=True)
+        total = torch.zeros_like(leaf)
+        for tensor, grad in zip(inputs, parts):
+            if grad is not None:
+                contribution = tensor.detach() * grad
+                if contribution.numel() != leaf.numel():
+                    raise InvalidInputError(
+                        f"the z-box rule's first layer takes a {list(contribution.shape)} input, not the image "
+                        f"{list(leaf.shape)} (or a flattened view of it); use rule='epsilonplus' or 'gamma' here."
+                    )
+                total = total + contribution.reshape(leaf.shape)
+        out.append(total)
+    return torch.stack(out, dim=1) if scores.dim() == 2 else out[0]
