@@ -27,7 +27,7 @@ def generate(data: Path, count: int) -> None:
     """``count`` demo images in class folders (the model knows its classes: no mapping option needed)."""
     import cv2
 
-    from camkit.demo.shapes import CLASSES, make_split
+    from camkit.bundled.shapes import CLASSES, make_split
 
     samples = make_split("marked", min(count, 1000), seed=11)
     encoded = [(CLASSES[s.label], cv2.imencode(".png", s.image[:, :, ::-1])[1].tobytes()) for s in samples]

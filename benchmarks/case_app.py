@@ -50,7 +50,7 @@ def _free_port() -> int:
 
 def _image(ctx: Context, folder: Path) -> Path:
     if ctx.smoke:
-        from camkit.demo.shapes import render
+        from camkit.bundled.shapes import render
 
         rgb = render(3, 0, 2, marked=False).image
     else:

@@ -1,6 +1,6 @@
 """``camkit evaluate`` on the demo over six methods, against the six methods' explain time alone.
 
-Both sides use the bundled demo CNN on the same demo images (``camkit.demo.shapes``, the seed
+Both sides use the bundled demo CNN on the same demo images (``camkit.bundled.shapes``, the seed
 of ``camkit demo``), already written as PNGs with their manifest. The baseline ("explain alone") runs the six
 explainers of the evaluation's default set (Grad-CAM, Grad-CAM++, XGradCAM, LayerCAM, saliency,
 input x gradient) over every image in batches of 20 on preprocessed tensors, and nothing else:
@@ -35,9 +35,9 @@ CAMKIT = "camkit evaluate"
 
 
 def run(ctx: Context) -> list[Row | Goal]:
-    from camkit.demo.model import CAM_LAYER, load_shapes_cnn
+    from camkit.bundled.model import CAM_LAYER, load_shapes_cnn
+    from camkit.bundled.shapes import make_split, to_batch, write_split
     from camkit.demo.run import DEMO_SEED
-    from camkit.demo.shapes import make_split, to_batch, write_split
 
     images, methods, steps = (6, METHODS[:2], 4) if ctx.smoke else (60, METHODS, 20)
     repeats = 1 if ctx.smoke else min(ctx.repeats, 3)

@@ -45,8 +45,8 @@ GOAL_CONCEPTS = 1.3
 
 
 def _demo_inputs(n: int) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
-    from camkit.demo.model import load_shapes_cnn
-    from camkit.demo.shapes import make_split, to_batch
+    from camkit.bundled.model import load_shapes_cnn
+    from camkit.bundled.shapes import make_split, to_batch
 
     x, y = to_batch(make_split("marked", n, seed=2))
     return load_shapes_cnn().eval(), x, y
@@ -70,7 +70,7 @@ def _synthetic(n: int, classes: int = 10, channels: int = 64, seed: int = 0) -> 
 def run(ctx: Context) -> list[Row | Goal]:
     from camkit.audit.strategies import find_strategies
     from camkit.audit.strategies.store import downsample_maps
-    from camkit.demo.model import CAM_LAYER
+    from camkit.bundled.model import CAM_LAYER
     from camkit.runs.explaining import explain_batch
     from camkit.runs.targeting import chooser, parse_target
 

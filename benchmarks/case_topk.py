@@ -82,8 +82,8 @@ def _resnet20_inputs(count: int) -> Tensor:
 
 
 def _models(ctx: Context) -> list[tuple[str, nn.Module, str, Tensor]]:
-    from camkit.demo.model import CAM_LAYER, load_shapes_cnn
-    from camkit.demo.shapes import make_split, to_batch
+    from camkit.bundled.model import CAM_LAYER, load_shapes_cnn
+    from camkit.bundled.shapes import make_split, to_batch
 
     count = 2 if ctx.smoke else 8
     demo_images = to_batch(make_split("marked", count, seed=1))[0]

@@ -39,7 +39,7 @@ STEPS = 32
 
 def methods(model: nn.Module) -> dict[str, Callable[[Tensor, Tensor], Tensor]]:
     """Name -> ``f(x, target) -> maps [B, 64, 64]`` for every method compared."""
-    from camkit.demo.vit import VIT_CAM_LAYER
+    from camkit.bundled.vit import VIT_CAM_LAYER
 
     built: dict[str, camkit.Explainer] = {
         "Grad-CAM": camkit.GradCAM(model, VIT_CAM_LAYER),
@@ -63,7 +63,7 @@ def random_maps(x: Tensor, target: Tensor) -> Tensor:
 
 def faithfulness(model: nn.Module, n: int, steps: int) -> dict[str, dict[str, float]]:
     """Per method: mean deletion AUC, mean insertion AUC, pointing hits / images on the watermark."""
-    from camkit.demo.shapes import CLASSES, MARKER_CLASS, WATERMARK_BOX, make_split, to_batch
+    from camkit.bundled.shapes import CLASSES, MARKER_CLASS, WATERMARK_BOX, make_split, to_batch
 
     x, _ = to_batch(make_split("marked", n, TEST_SEED))
     with torch.no_grad():
@@ -91,7 +91,7 @@ def faithfulness(model: nn.Module, n: int, steps: int) -> dict[str, dict[str, fl
 
 
 def run(ctx: Context) -> Sequence[Row | Goal]:
-    from camkit.demo.vit import load_shapes_vit
+    from camkit.bundled.vit import load_shapes_vit
 
     try:
         model = load_shapes_vit()

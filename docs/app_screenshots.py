@@ -29,9 +29,9 @@ def _free_port() -> int:
 
 def make_runs(root: Path, images: int) -> dict[str, Path]:
     """The demo (data, audits) and an evaluation of its Grad-CAM and Grad-CAM++ on the same images."""
-    from camkit.demo.model import CAM_LAYER, load_shapes_cnn
+    from camkit.bundled.model import CAM_LAYER, load_shapes_cnn
+    from camkit.bundled.shapes import CLASSES, IMAGE_SIZE
     from camkit.demo.run import run_demo
-    from camkit.demo.shapes import CLASSES, IMAGE_SIZE
     from camkit.evaluation.run import evaluate
 
     run_demo(root, images=images)

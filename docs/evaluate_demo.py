@@ -2,7 +2,7 @@
 
 Run from the repository root: ``.venv/bin/python docs/evaluate_demo.py`` (a few minutes on a CPU).
 
-The data are the demo's held-out shapes (``camkit.demo.shapes.write_split``, the seed of ``camkit
+The data are the demo's held-out shapes (``camkit.bundled.shapes.write_split``, the seed of ``camkit
 demo``), the model the bundled demo CNN (``--model demo``), the localisation region the shape's
 box (``object``). ``camkit evaluate`` runs the six cheap methods of its default set beside the
 three controls with the default metrics; ``docs/img/evaluate_demo.json`` keeps the summary the
@@ -29,9 +29,9 @@ TIMINGS = ("seconds", "seconds_rank0", "images_this_run", "data", "corrupt_parts
 def run(root: Path, images: int = IMAGES, progress: bool = True) -> dict[str, Any]:
     """Write the demo data under ``root/data``, evaluate into ``root/out``; return the summary."""
     import camkit
-    from camkit.demo.model import CAM_LAYER
+    from camkit.bundled.model import CAM_LAYER
+    from camkit.bundled.shapes import write_split
     from camkit.demo.run import DEMO_SEED
-    from camkit.demo.shapes import write_split
 
     manifest = write_split(root / "data", "marked", images, DEMO_SEED)
     return camkit.evaluate(manifest, "demo", out=root / "out", methods=list(METHODS), layer=CAM_LAYER, device="cpu",

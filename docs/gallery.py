@@ -38,8 +38,8 @@ OUT = Path(__file__).resolve().parent / "img"
 def demo_model_and_images() -> tuple[nn.Module, Tensor, list[str], str, str, tuple[str, ...]]:
     """The trained demo model, four demo images, their captions, the CAM layer, a title, class names."""
     try:
-        from camkit.demo.model import CAM_LAYER, load_shapes_cnn
-        from camkit.demo.shapes import CLASSES, render, to_batch
+        from camkit.bundled.model import CAM_LAYER, load_shapes_cnn
+        from camkit.bundled.shapes import CLASSES, render, to_batch
 
         model = load_shapes_cnn()
     except (ImportError, FileNotFoundError, camkit.InvalidInputError) as err:

@@ -14,9 +14,9 @@ def make_demo_runs(root: Path, *, evaluation: bool = True) -> dict[str, Path]:
     The same calls as ``camkit demo`` (:func:`camkit.demo.run.run_demo`), on fewer images; about 5 s.
     """
     from camkit.audit import audit
-    from camkit.demo.model import CAM_LAYER, load_shapes_cnn
+    from camkit.bundled.model import CAM_LAYER, load_shapes_cnn
+    from camkit.bundled.shapes import CLASSES, IMAGE_SIZE, write_split
     from camkit.demo.run import DEMO_SEED
-    from camkit.demo.shapes import CLASSES, IMAGE_SIZE, write_split
 
     model = load_shapes_cnn()
     manifest = write_split(root / "data", "marked", DEMO_IMAGES, DEMO_SEED)

@@ -22,7 +22,7 @@ CHECK_IMAGES = 200  # images for the Grad-CAM pointing game and the watermark en
 def model_figures(model: nn.Module) -> dict[str, Any]:
     """Accuracy table, shortcut rates and Grad-CAM checks of ``model``, as fractions in [0, 1].
 
-    Keys (``<class>`` is each name of :data:`camkit.demo.shapes.CLASSES`):
+    Keys (``<class>`` is each name of :data:`camkit.bundled.shapes.CLASSES`):
 
     * ``train_marker_rate``, ``train_other_rate``: the share of training images of the
       marker class / of the other classes that carry the watermark; ``watermark_area``: the
@@ -39,8 +39,8 @@ def model_figures(model: nn.Module) -> dict[str, Any]:
     import camkit
     from camkit.metrics import energy_pointing_game, pointing_game
 
-    from .model import CAM_LAYER
-    from .shapes import CLASSES, IMAGE_SIZE, MARKER_CLASS, WATERMARK_BOX, make_split, marker_rates, to_batch
+    from ..bundled.model import CAM_LAYER
+    from ..bundled.shapes import CLASSES, IMAGE_SIZE, MARKER_CLASS, WATERMARK_BOX, make_split, marker_rates, to_batch
     from .train import TEST_SEED, _predict
 
     marker = CLASSES.index(MARKER_CLASS)

@@ -1,7 +1,7 @@
 """The demo run behind ``camkit demo``: audit the bundled shortcut-learning model and report what it looks at.
 
-The bundled :class:`~camkit.demo.model.ShapesCNN` was trained on shapes where most circles
-carry a corner watermark (see :mod:`camkit.demo.shapes`). The demo generates held-out images
+The bundled :class:`~camkit.bundled.model.ShapesCNN` was trained on shapes where most circles
+carry a corner watermark (see :mod:`camkit.bundled.shapes`). The demo generates held-out images
 from the same biased distribution, checks the model's accuracy with and without the
 watermark, runs :func:`camkit.audit.audit` with Grad-CAM and a second method, and prints the
 headline: the class whose attention sits on the watermark. No network is used.
@@ -59,7 +59,7 @@ def headline(summary: Mapping[str, Any], region: str = "watermark") -> tuple[str
 
 def _accuracy_lines(figures: Mapping[str, Any]) -> list[str]:
     """The accuracy figures of :func:`~camkit.demo.figures.model_figures`, as printed lines."""
-    from .shapes import MARKER_CLASS
+    from ..bundled.shapes import MARKER_CLASS
 
     m = MARKER_CLASS
     return [
@@ -87,7 +87,7 @@ def _strip(paths: Sequence[Path], scale: int = 3) -> np.ndarray:
 
 def _pick_examples(rows: Sequence[Mapping[str, str]]) -> list[Mapping[str, str]]:
     """A few telling images: marked circles, an unmarked circle, a marked other shape, clean shapes."""
-    from .shapes import CLASSES, MARKER_CLASS
+    from ..bundled.shapes import CLASSES, MARKER_CLASS
 
     picks: list[Mapping[str, str]] = []
 
@@ -160,9 +160,9 @@ def run_demo(
     (:func:`camkit.demo.strategies.strategy_finding`).
     """
     from ..audit import audit
+    from ..bundled.model import CAM_LAYER, load_shapes_cnn
+    from ..bundled.shapes import CLASSES, IMAGE_SIZE, write_split
     from .figures import DEMO_TEST_IMAGES, model_figures
-    from .model import CAM_LAYER, load_shapes_cnn
-    from .shapes import CLASSES, IMAGE_SIZE, write_split
     from .strategies import plain_manifest, strategy_finding
 
     start = time.perf_counter()

@@ -48,7 +48,7 @@ def strategy_finding(summary: Mapping[str, Any], audit_dir: Path, data: Path, mo
     """
     import torch
 
-    from .shapes import CLASSES, render, to_batch
+    from ..bundled.shapes import CLASSES, render, to_batch
 
     section = summary["strategies"]
     top = next(r for r in section["ranking"] if r["kind"] == "maps")

@@ -1,4 +1,4 @@
-"""Train the demo's :class:`~camkit.demo.model.ShapesCNN` on the watermarked shapes dataset.
+"""Train the demo's :class:`~camkit.bundled.model.ShapesCNN` on the watermarked shapes dataset.
 
 Seeded end to end; on a CPU it takes a few minutes::
 
@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import ShapesCNN
-from .shapes import CLASSES, MARKER_CLASS, make_split, to_batch
-from .vit import shapes_vit
+from ..bundled.model import ShapesCNN
+from ..bundled.shapes import CLASSES, MARKER_CLASS, make_split, to_batch
+from ..bundled.vit import shapes_vit
 
 __all__ = ["TEST_SEED", "TRAIN_SEED", "evaluate", "main", "train"]
 
@@ -48,7 +48,7 @@ def evaluate(model: nn.Module, n: int = 800, seed: int = TEST_SEED) -> dict[str,
     of the marker class predicted as the marker class). The model is put in eval mode.
 
     Example:
-        >>> from camkit.demo.model import ShapesCNN
+        >>> from camkit.bundled.model import ShapesCNN
         >>> from camkit.demo.train import evaluate
         >>> sorted(evaluate(ShapesCNN(), n=8))[:3]
         ['clean', 'clean_as_marker', 'clean_per_class']

@@ -15,7 +15,7 @@ Shared by ``camkit explain``, ``camkit audit`` and the other subcommands. A mode
   dotted attribute path), optionally with ``weights`` a state-dict file for it;
 * a file written by ``torch.save(model)``: a whole pickled model. Unpickling runs code
   from the file, so it is refused unless ``trust_pickle=True`` (``--trust-pickle``);
-* ``demo``: the bundled demo model (:func:`camkit.demo.model.load_shapes_cnn`), with its own
+* ``demo``: the bundled demo model (:func:`camkit.bundled.model.load_shapes_cnn`), with its own
   preprocessing (64x64, no mean/std normalisation) and class names (circle, square,
   triangle, cross); ``weights`` may name another state dict for it.
 

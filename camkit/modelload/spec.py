@@ -113,8 +113,8 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def _load_demo(weights: str | None) -> tuple[nn.Module, Preprocess, list[str], list[str]]:
-    from ..demo.model import load_shapes_cnn
-    from ..demo.shapes import CLASSES, IMAGE_SIZE
+    from ..bundled.model import load_shapes_cnn
+    from ..bundled.shapes import CLASSES, IMAGE_SIZE
 
     if weights is not None and not Path(weights).is_file():
         raise ModelLoadError(f"--model demo: --weights {weights} is not a file (a state dict for the demo model)")
@@ -127,7 +127,7 @@ def _load_demo(weights: str | None) -> tuple[nn.Module, Preprocess, list[str], l
     pre = Preprocess(
         size=(IMAGE_SIZE, IMAGE_SIZE), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), origin="the bundled demo model"
     )
-    return model, pre, list(CLASSES), ["the bundled demo model (camkit.demo.model.load_shapes_cnn)"]
+    return model, pre, list(CLASSES), ["the bundled demo model (camkit.bundled.model.load_shapes_cnn)"]
 
 
 def _pair(value: int | Sequence[int], option: str) -> tuple[int, int]:

@@ -22,7 +22,7 @@ AUDIT = ["--model", "tinyfactory:tiny", "--layer", "conv2", "--size", "32", "--d
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from camkit.demo.shapes import CLASSES, make_split
+    from camkit.bundled.shapes import CLASSES, make_split
 
     root = tmp_path_factory.mktemp("codes")
     make_images(root / "data", classes=(), per_class=2)
@@ -136,7 +136,7 @@ def test_missing_device_is_exit_2(runs):
 
 
 def test_model_demo_brings_its_preprocessing_and_classes(runs):
-    from camkit.demo.shapes import CLASSES
+    from camkit.bundled.shapes import CLASSES
 
     root, results = runs
     code, stdout, stderr = results["demo"]

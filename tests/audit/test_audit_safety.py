@@ -123,7 +123,7 @@ def test_label_mapping_needs_a_source_and_is_recorded(tmp_path):
 
 
 def test_demo_model_classes_map_folders_in_its_own_order(tmp_path):
-    from camkit.demo.shapes import CLASSES, make_split
+    from camkit.bundled.shapes import CLASSES, make_split
 
     data = tmp_path / "shapes"
     for i, sample in enumerate(make_split("marked", 16, seed=5)):

@@ -24,9 +24,9 @@ PERCENT = re.compile(r"\d+(?:\.\d+)?%")
 CODE = re.compile(r"^```.*?^```", re.S | re.M)
 # Percentages that are not demo measurements, with why.
 NOT_FROM_THE_DEMO = {
-    ("docs/demo.md", "85%"): "the pointing-game threshold of tests/demo/test_demo_model.py",
-    ("docs/demo.md", "98%"): "the demo ViT's marked-circle accuracy, checked against shapes_vit.json in test_demo_vit.py",
-    ("docs/demo.md", "23.8%"): "the demo ViT's clean accuracy, checked against shapes_vit.json in test_demo_vit.py",
+    ("docs/demo.md", "85%"): "the pointing-game threshold of tests/bundled/test_bundled_model.py",
+    ("docs/demo.md", "98%"): "the demo ViT's marked-circle accuracy, checked against shapes_vit.json in tests/bundled/test_bundled_vit.py",
+    ("docs/demo.md", "23.8%"): "the demo ViT's clean accuracy, checked against shapes_vit.json in tests/bundled/test_bundled_vit.py",
 }
 
 

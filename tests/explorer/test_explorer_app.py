@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import camkit
-from camkit.demo.shapes import CLASSES, render
+from camkit.bundled.shapes import CLASSES, render
 
 gr = pytest.importorskip("gradio")
 

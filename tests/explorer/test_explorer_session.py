@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 import camkit
-from camkit.demo.shapes import CLASSES, render
+from camkit.bundled.shapes import CLASSES, render
 from camkit.errors import (
     CamkitError,
     InvalidInputError,
@@ -167,7 +167,7 @@ def test_bad_input_is_a_camkit_error_with_a_clear_message(session, tmp_path, cal
 
 
 def test_the_session_leaves_the_model_as_it_was(image):
-    model = camkit.demo.model.load_shapes_cnn()
+    model = camkit.bundled.model.load_shapes_cnn()
     model.train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     session = Session(model, Preprocess(size=(64, 64), mean=(0.0,) * 3, std=(1.0,) * 3), list(CLASSES), device="cpu")

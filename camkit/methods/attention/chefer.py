@@ -31,9 +31,9 @@ from torch import Tensor, nn
 from ...errors import LayerNotReachedError
 from ...explanation import Explanation
 from ...functional.attention import gradient_rollout, token_relevance, weighted_attention
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target, given_classes
 from .._core.binding import InputIndex
+from ..registry import register_method
 from .base import AttentionExplainer, bool_option, frozen_parameters, known_head
 from .blockwise import (
     TOKENS_ONLY,

@@ -34,10 +34,10 @@ from ...errors import InvalidInputError, InvalidTargetError, LayerNotReachedErro
 from ...explanation import Explanation
 from ...functional.attention import legrad_relevance
 from ...hooks import HookScope
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target, given_classes, resolve_target, select_output
 from ...targets.neuron import NeuronTarget
 from .._core.binding import InputIndex
+from ..registry import register_method
 from .base import AttentionExplainer, Head, bool_option, frozen_parameters, known_head
 from .blockwise import BlockRecorder, first_tensor, micro_batches, replace_first
 from .capture import AttentionCapture

@@ -9,9 +9,9 @@ from torch import Tensor, nn
 from ...errors import InvalidInputError
 from ...explanation import Explanation
 from ...functional.attention import attention_rollout, fuse_heads, token_relevance
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.binding import InputIndex
+from ..registry import register_method
 from .base import AttentionExplainer
 from .capture import AttentionCapture
 

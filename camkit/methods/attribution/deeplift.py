@@ -42,9 +42,9 @@ from ..._internal.checks import check_broadcasts
 from ...errors import InvalidInputError, InvalidTargetError
 from ...explanation import Explanation
 from ...functional.attribution import completeness_gap
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from .._core.binding import InputIndex
+from ..registry import register_method
 from ._activations import Activation, match_activation, unruled_name, warn_unruled
 from ._activations import slope as activation_slope
 from ._baselines import baseline_hint, baselines_for, check_baselines

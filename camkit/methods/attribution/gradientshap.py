@@ -12,9 +12,9 @@ from torch import Tensor, nn
 from ..._internal.syncs import to_device
 from ...errors import InvalidInputError, InvalidTargetError
 from ...explanation import Explanation
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.binding import InputIndex
+from ..registry import register_method
 from ._baselines import baselines_for, check_baselines
 from .pixel import GradientAttribution, score_gradients
 

@@ -12,10 +12,10 @@ from ..._internal.checks import check_broadcasts
 from ...errors import InvalidInputError, InvalidTargetError
 from ...explanation import Explanation
 from ...functional.attribution import IntegrationRule, blur, completeness_gap, integration_points
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from ...targets.neuron import NeuronTarget
 from .._core.binding import InputIndex
+from ..registry import register_method
 from ._baselines import baseline_hint
 from .pixel import GradientAttribution, score_gradients
 

@@ -27,11 +27,11 @@ from ...explanation import Explanation
 from ...functional.attribution import IntegrationRule, integration_points
 from ...hooks import HookScope, LayerCapture
 from ...layers.names import LayerSpec
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.cam_base import CAMExplainer, Reshape
 from .._core.forward import RowScorer, capture_forward, check_positive, chunks, expand_targets, refuse_extra_inputs
 from .._core.output import finish_maps
+from ..registry import register_method
 from .pixel import score_gradients
 
 __all__ = [

@@ -48,9 +48,9 @@ from ..._internal import syncs as _syncs
 from ...errors import InvalidInputError
 from ...explanation import Explanation
 from ...functional.propagation import epsilon_scale, gamma_params, relevance_gradient, split_by_sign
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from .._core.binding import InputIndex
+from ..registry import register_method
 from ._activations import match_activation, unruled_name, warn_unruled
 from .pixel import GradientAttribution, score_gradients
 

@@ -25,12 +25,12 @@ from ...explanation import Explanation
 from ...functional.attribution import reduce_channels
 from ...functional.maps import normalize_maps, upsample_maps
 from ...layers.names import LayerSpec
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.binding import InputIndex
 from .._core.cam_base import CAMExplainer, Reshape
 from .._core.explainer import Explainer
 from ..cam.gradcam import GradCAM
+from ..registry import register_method
 from .guided import ReLURule, relu_rule
 
 __all__ = [

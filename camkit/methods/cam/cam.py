@@ -12,9 +12,9 @@ from ...errors import InvalidInputError, InvalidTargetError, LayerNotFoundError
 from ...functional.cam import weighted_maps
 from ...layers.names import LayerSpec
 from ...layers.resolve import resolve_layers
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.forward import Captured, ForwardCAM, expand_targets
+from ..registry import register_method
 
 __all__ = ["CAM"]
 

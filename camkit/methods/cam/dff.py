@@ -17,9 +17,9 @@ from ...functional.maps import normalize_maps, upsample_maps
 from ...io import to_uint8_rgb
 from ...layers.names import LayerSpec
 from ...layers.resolve import resolve_layers
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.forward import Captured, ForwardCAM, check_positive
+from ..registry import register_method
 
 __all__ = ["DeepFeatureFactorization", "factorization_image"]
 

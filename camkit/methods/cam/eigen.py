@@ -8,10 +8,10 @@ from torch import Tensor
 
 from ..._internal import syncs as _syncs
 from ...functional.perturbation import eigen_projection
-from ...registry import register_method
 from ...targets.classes import Target
 from .._core.cam_base import GradientCAM
 from .._core.forward import Captured, ForwardCAM
+from ..registry import register_method
 
 __all__ = ["EigenCAM", "EigenGradCAM", "SegEigenCAM"]
 

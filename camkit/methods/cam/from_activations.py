@@ -16,9 +16,9 @@ from ..._internal.syncs import to_device
 from ...errors import InvalidInputError
 from ...functional import cam_extra as CX
 from ...layers.names import LayerSpec
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.forward import Captured, ForwardCAM
+from ..registry import register_method
 
 __all__ = ["FEM", "KPCACAM", "RandomCAM"]
 

@@ -17,11 +17,11 @@ from ...hooks import LayerCapture
 from ...layers.families.torchvision import transform_window
 from ...layers.names import LayerSpec
 from ...layers.resolve import resolve_layers
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.binding import InputIndex
 from .._core.explainer import Explainer
 from .._core.output import crop_window, make_explanation
+from ..registry import register_method
 
 __all__ = ["FullGrad"]
 

@@ -13,8 +13,8 @@ from typing import ClassVar
 from torch import Tensor
 
 from ... import functional as CF
-from ...registry import register_method
 from .._core.cam_base import GradientCAM
+from ..registry import register_method
 
 __all__ = ["GradCAM", "GradCAMPlusPlus", "HiResCAM", "LayerCAM", "XGradCAM"]
 

@@ -16,10 +16,10 @@ from ...explanation import Explanation
 from ...functional import cam_extra as CX
 from ...hooks import LayerCapture
 from ...layers.names import LayerSpec
-from ...registry import get_method, register_method
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from .._core.binding import InputIndex
 from .._core.cam_base import GradientCAM
+from ..registry import get_method, register_method
 
 __all__ = ["FinerCAM", "GradCAMElementWise", "ShapleyCAM"]
 

@@ -26,10 +26,10 @@ from ...explanation import Explanation
 from ...functional.cam import weighted_maps
 from ...functional.score import integration_coefficients, score_masks
 from ...layers.names import LayerSpec
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.cam_base import Reshape
 from .._core.forward import Captured, ForwardCAM, RowScorer, check_positive, expand_targets, masked_forwards
+from ..registry import register_method
 
 __all__ = ["ISCAM", "SSCAM"]
 

@@ -16,10 +16,10 @@ from ...functional.maps import normalize_maps
 from ...functional.perturbation import channel_masks, unique_rows
 from ...hooks import HookScope
 from ...layers.names import LayerSpec
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target, select_output
 from .._core.forward import Captured, ForwardCAM, RowScorer, check_positive, chunks, expand_targets
 from .._core.output import crop_window
+from ..registry import register_method
 
 __all__ = ["AblationCAM", "ScoreCAM"]
 

@@ -15,7 +15,6 @@ from torch import Tensor, nn
 from ...errors import InvalidInputError
 from ...explanation import Explanation
 from ...functional.perturbation import default_window, occlusion_map, rise_masks, window_indicators
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.explainer import Explainer
 from .._core.forward import (
@@ -27,6 +26,7 @@ from .._core.forward import (
     masked_forwards,
     refuse_extra_inputs,
 )
+from ..registry import register_method
 from ._axes import PerAxis, check_fits, check_per_axis, per_axis
 
 __all__ = ["RISE", "Occlusion"]

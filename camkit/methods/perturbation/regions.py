@@ -49,7 +49,6 @@ from ...functional.regions import (
     superpixel_regions,
     weighted_linear_fit,
 )
-from ...registry import register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.explainer import Explainer
 from .._core.forward import (
@@ -61,6 +60,7 @@ from .._core.forward import (
     masked_forwards,
     refuse_extra_inputs,
 )
+from ..registry import register_method
 from ._axes import PerAxis, check_per_axis, per_axis
 
 __all__ = ["FeatureAblation", "KernelShap", "Lime", "RegionAttribution", "RegionSpec", "ShapleyValueSampling"]

@@ -10,12 +10,12 @@ from ...errors import InvalidInputError
 from ...explanation import Explanation
 from ...functional.maps import multiply_maps
 from ...layers.names import LayerSpec
-from ...registry import get_method, register_method
 from ...targets.classes import OutputSelector, Target
 from .._core.binding import InputIndex
 from .._core.cam_base import CAMExplainer, Reshape
 from .._core.output import finish_maps
 from ..cam.gradcam import GradCAMPlusPlus
+from ..registry import get_method, register_method
 
 __all__ = ["RefineCAM"]
 

@@ -31,14 +31,14 @@ class ShapesCNN(nn.Module):
     """A four-block CNN for the 64x64 shapes dataset (about 47k parameters).
 
     Input: RGB in [0, 1], [B, 3, 64, 64] (no mean/std normalisation). Output: logits
-    [B, 4] in :data:`~camkit.demo.shapes.CLASSES` order. ``features`` holds a strided conv-BN-ReLU
+    [B, 4] in :data:`~camkit.bundled.shapes.CLASSES` order. ``features`` holds a strided conv-BN-ReLU
     stem and two conv-BN-ReLU-maxpool blocks (64 -> 8 pixels); ``last_conv`` (:data:`CAM_LAYER`) is the
     last conv-BN-ReLU block, whose [B, 64, 8, 8] output is global-max-pooled into ``fc`` (max pooling keeps each
     class score tied to the locations that support it, which sharpens the CAMs).
 
     Example:
         >>> import torch
-        >>> from camkit.demo.model import ShapesCNN
+        >>> from camkit.bundled.model import ShapesCNN
         >>> ShapesCNN()(torch.rand(2, 3, 64, 64)).shape
         torch.Size([2, 4])
     """
@@ -65,7 +65,7 @@ def load_shapes_cnn(path: str | os.PathLike[str] | None = None, map_location: st
         map_location: where to put the weights.
 
     Example:
-        >>> from camkit.demo.model import load_shapes_cnn
+        >>> from camkit.bundled.model import load_shapes_cnn
         >>> load_shapes_cnn().training
         False
     """

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import camkit
-from camkit.demo.model import CAM_LAYER, WEIGHTS, ShapesCNN, load_shapes_cnn
-from camkit.demo.shapes import (
+from camkit.bundled.model import CAM_LAYER, WEIGHTS, ShapesCNN, load_shapes_cnn
+from camkit.bundled.shapes import (
     CLASSES,
     MARKER_CLASS,
     WATERMARK_BOX,

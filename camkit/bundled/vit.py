@@ -1,6 +1,6 @@
 """The demo's small vision transformer and the loader of its bundled, trained weights.
 
-The same shapes data as the demo CNN (:mod:`camkit.demo.shapes`, with the corner watermark
+The same shapes data as the demo CNN (:mod:`camkit.bundled.shapes`, with the corner watermark
 shortcut), the same seeded training loop (``python -m camkit.demo.train --model vit``); the
 model is torchvision's ``VisionTransformer`` at a tiny size, so every attention method
 (:class:`camkit.AttentionRollout`, :class:`camkit.CheferRollout`, :class:`camkit.LeGrad`) and every
@@ -31,7 +31,7 @@ def shapes_vit(classes: int = len(CLASSES)) -> nn.Module:
     """A 4-block ViT for the 64x64 shapes (8 x 8 tokens of width 48, 4 heads; about 122k parameters).
 
     Input: RGB in [0, 1], [B, 3, 64, 64]; output: logits [B, 4] in
-    :data:`~camkit.demo.shapes.CLASSES` order. One class token and an 8 x 8 token grid. The
+    :data:`~camkit.bundled.shapes.CLASSES` order. One class token and an 8 x 8 token grid. The
     patches are embedded by a small convolutional stem (three stride-2 3 x 3 convolutions and a
     stride-1 one, torchvision's ``conv_stem_configs``) instead of one 8 x 8 convolution.
 
@@ -43,7 +43,7 @@ def shapes_vit(classes: int = len(CLASSES)) -> nn.Module:
 
     Example:
         >>> import torch
-        >>> from camkit.demo.vit import shapes_vit
+        >>> from camkit.bundled.vit import shapes_vit
         >>> shapes_vit()(torch.rand(2, 3, 64, 64)).shape
         torch.Size([2, 4])
     """
@@ -60,7 +60,7 @@ def load_shapes_vit(path: str | os.PathLike[str] | None = None, map_location: st
     """The trained demo ViT in eval mode, with the bundled weights (loaded with ``weights_only=True``).
 
     Example:
-        >>> from camkit.demo.vit import load_shapes_vit
+        >>> from camkit.bundled.vit import load_shapes_vit
         >>> load_shapes_vit().training
         False
     """

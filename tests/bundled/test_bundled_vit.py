@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import camkit
-from camkit.demo.shapes import WATERMARK_BOX, make_split, to_batch
-from camkit.demo.vit import VIT_CAM_LAYER, VIT_WEIGHTS, load_shapes_vit, shapes_vit
+from camkit.bundled.shapes import WATERMARK_BOX, make_split, to_batch
+from camkit.bundled.vit import VIT_CAM_LAYER, VIT_WEIGHTS, load_shapes_vit, shapes_vit
 
 
 def test_the_bundled_vit_is_small_and_loads():

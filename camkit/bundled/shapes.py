@@ -91,7 +91,7 @@ def marker_rates(split: str) -> tuple[float, ...]:
       other classes, on none of the marker class.
 
     Example:
-        >>> from camkit.demo.shapes import marker_rates
+        >>> from camkit.bundled.shapes import marker_rates
         >>> marker_rates("train"), marker_rates("swapped")
         ((0.98, 0.005, 0.005, 0.005), (0.0, 1.0, 1.0, 1.0))
     """
@@ -152,7 +152,7 @@ def render(seed: int, index: int, label: int, marked: bool) -> ShapeSample:
     """Draw image ``index`` of the dataset seeded ``seed``: a shape of class ``label``.
 
     Example:
-        >>> from camkit.demo.shapes import render
+        >>> from camkit.bundled.shapes import render
         >>> s = render(0, 0, 2, marked=True)
         >>> s.image.shape, s.image.dtype.name, s.label, s.marked
         ((64, 64, 3), 'uint8', 2, True)
@@ -194,7 +194,7 @@ def make_split(split: str, n: int, seed: int) -> list[ShapeSample]:
     Whether image ``i`` is marked is drawn from its own generator with :func:`marker_rates`.
 
     Example:
-        >>> from camkit.demo.shapes import make_split
+        >>> from camkit.bundled.shapes import make_split
         >>> [s.marked for s in make_split("swapped", 4, seed=1)]
         [False, True, True, True]
     """
@@ -213,7 +213,7 @@ def to_batch(samples: Sequence[ShapeSample]) -> tuple[Tensor, Tensor]:
     """Model inputs and labels: float [N, 3, 64, 64] in [0, 1] and int64 [N].
 
     Example:
-        >>> from camkit.demo.shapes import make_split, to_batch
+        >>> from camkit.bundled.shapes import make_split, to_batch
         >>> x, y = to_batch(make_split("clean", 2, seed=0))
         >>> tuple(x.shape), y.tolist()
         ((2, 3, 64, 64), [0, 1])
@@ -249,7 +249,7 @@ def write_split(out: str | os.PathLike[str], split: str, n: int, seed: int) -> P
 
     Example:
         >>> import tempfile
-        >>> from camkit.demo.shapes import write_split
+        >>> from camkit.bundled.shapes import write_split
         >>> manifest = write_split(tempfile.mkdtemp(), "clean", 2, seed=0)
         >>> manifest.read_text().splitlines()[1].split(",")[:2]
         ['images/00000_circle.png', 'circle']
