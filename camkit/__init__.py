@@ -132,7 +132,10 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'camkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    found = importlib.import_module(module)
+    # camkit.audit is the callable package itself (calling it runs an audit), so that the function and
+    # the package of the same name never shadow each other, whichever is imported first.
+    value = found if module == f"camkit.{name}" else getattr(found, name)
     globals()[name] = value  # later look-ups skip this function
     return value
 
