@@ -58,11 +58,9 @@ from .robustness import (
     continuity,
     local_lipschitz_estimate,
     max_sensitivity,
-    relative_input_stability,
-    relative_output_stability,
-    relative_representation_stability,
 )
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
+from .stability import relative_input_stability, relative_output_stability, relative_representation_stability
 from .sufficiency import sufficiency
 
 __all__ = [
