@@ -28,6 +28,7 @@ documented, never a silent mix of calls.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -183,10 +184,11 @@ class LayerCapture:
         self.call = call
         self._records: list[list[Tensor]] = [[] for _ in self.layers]
         self._scope = HookScope()
-        self._prev_grad = False
+        # Autograd's mode for the capture: off from entry, on from the first recorded output
+        # that needs a graph, each change undone in turn on exit.
+        self._grad_modes = contextlib.ExitStack()
 
     def __enter__(self) -> LayerCapture:
-        self._prev_grad = torch.is_grad_enabled()
         try:
             for index, (name, module) in enumerate(self.layers):
                 # First among the layer's forward hooks: those registered before (a NeuronTarget on
@@ -195,12 +197,12 @@ class LayerCapture:
         except BaseException:
             self._scope.remove()
             raise
-        torch.set_grad_enabled(False)
+        self._grad_modes.enter_context(torch.no_grad())
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._scope.remove()
-        torch.set_grad_enabled(self._prev_grad)
+        self._grad_modes.close()
 
     def _make_hook(self, index: int, name: str) -> Callable[[nn.Module, Any, Any], Any]:
         def hook(module: nn.Module, args: Any, output: Any) -> Any:
@@ -213,7 +215,7 @@ class LayerCapture:
                 recorded = output
             else:
                 recorded = output.detach().requires_grad_(True)
-                torch.set_grad_enabled(True)
+                self._grad_modes.enter_context(torch.enable_grad())
             self._records[index].append(recorded)
             # The rest of the network gets a copy: in-place ops after the layer change the
             # copy and autograd tracks them through it; ``recorded`` stays as it was.

@@ -16,9 +16,10 @@ Every tool removes its hooks when it ends, also after an exception.
 from .features import extract_features, extract_features_batched
 from .gradedit import GradientEditor
 from .grid import FeatureGrid, feature_grid, tile_maps
-from .monitor import ActivationMonitor, GradientMonitor, MissingDependencyError, activation_stats
+from .monitor import ActivationMonitor, GradientMonitor, MissingDependencyError
 from .nonfinite import NonFiniteError, NonFiniteEvent, NonFiniteTracer, find_nonfinite
 from .shapes import ShapeRecord, ShapeTable, trace_shapes
+from .stats import activation_stats
 from .traps import Finding, InspectWarning, inspect
 
 __all__ = [

@@ -136,85 +136,107 @@ def inspect(model: nn.Module, x: Any, *, warn: bool = True) -> list[Finding]:
     """
     names = module_names(model)
     training = [names[id(m)] for m in model.modules() if m.training and isinstance(m, _MODE_DEPENDENT)]
-
-    stack: list[nn.Module] = []
-    calls: dict[int, int] = {}
-    outputs: list[tuple[str, Tensor, int]] = []  # (module name, output, version right after the call)
-    modified: dict[str, str] = {}  # module name -> who changed its output
-    functional: dict[tuple[int, str], int] = {}
-
-    def check(by: str) -> None:
-        for name, out, version in outputs:
-            if name not in modified and out._version != version:
-                modified[name] = by
-
-    def pre(module: nn.Module, args: Any) -> None:
-        check(f"code in the forward of {_who(names[id(stack[-1])])}" if stack else "the caller")
-        calls[id(module)] = calls.get(id(module), 0) + 1
-        stack.append(module)
-
-    def post(module: nn.Module, args: Any, output: Any) -> None:
-        stack.pop()
-        leaf = next(module.children(), None) is None
-        name = names[id(module)]
-        check(f"{_who(name)} ({module!r})" if leaf else f"code in the forward of {_who(name)}")
-        for t in iter_tensors(output):
-            if any(t is o for _, o, _ in outputs):
-                continue  # the same tensor passed through (Identity, an in-place module): keep the first owner
-            outputs.append((name, t, t._version))
-
-    with HookScope() as hooks, torch.no_grad(), eval_mode(model):
-        for module in model.modules():
-            hooks.forward_pre(module, pre)
-            hooks.forward(module, post)
-        with _FunctionWatch(stack, functional):
-            model(x)
-    check("code after the model")
-
-    findings: list[Finding] = []
-    for name in dict.fromkeys(name for name, _, _ in outputs):
-        if name in modified:
-            findings.append(
-                Finding(
-                    "inplace",
-                    name,
-                    f"the output of {_who(name)} is changed in place after it returns, by {modified[name]}; "
-                    "a hook that stores it sees the changed values. Clone it in the hook, or use camkit.hooks.LayerCapture.",
-                )
-            )
-    for module in model.modules():
-        count = calls.get(id(module), 0)
-        if count > 1:
-            name = names[id(module)]
-            findings.append(
-                Finding(
-                    "reused",
-                    name,
-                    f"{_who(name)} ({type(module).__name__}) runs {count} times in one forward; a hook on it "
-                    "fires once per call (camkit's LayerCapture uses the last call unless call= says otherwise).",
-                )
-            )
-    for (module_id, fn), count in functional.items():
-        name = names.get(module_id, "?")
-        findings.append(
-            Finding(
-                "functional",
-                name,
-                f"the forward of {_who(name)} calls {fn}() {count} time(s) as a function: module hooks cannot "
-                "see or replace it (e.g. guided backprop, activation monitors). Use an nn module for it, or hook its input.",
-            )
-        )
+    record = _ForwardRecord(names)
+    record.run(model, x)
+    findings = [*record.inplace(), *record.reused(model), *record.functional_calls()]
     if training:
-        findings.append(
-            Finding(
-                "training",
-                "",
-                f"{len(training)} module(s) whose forward depends on the mode are in training mode ({_short(training)}): "
-                "BatchNorm uses batch statistics and updates its running ones, Dropout drops units. Call model.eval() "
-                "for inference (camkit's explainers switch to eval and restore your flags).",
-            )
-        )
+        findings.append(_training_finding(training))
     if warn:
         for finding in findings:
             warnings.warn(str(finding), InspectWarning, stacklevel=2)
     return findings
+
+
+class _ForwardRecord:
+    """What one forward pass shows: calls per module, outputs changed in place, activations called as functions."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self.stack: list[nn.Module] = []
+        self.calls: dict[int, int] = {}
+        self.outputs: list[tuple[str, Tensor, int]] = []  # (module name, output, version right after the call)
+        self.modified: dict[str, str] = {}  # module name -> who changed its output
+        self.functional: dict[tuple[int, str], int] = {}
+
+    def run(self, model: nn.Module, x: Any) -> None:
+        """``model(x)`` without gradients, in eval mode, every module hooked before and after its call."""
+        with HookScope() as hooks, torch.no_grad(), eval_mode(model):
+            for module in model.modules():
+                hooks.forward_pre(module, self.pre)
+                hooks.forward(module, self.post)
+            with _FunctionWatch(self.stack, self.functional):
+                model(x)
+        self.check("code after the model")
+
+    def check(self, by: str) -> None:
+        for name, out, version in self.outputs:
+            if name not in self.modified and out._version != version:
+                self.modified[name] = by
+
+    def pre(self, module: nn.Module, args: Any) -> None:
+        stack = self.stack
+        self.check(f"code in the forward of {_who(self.names[id(stack[-1])])}" if stack else "the caller")
+        self.calls[id(module)] = self.calls.get(id(module), 0) + 1
+        stack.append(module)
+
+    def post(self, module: nn.Module, args: Any, output: Any) -> None:
+        self.stack.pop()
+        leaf = next(module.children(), None) is None
+        name = self.names[id(module)]
+        self.check(f"{_who(name)} ({module!r})" if leaf else f"code in the forward of {_who(name)}")
+        for t in iter_tensors(output):
+            if any(t is o for _, o, _ in self.outputs):
+                continue  # the same tensor passed through (Identity, an in-place module): keep the first owner
+            self.outputs.append((name, t, t._version))
+
+    def inplace(self) -> list[Finding]:
+        return [
+            Finding(
+                "inplace",
+                name,
+                f"the output of {_who(name)} is changed in place after it returns, by {self.modified[name]}; "
+                "a hook that stores it sees the changed values. Clone it in the hook, or use camkit.hooks.LayerCapture.",
+            )
+            for name in dict.fromkeys(name for name, _, _ in self.outputs)
+            if name in self.modified
+        ]
+
+    def reused(self, model: nn.Module) -> list[Finding]:
+        findings = []
+        for module in model.modules():
+            count = self.calls.get(id(module), 0)
+            if count > 1:
+                name = self.names[id(module)]
+                findings.append(
+                    Finding(
+                        "reused",
+                        name,
+                        f"{_who(name)} ({type(module).__name__}) runs {count} times in one forward; a hook on it "
+                        "fires once per call (camkit's LayerCapture uses the last call unless call= says otherwise).",
+                    )
+                )
+        return findings
+
+    def functional_calls(self) -> list[Finding]:
+        findings = []
+        for (module_id, fn), count in self.functional.items():
+            name = self.names.get(module_id, "?")
+            findings.append(
+                Finding(
+                    "functional",
+                    name,
+                    f"the forward of {_who(name)} calls {fn}() {count} time(s) as a function: module hooks cannot "
+                    "see or replace it (e.g. guided backprop, activation monitors). Use an nn module for it, or hook its input.",
+                )
+            )
+        return findings
+
+
+def _training_finding(training: list[str]) -> Finding:
+    return Finding(
+        "training",
+        "",
+        f"{len(training)} module(s) whose forward depends on the mode are in training mode ({_short(training)}): "
+        "BatchNorm uses batch statistics and updates its running ones, Dropout drops units. Call model.eval() "
+        "for inference (camkit's explainers switch to eval and restore your flags).",
+    )

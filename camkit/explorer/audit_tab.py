@@ -211,67 +211,82 @@ def build_audit_tab(session: Any, audits: Sequence[str | os.PathLike[str]] = ())
         The :class:`AuditBrowser` behind the tab.
     """
     import gradio as gr
-    import pandas as pd
-
-    from ..io import read_rgb
-    from .explain_tab import PRIVATE  # events of the page, not API endpoints
 
     browser = AuditBrowser(session, audits)
     if not browser.labels:
         gr.Markdown("No audit was given. Start the app with `camkit app --model SPEC --audit DIR` "
                     "(DIR: the `--out` folder of `camkit audit`, e.g. `camkit-demo/gradcam` after `make demo`).")  # fmt: skip
         return browser
+    _wire(browser, _lay_out(browser))
+    return browser
+
+
+def _frame(headers: list[str], cells: list[list[Any]]) -> Any:
+    """A table's rows as the ``pandas.DataFrame`` gradio's tables show."""
+    import pandas as pd
+
+    return pd.DataFrame(cells, columns=headers)
+
+
+def _lay_out(browser: AuditBrowser) -> dict[str, Any]:
+    """The tab's components, by name, showing the first audit."""
+    import gradio as gr
+
     first = browser.labels[0]
     methods = list_methods()
     audit = browser.audits.get(first)
     summary = audit.summary if audit is not None else {}
     method0 = summary.get("method") if summary.get("method") in methods else "gradcam"
     choices = browser.choices(first)
-
-    def frame(headers: list[str], cells: list[list[Any]]) -> pd.DataFrame:
-        return pd.DataFrame(cells, columns=headers)
-
-    chooser = gr.Dropdown(browser.labels, value=first, label="Audit", visible=len(browser.labels) > 1, elem_id="audit-chooser")
-    findings = gr.Markdown(browser.findings(first), elem_id="audit-findings")
+    ui: dict[str, Any] = {}
+    ui["chooser"] = gr.Dropdown(browser.labels, value=first, label="Audit", visible=len(browser.labels) > 1, elem_id="audit-chooser")
+    ui["findings"] = gr.Markdown(browser.findings(first), elem_id="audit-findings")
     with gr.Accordion("Strategies per class", open=False):
-        strategies = gr.Dataframe(frame(*browser.strategies(first)), interactive=False, elem_id="audit-strategies")
+        ui["strategies"] = gr.Dataframe(_frame(*browser.strategies(first)), interactive=False, elem_id="audit-strategies")
     with gr.Row():
-        cls = gr.Dropdown(choices["class"], value=ALL, label="Class")
-        correctness = gr.Radio(list(CORRECTNESS), value=ALL, label="Prediction")
-        strategy = gr.Dropdown(choices["strategy"], value=ALL, label="Strategy")
-        text = gr.Textbox(label="Key contains", placeholder="part of a file name")
+        ui["cls"] = gr.Dropdown(choices["class"], value=ALL, label="Class")
+        ui["correctness"] = gr.Radio(list(CORRECTNESS), value=ALL, label="Prediction")
+        ui["strategy"] = gr.Dropdown(choices["strategy"], value=ALL, label="Strategy")
+        ui["text"] = gr.Textbox(label="Key contains", placeholder="part of a file name")
     with gr.Row():
-        sort = gr.Dropdown(choices["sort"], value="key", label="Sort by")
-        descending = gr.Checkbox(False, label="Descending")
+        ui["sort"] = gr.Dropdown(choices["sort"], value="key", label="Sort by")
+        ui["descending"] = gr.Checkbox(False, label="Descending")
     headers, cells, count = browser.rows(first, sort="key")
-    counted = gr.Markdown(count, elem_id="audit-count")
-    table = gr.Dataframe(frame(headers, cells), interactive=False, elem_id="audit-table", max_height=420)
-    key = gr.State("")
+    ui["counted"] = gr.Markdown(count, elem_id="audit-count")
+    ui["table"] = gr.Dataframe(_frame(headers, cells), interactive=False, elem_id="audit-table", max_height=420)
+    ui["key"] = gr.State("")
     with gr.Row():
-        method = gr.Dropdown(methods, value=method0, label="Method (live)", elem_id="audit-method")
-        layer = gr.Textbox(str(summary.get("layer") or ""), label="Layer (empty: automatic)")
-        again = gr.Button("Re-explain", elem_id="audit-reexplain")
-    note = gr.Markdown("Click a row of the table.", elem_id="audit-note")
+        ui["method"] = gr.Dropdown(methods, value=method0, label="Method (live)", elem_id="audit-method")
+        ui["layer"] = gr.Textbox(str(summary.get("layer") or ""), label="Layer (empty: automatic)")
+        ui["again"] = gr.Button("Re-explain", elem_id="audit-reexplain")
+    ui["note"] = gr.Markdown("Click a row of the table.", elem_id="audit-note")
     with gr.Row():
-        saved = gr.Image(label="Saved overlay (from the audit)", type="numpy", interactive=False, elem_id="audit-saved",
-                         buttons=list(IMAGE_BUTTONS))
-        live = gr.Image(label="Live explanation", type="numpy", interactive=False, elem_id="audit-live",
-                        buttons=list(IMAGE_BUTTONS))
-    live_note = gr.Markdown("", elem_id="audit-live-note")
+        ui["saved"] = gr.Image(label="Saved overlay (from the audit)", type="numpy", interactive=False,
+                               elem_id="audit-saved", buttons=list(IMAGE_BUTTONS))  # fmt: skip
+        ui["live"] = gr.Image(label="Live explanation", type="numpy", interactive=False, elem_id="audit-live",
+                              buttons=list(IMAGE_BUTTONS))  # fmt: skip
+    ui["live_note"] = gr.Markdown("", elem_id="audit-live-note")
+    return ui
 
-    filters: list[Any] = [chooser, cls, correctness, strategy, text, sort, descending]
+
+def _wire(browser: AuditBrowser, ui: dict[str, Any]) -> None:
+    """The tab's events: choosing an audit, filtering and sorting the table, picking a row, re-explaining it."""
+    import gradio as gr
+
+    from ..io import read_rgb
+    from .explain_tab import PRIVATE  # events of the page, not API endpoints
 
     def on_filter(label: str, c: str, k: str, s: str, t: str, by: str, desc: bool) -> tuple[Any, str]:
         h, rows, line = browser.rows(label, c, k, s, t, by, desc)
-        return frame(h, rows), line
+        return _frame(h, rows), line
 
     def on_choose(label: str) -> tuple[Any, ...]:
         opts = browser.choices(label)
         h, rows, line = browser.rows(label, sort="key")
         layer0 = (browser.audits[label].summary.get("layer") or "") if label in browser.audits else ""
-        return (browser.findings(label), frame(*browser.strategies(label)),
+        return (browser.findings(label), _frame(*browser.strategies(label)),
                 gr.update(choices=opts["class"], value=ALL), gr.update(choices=opts["strategy"], value=ALL),
-                gr.update(choices=opts["sort"], value="key"), ALL, "", False, frame(h, rows), line, str(layer0), "",
+                gr.update(choices=opts["sort"], value="key"), ALL, "", False, _frame(h, rows), line, str(layer0), "",
                 None, None, "Click a row of the table.", "")  # fmt: skip
 
     def on_select(label: str, evt: gr.SelectData) -> tuple[Any, Any, str]:
@@ -285,13 +300,15 @@ def build_audit_tab(session: Any, audits: Sequence[str | os.PathLike[str]] = ())
     def on_explain(label: str, picked: str, m: str, lay: str) -> tuple[Any, str]:
         return browser.explain(label, picked, m, lay)
 
-    chooser.change(on_choose, [chooser], [findings, strategies, cls, strategy, sort, correctness, text, descending,
-                                         table, counted, layer, key, saved, live, note, live_note], **PRIVATE)  # fmt: skip
+    chosen = ["findings", "strategies", "cls", "strategy", "sort", "correctness", "text", "descending", "table",
+              "counted", "layer", "key", "saved", "live", "note", "live_note"]  # fmt: skip
+    ui["chooser"].change(on_choose, [ui["chooser"]], [ui[name] for name in chosen], **PRIVATE)
+    filters: list[Any] = [ui[name] for name in ("chooser", "cls", "correctness", "strategy", "text", "sort", "descending")]
     for control in filters[1:]:
-        control.change(on_filter, filters, [table, counted], **PRIVATE)
-    table.select(on_select, [chooser], [key, saved, note], **PRIVATE).then(
-        on_explain, [chooser, key, method, layer], [live, live_note], **PRIVATE
+        control.change(on_filter, filters, [ui["table"], ui["counted"]], **PRIVATE)
+    explain_in, explain_out = [ui["chooser"], ui["key"], ui["method"], ui["layer"]], [ui["live"], ui["live_note"]]
+    ui["table"].select(on_select, [ui["chooser"]], [ui["key"], ui["saved"], ui["note"]], **PRIVATE).then(
+        on_explain, explain_in, explain_out, **PRIVATE
     )
-    for trigger in (method.change, again.click):
-        trigger(on_explain, [chooser, key, method, layer], [live, live_note], **PRIVATE)
-    return browser
+    for trigger in (ui["method"].change, ui["again"].click):
+        trigger(on_explain, explain_in, explain_out, **PRIVATE)

@@ -160,11 +160,36 @@ def qualifying_layers(
     batch = probe.shape[0]
     distinct = batch > 1 and not torch.equal(probe[0], probe[1])
     size = tuple(int(side) for side in probe.shape[2:])
-    ranks = {3, len(size) + 2}  # tokens, or a map with one axis per spatial axis of the input
     hint = prefix_token_hint(model)
     conv = len(size) in conv_ranks(model)  # a convolutional network of this rank: layouts are channel-first
     names = _names(model)
     last: dict[str, _Candidate] = {}
+    record = _recorder(last, {3, len(size) + 2})  # tokens, or a map with one axis per spatial axis of the input
+    with HookScope() as hooks, torch.enable_grad(), eval_mode(model):
+        for name, module in names.items():
+            if not _inside_attention(name, names):
+                hooks.forward(module, lambda m, a, o, name=name: record(m, a, o, name), own_thread=True)
+        leaf = probe.clone().requires_grad_(True)
+        output = forward(leaf) if forward is not None else model(leaf)
+        total = (score or default_score)(output)
+        shaped = _spatial(last, batch, size, hint, conv)
+        if not shaped or not total.requires_grad:
+            _LAST_DIAGNOSIS.reason = "no_maps" if not shaped else "no_graph"
+            return []
+        grads = torch.autograd.grad(total.sum(), [c.output for c in shaped], allow_unused=True)
+    found = [
+        (cand.name, cand.module)
+        for cand, grad in zip(shaped, grads)
+        if grad is not None
+        and not (distinct and torch.equal(cand.output[0], cand.output[1]))  # the same for different images
+        and _reaches_grid(cand, grad, size, hint, conv)
+    ]
+    _LAST_DIAGNOSIS.reason = "" if found else "zero_gradient"
+    return found
+
+
+def _recorder(last: dict[str, _Candidate], ranks: set[int]) -> Callable[[nn.Module, Any, Any, str], Any]:
+    """A forward hook keeping, per layer, its last output of one of ``ranks`` dims, in order of finishing."""
     counter = [0]
 
     def record(module: nn.Module, args: Any, output: Any, name: str) -> Any:
@@ -178,39 +203,22 @@ def qualifying_layers(
         last.pop(name, None)
         return None
 
-    with HookScope() as hooks, torch.enable_grad(), eval_mode(model):
-        for name, module in names.items():
-            if not _inside_attention(name, names):
-                hooks.forward(module, lambda m, a, o, name=name: record(m, a, o, name), own_thread=True)
-        leaf = probe.clone().requires_grad_(True)
-        output = forward(leaf) if forward is not None else model(leaf)
-        total = (score or default_score)(output)
-        shaped = [
-            c
-            for c in sorted(last.values())
-            if c.output.shape[0] == batch
-            and c.output.requires_grad
-            and (c.output.dim() != 3 or c.output.shape[-1] > 1)  # [B, C, 1] is a pooled vector, not tokens
-            and (grid := grid_shape(c.module, tuple(c.output.shape), size, hint, conv_model=conv)) is not None
-            and math.prod(grid) > 1
-        ]
-        if not shaped or not total.requires_grad:
-            _LAST_DIAGNOSIS.reason = "no_maps" if not shaped else "no_graph"
-            return []
-        grads = torch.autograd.grad(total.sum(), [c.output for c in shaped], allow_unused=True)
-    found = []
-    reached = False
-    for cand, grad in zip(shaped, grads):
-        if grad is None:
-            continue
-        if distinct and torch.equal(cand.output[0], cand.output[1]):
-            continue  # the same for different images: not a map of the input
-        if not _reaches_grid(cand, grad, size, hint, conv):
-            continue
-        reached = True
-        found.append((cand.name, cand.module))
-    _LAST_DIAGNOSIS.reason = "" if reached else "zero_gradient"
-    return found
+    return record
+
+
+def _spatial(
+    last: dict[str, _Candidate], batch: int, size: tuple[int, ...], hint: TokenHint, conv: bool
+) -> list[_Candidate]:
+    """The recorded outputs that are maps of the batch on a grid of more than one position, in order."""
+    return [
+        c
+        for c in sorted(last.values())
+        if c.output.shape[0] == batch
+        and c.output.requires_grad
+        and (c.output.dim() != 3 or c.output.shape[-1] > 1)  # [B, C, 1] is a pooled vector, not tokens
+        and (grid := grid_shape(c.module, tuple(c.output.shape), size, hint, conv_model=conv)) is not None
+        and math.prod(grid) > 1
+    ]
 
 
 _LAST_DIAGNOSIS = threading.local()

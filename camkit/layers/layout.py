@@ -259,22 +259,34 @@ def layer_grid(
             raise InvalidInputError(f"layer '{name}': {err}") from None
         grid = channels_last_to_grid(tensor) if last else tensor
     else:
-        kinds = {1: "a signal [B, C, T]", 2: "an image [B, C, H, W]", 3: "a volume or video [B, C, D, H, W]"}[n]
-        other = {1: "[B, t, C]", 2: "[B, h, w, C]", 3: "[B, d, h, w, C]"}[n]
-        raise InvalidInputError(
-            f"layer '{name}' gives shape {list(tensor.shape)} for {kinds}; CAMs need {want} maps, "
-            f"{other} maps or [B, N, D] tokens. Pick another layer (camkit.list_layers(model, x)) or pass reshape=."
-        )
+        raise _no_map_error(name, tensor, n)
     if math.prod(grid.shape[2:]) == 1:
-        found = last_spatial() if last_spatial is not None else None
-        hint = f"; the model's last layer with a spatial output here is '{found}'" if found else ""
-        raise InvalidInputError(
-            f"layer '{name}' has a {'x'.join('1' * (grid.dim() - 2))} output on this {'x'.join(map(str, size))} "
-            "input (after global pooling, or "
-            f"an input too small for its stride): a map of one position says nothing about where{hint}. "
-            "Pick an earlier layer or a larger input."
-        )
+        raise _one_position_error(name, grid, size, last_spatial)
     return grid
+
+
+def _no_map_error(name: str, tensor: Tensor, n: int) -> InvalidInputError:
+    """The error for an output of a rank that is no map of an input with ``n`` spatial axes."""
+    kinds = {1: "a signal [B, C, T]", 2: "an image [B, C, H, W]", 3: "a volume or video [B, C, D, H, W]"}[n]
+    other = {1: "[B, t, C]", 2: "[B, h, w, C]", 3: "[B, d, h, w, C]"}[n]
+    return InvalidInputError(
+        f"layer '{name}' gives shape {list(tensor.shape)} for {kinds}; CAMs need {_GRID_SHAPES[n]} maps, "
+        f"{other} maps or [B, N, D] tokens. Pick another layer (camkit.list_layers(model, x)) or pass reshape=."
+    )
+
+
+def _one_position_error(
+    name: str, grid: Tensor, size: tuple[int, ...], last_spatial: Callable[[], str | None] | None
+) -> InvalidInputError:
+    """The error for a grid of one position (after global pooling), naming the last spatial layer if asked."""
+    found = last_spatial() if last_spatial is not None else None
+    hint = f"; the model's last layer with a spatial output here is '{found}'" if found else ""
+    return InvalidInputError(
+        f"layer '{name}' has a {'x'.join('1' * (grid.dim() - 2))} output on this {'x'.join(map(str, size))} "
+        "input (after global pooling, or "
+        f"an input too small for its stride): a map of one position says nothing about where{hint}. "
+        "Pick an earlier layer or a larger input."
+    )
 
 
 def _laid_out(name: str, tensor: Tensor, size: tuple[int, ...], layout: TokenLayout) -> Tensor:

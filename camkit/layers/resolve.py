@@ -57,29 +57,7 @@ def resolve_layers(
     check_frames_order(model)
     names = _names(model)
     if layer is None:
-        known = default_layer(model)
-        if isinstance(known, list):  # several scales, fused (ultralytics' detection heads)
-            several = [_strip_wrappers(name, names) for name in known]
-            if all(name is not None for name in several) and (
-                example is None or all(is_spatial_here(model, n, names[n], example, forward) for n in several if n)
-            ):
-                return [(n, names[n]) for n in several if n is not None]
-            known = None
-        found = None if known is None else _strip_wrappers(known, names)
-        if found is not None and (example is None or is_spatial_here(model, found, names[found], example, forward)):
-            return [(found, names[found])]
-        if example is None:
-            raise InvalidInputError("layer=None needs an example input to find a layer automatically")
-        chosen = auto_layer(model, example, forward=forward, score=score)
-        if found is not None:
-            warnings.warn(
-                f"{type(model).__name__}'s default layer '{found}' gives no spatial map on this "
-                f"{'x'.join(map(str, example.shape[2:]))} input (1x1, say); using '{chosen[0]}', the last layer that "
-                "does. Pass layer= to choose.",
-                CamkitWarning,
-                stacklevel=3,
-            )
-        return [chosen]
+        return _automatic(model, names, example, forward, score)
     if isinstance(layer, (str, nn.Module)):
         specs: list[str | nn.Module] = [layer]
     elif isinstance(layer, (list, tuple)):
@@ -98,3 +76,36 @@ def resolve_layers(
             raise LayerNotFoundError(f"layer '{name}' is listed twice")
         seen.add(name)
     return resolved
+
+
+def _automatic(
+    model: nn.Module,
+    names: dict[str, nn.Module],
+    example: Tensor | None,
+    forward: Callable[[Tensor], Any] | None,
+    score: Callable[[Any], Tensor] | None,
+) -> list[tuple[str, nn.Module]]:
+    """``layer=None``: the architecture's default layer(s) when they are spatial here, else :func:`auto_layer`."""
+    known = default_layer(model)
+    if isinstance(known, list):  # several scales, fused (ultralytics' detection heads)
+        several = [_strip_wrappers(name, names) for name in known]
+        if all(name is not None for name in several) and (
+            example is None or all(is_spatial_here(model, n, names[n], example, forward) for n in several if n)
+        ):
+            return [(n, names[n]) for n in several if n is not None]
+        known = None
+    found = None if known is None else _strip_wrappers(known, names)
+    if found is not None and (example is None or is_spatial_here(model, found, names[found], example, forward)):
+        return [(found, names[found])]
+    if example is None:
+        raise InvalidInputError("layer=None needs an example input to find a layer automatically")
+    chosen = auto_layer(model, example, forward=forward, score=score)
+    if found is not None:
+        warnings.warn(
+            f"{type(model).__name__}'s default layer '{found}' gives no spatial map on this "
+            f"{'x'.join(map(str, example.shape[2:]))} input (1x1, say); using '{chosen[0]}', the last layer that "
+            "does. Pass layer= to choose.",
+            CamkitWarning,
+            stacklevel=4,  # the caller of the function that called resolve_layers
+        )
+    return [chosen]

@@ -6,7 +6,8 @@
 * localisation against a region: :func:`attribution_localisation`, :func:`top_k_intersection`,
   :func:`relevance_rank_accuracy`, :func:`relevance_mass_accuracy`, :func:`region_auc`, :func:`focus`;
 * :func:`road_curve` with :func:`noisy_linear_imputation` (ROAD, Rong et al. 2022);
-* :func:`arcc` with :func:`arcc_complexity` and :func:`coherency` (pytorch-grad-cam 1.5.7's ARCC);
+* :func:`arcc` with :func:`arcc_complexity` and :func:`coherency` (pytorch-grad-cam 1.5.7's ARCC), over
+  :func:`pearson_rows`;
 * :func:`randomization_check` (Adebayo et al. 2018), with :func:`spearman` and :func:`ssim`;
 * robustness: :func:`avg_sensitivity`, :func:`max_sensitivity`, :func:`local_lipschitz_estimate`,
   :func:`continuity`, :func:`consistency`, :func:`relative_input_stability`,
@@ -19,7 +20,7 @@ restored after), on chunks of at most ``chunk_size`` images; the model is never 
 """
 
 from .accumulate import CurveAccumulator, MetricAccumulator
-from .arcc import ARCCScores, arcc, arcc_complexity, coherency
+from .arcc import ARCCScores, arcc, arcc_complexity, coherency, pearson_rows
 from .axiomatic import completeness, input_invariance, non_sensitivity
 from .complexity import complexity, effective_complexity, sparseness
 from .deletion import (
@@ -57,11 +58,9 @@ from .robustness import (
     continuity,
     local_lipschitz_estimate,
     max_sensitivity,
-    relative_input_stability,
-    relative_output_stability,
-    relative_representation_stability,
 )
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
+from .stability import relative_input_stability, relative_output_stability, relative_representation_stability
 from .sufficiency import sufficiency
 
 __all__ = [
@@ -102,6 +101,7 @@ __all__ = [
     "mprt",
     "noisy_linear_imputation",
     "non_sensitivity",
+    "pearson_rows",
     "pixel_flipping",
     "pointing_game",
     "random_logit",

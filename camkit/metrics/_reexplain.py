@@ -12,11 +12,11 @@ import torch
 from torch import Tensor, nn
 
 from .._internal.state import eval_mode
+from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target, select_output
-from ._common import chunks
-from .sanity import _maps
+from ._common import MAP_SHAPES, chunks
 
-__all__ = ["explain_stack", "model_outputs", "slice_target", "top1"]
+__all__ = ["explain_maps", "explain_stack", "model_outputs", "slice_target", "top1"]
 
 
 def slice_target(target: Target, index: Tensor, batch: int) -> Target:
@@ -28,6 +28,19 @@ def slice_target(target: Target, index: Tensor, batch: int) -> Target:
     return target
 
 
+def explain_maps(explainer: Callable[..., Any], x: Tensor, target: Target) -> Tensor:
+    """The maps [B, *S] ``explainer(x, target)`` gives for inputs [B, C, *S] (or its ``.maps``), detached, in float."""
+    result = explainer(x, target)
+    maps = result.maps if hasattr(result, "maps") else result
+    if not isinstance(maps, Tensor) or maps.dim() != x.dim() - 1 or maps.shape[0] != x.shape[0]:
+        got = list(maps.shape) if isinstance(maps, Tensor) else type(maps).__name__
+        raise InvalidInputError(
+            f"the explainer must return maps {MAP_SHAPES[x.dim() - 1]} with B={x.shape[0]} for inputs "
+            f"{list(x.shape)}, got {got}"
+        )
+    return maps.detach().float()
+
+
 def explain_stack(explainer: Callable[..., Any], inputs: Tensor, target: Target, chunk_size: int) -> Tensor:
     """Maps [N, B, *S] of inputs [N, B, C, *S] (N versions of a batch of B), ``chunk_size`` inputs per call.
 
@@ -37,7 +50,7 @@ def explain_stack(explainer: Callable[..., Any], inputs: Tensor, target: Target,
     flat = inputs.flatten(0, 1)
     owners = torch.arange(batch).repeat(count)
     out = [
-        _maps(explainer, flat[a:b], slice_target(target, owners[a:b], batch))
+        explain_maps(explainer, flat[a:b], slice_target(target, owners[a:b], batch))
         for a, b in chunks(flat.shape[0], chunk_size)
     ]
     return torch.cat(out).view(count, batch, *inputs.shape[3:])

@@ -69,7 +69,25 @@ def arcc_complexity(maps: Tensor) -> Tensor:
     return maps.flatten(1).abs().mean(dim=1)
 
 
-def _pearson(a: Tensor, b: Tensor) -> Tensor:
+def pearson_rows(a: Tensor, b: Tensor) -> Tensor:
+    """Pearson's correlation of each sample of ``a`` with the same sample of ``b``, in float64.
+
+    Each sample is flattened to a row; the covariance and the standard deviations use ``n - 1``,
+    and ``1e-8`` is added to the product of the deviations, so a constant row gives 0, not NaN.
+
+    Args:
+        a, b: [B, ...] of the same shape.
+
+    Returns:
+        float64 [B].
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import pearson_rows
+        >>> a = torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]])
+        >>> pearson_rows(a, torch.tensor([[2.0, 4.0, 6.0], [1.0, 2.0, 3.0]])).tolist()
+        [0.999999995, 0.0]
+    """
     a, b = a.flatten(1).double(), b.flatten(1).double()
     n = a.shape[1]
     ac, bc = a - a.mean(dim=1, keepdim=True), b - b.mean(dim=1, keepdim=True)
@@ -126,7 +144,7 @@ def coherency(
     if not isinstance(again, Tensor) or again.shape != maps.shape:
         got = list(again.shape) if isinstance(again, Tensor) else type(again).__name__
         raise InvalidInputError(f"the explainer must return maps {list(maps.shape)} for the masked inputs, got {got}")
-    return ((_pearson(again, maps) + 1) / 2).to(maps.dtype)
+    return ((pearson_rows(again, maps) + 1) / 2).to(maps.dtype)
 
 
 def road_removals(percentiles: Sequence[float], n: int) -> list[int]:

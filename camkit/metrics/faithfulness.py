@@ -8,6 +8,8 @@ model runner.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -339,6 +341,30 @@ def monotonicity_correlation(
     features = as_features(maps, x)
     step = check_count(features_in_step, "features_in_step")
     count = -(-features.count // step)
+    fill = _uniform_fill(fill, x, count, step, samples, low, high, generator)
+    samples = fill.shape[2]
+    order = _order(features, descending=False)
+    build = _group_replacer(x, features, order, fill, step)
+    clean, scores = run_plan(
+        model, x, target, build, count * samples, softmax=softmax, chunk_size=chunk_size, output=output,
+        keep_mode=keep_mode,
+    )  # fmt: skip
+    assert clean is not None
+    clean = clean.double()
+    inverse = torch.where(clean.abs() >= eps, 1.0 / clean.abs(), torch.ones_like(clean)) ** 2
+    variance = ((scores.double().view(x.shape[0], count, samples) - clean[:, None, None]) ** 2).mean(dim=2)
+    variance = variance * inverse[:, None]
+    groups = torch.div(order, step, rounding_mode="floor")
+    sums = torch.zeros(x.shape[0], count, dtype=torch.float64, device=x.device)
+    sums.scatter_add_(1, groups, features.values.double())
+    return _nan_rows(spearman_rows(sums, variance), features).to(x.dtype)
+
+
+def _uniform_fill(
+    fill: Tensor | None, x: Tensor, count: int, step: int, samples: int, low: float, high: float,
+    generator: torch.Generator | None,
+) -> Tensor:  # fmt: skip
+    """The replacement values [B, P, samples, step] on ``x``'s device and dtype: ``fill``, checked, or uniform draws."""
     batch = x.shape[0]
     if fill is None:
         check_count(samples, "samples")
@@ -348,9 +374,14 @@ def monotonicity_correlation(
         raise InvalidInputError(
             f"fill must be a tensor [B, P, samples, features_in_step] = [{batch}, {count}, samples, {step}], got {got}"
         )
+    return fill.to(x.device, x.dtype)
+
+
+def _group_replacer(
+    x: Tensor, features: Features, order: Tensor, fill: Tensor, step: int
+) -> Callable[[Tensor, Tensor], Tensor]:
+    """The plan's inputs: plan entry ``group * samples + draw`` replaces one group alone by that draw's values."""
     samples = fill.shape[2]
-    fill = fill.to(x.device, x.dtype)
-    order = _order(features, descending=False)
 
     def build(owner: Tensor, index: Tensor) -> Tensor:
         group, draw = index // samples, index % samples
@@ -362,16 +393,4 @@ def monotonicity_correlation(
         canvas = values.view(shape) if features.shape[0] == x.shape[1] else values.view(shape).expand_as(x[owner])
         return torch.where(features.mask(chosen), canvas, x[owner])
 
-    clean, scores = run_plan(
-        model, x, target, build, count * samples, softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode,
-    )  # fmt: skip
-    assert clean is not None
-    clean = clean.double()
-    inverse = torch.where(clean.abs() >= eps, 1.0 / clean.abs(), torch.ones_like(clean)) ** 2
-    variance = ((scores.double().view(batch, count, samples) - clean[:, None, None]) ** 2).mean(dim=2)
-    variance = variance * inverse[:, None]
-    groups = torch.div(order, step, rounding_mode="floor")
-    sums = torch.zeros(batch, count, dtype=torch.float64, device=x.device)
-    sums.scatter_add_(1, groups, features.values.double())
-    return _nan_rows(spearman_rows(sums, variance), features).to(x.dtype)
+    return build

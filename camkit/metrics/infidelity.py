@@ -75,17 +75,7 @@ def infidelity(
     """
     features = as_features(maps, x)
     batch = x.shape[0]
-    if perturbations is None:
-        check_count(samples, "samples")
-        if not std > 0:
-            raise InvalidInputError(f"std must be a positive standard deviation, got {std!r}")
-        perturbations = std * torch.randn(batch, samples, *x.shape[1:], generator=generator, dtype=x.dtype)
-    if not isinstance(perturbations, Tensor) or perturbations.dim() != x.dim() + 1 or (
-        perturbations.shape[0] != batch or perturbations.shape[2:] != x.shape[1:]
-    ):
-        got = list(perturbations.shape) if isinstance(perturbations, Tensor) else type(perturbations).__name__
-        raise InvalidInputError(f"perturbations must be [B, K, *x.shape[1:]] = [{batch}, K, {list(x.shape[1:])}], got {got}")
-    perturbations = perturbations.to(x.device, x.dtype)
+    perturbations = _perturbations(perturbations, x, samples, std, generator)
     samples = perturbations.shape[1]
 
     def build(owner: Tensor, index: Tensor) -> Tensor:
@@ -104,6 +94,24 @@ def infidelity(
         dot = beta[:, None] * dot
     result = ((dot - change) ** 2).mean(dim=1)
     return torch.where(features.nan(), torch.full_like(result, float("nan")), result).to(x.dtype)
+
+
+def _perturbations(
+    perturbations: Tensor | None, x: Tensor, samples: int, std: float, generator: torch.Generator | None
+) -> Tensor:
+    """The perturbations [B, K, C, *S] on ``x``'s device and dtype: those given, checked, or Gaussian draws."""
+    batch = x.shape[0]
+    if perturbations is None:
+        check_count(samples, "samples")
+        if not std > 0:
+            raise InvalidInputError(f"std must be a positive standard deviation, got {std!r}")
+        perturbations = std * torch.randn(batch, samples, *x.shape[1:], generator=generator, dtype=x.dtype)
+    if not isinstance(perturbations, Tensor) or perturbations.dim() != x.dim() + 1 or (
+        perturbations.shape[0] != batch or perturbations.shape[2:] != x.shape[1:]
+    ):
+        got = list(perturbations.shape) if isinstance(perturbations, Tensor) else type(perturbations).__name__
+        raise InvalidInputError(f"perturbations must be [B, K, *x.shape[1:]] = [{batch}, K, {list(x.shape[1:])}], got {got}")
+    return perturbations.to(x.device, x.dtype)
 
 
 def sensitivity_n(
@@ -157,26 +165,9 @@ def sensitivity_n(
     """
     features = as_features(maps, x)
     batch, total = x.shape[0], features.count
-    if subsets is None:
-        if sizes is None:
-            top = max(1, int(0.8 * total))
-            sizes = sorted({max(1, round(1 + k * (top - 1) / 9)) for k in range(10)})
-        sizes = [int(n) for n in sizes]
-        if not sizes or any(not 0 < n <= total for n in sizes):
-            raise InvalidInputError(f"sizes must be subset sizes in [1, {total}], got {sizes}")
-        check_count(samples, "samples", minimum=2)
-        subsets = [draw_subsets(batch, total, samples, n, generator) for n in sizes]
-    subsets = list(subsets)
-    if not subsets or any(not isinstance(s, Tensor) or s.dim() != 3 or s.shape[0] != batch for s in subsets):
-        raise InvalidInputError("subsets must be a list of LongTensors [B, samples, n], one per subset size")
+    subsets = _subsets(subsets, batch, total, sizes, samples, generator)
     sizes = [s.shape[2] for s in subsets]
-    runs = [s.shape[1] for s in subsets]
-    offsets = torch.tensor([0, *runs], device=x.device).cumsum(0)
-    width = max(sizes)
-    # one padded table [B, sum(runs), width] with -1 for padding
-    table = torch.full((batch, int(offsets[-1]), width), -1, dtype=torch.long, device=x.device)
-    for k, s in enumerate(subsets):
-        table[:, offsets[k] : offsets[k + 1], : s.shape[2]] = s.to(x.device, torch.long)
+    table, offsets = _subset_table(subsets, x.device)
     canvas = _resolve_baseline(baseline, x)
 
     def build(owner: Tensor, index: Tensor) -> Tensor:
@@ -199,3 +190,34 @@ def sensitivity_n(
     )
     curves = torch.where(features.nan()[:, None], torch.full_like(curves, float("nan")), curves)
     return torch.tensor(sizes), curves.to(x.dtype)
+
+
+def _subsets(
+    subsets: Sequence[Tensor] | None, batch: int, total: int, sizes: Sequence[int] | None, samples: int,
+    generator: torch.Generator | None,
+) -> list[Tensor]:  # fmt: skip
+    """The subsets, one [B, samples, n] per size: those given, checked, or drawn (default sizes: ten up to 80 %)."""
+    if subsets is None:
+        if sizes is None:
+            top = max(1, int(0.8 * total))
+            sizes = sorted({max(1, round(1 + k * (top - 1) / 9)) for k in range(10)})
+        sizes = [int(n) for n in sizes]
+        if not sizes or any(not 0 < n <= total for n in sizes):
+            raise InvalidInputError(f"sizes must be subset sizes in [1, {total}], got {sizes}")
+        check_count(samples, "samples", minimum=2)
+        subsets = [draw_subsets(batch, total, samples, n, generator) for n in sizes]
+    subsets = list(subsets)
+    if not subsets or any(not isinstance(s, Tensor) or s.dim() != 3 or s.shape[0] != batch for s in subsets):
+        raise InvalidInputError("subsets must be a list of LongTensors [B, samples, n], one per subset size")
+    return subsets
+
+
+def _subset_table(subsets: list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
+    """One padded table [B, sum(runs), width] of feature indices (-1 for padding), and each size's first row."""
+    runs = [s.shape[1] for s in subsets]
+    offsets = torch.tensor([0, *runs], device=device).cumsum(0)
+    width = max(s.shape[2] for s in subsets)
+    table = torch.full((subsets[0].shape[0], int(offsets[-1]), width), -1, dtype=torch.long, device=device)
+    for k, s in enumerate(subsets):
+        table[:, offsets[k] : offsets[k + 1], : s.shape[2]] = s.to(device, torch.long)
+    return table, offsets

@@ -17,23 +17,29 @@ independent order).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..errors import InvalidInputError, LayerNotFoundError
+from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
 from ._common import check_chunk_size, check_images, check_model
+from ._randomize import (
+    ExplainerFactory,
+    Randomizer,
+    call_order,
+    check_module_names,
+    randomise_parameters,
+    randomised_models,
+)
 from ._reexplain import explain_stack, model_outputs, top1
-from .sanity import _call_order, _randomize, spearman, ssim
+from .sanity import spearman, ssim
 
 __all__ = ["MPRTResult", "efficient_mprt", "mprt", "random_logit"]
 
-ExplainerFactory = Callable[[nn.Module], Callable[..., Any]]
-Randomizer = Callable[[nn.Module, torch.Generator], None]
 Similarity = Callable[[Tensor, Tensor], Tensor]
 _ORDERS = ("top-down", "bottom-up", "independent")
 
@@ -95,13 +101,10 @@ def _layer_names(
         names = list(layers)
     else:
         with torch.no_grad():
-            names = _call_order(base, x, output)
+            names = call_order(base, x, output)
         if order == "top-down":
             names = names[::-1]
-    modules = dict(base.named_modules())
-    for name in names:
-        if name not in modules:
-            raise LayerNotFoundError(f"no module named {name!r} in the model; see camkit.list_layers(model)")
+    check_module_names(base, names)
     if not names:
         raise InvalidInputError("the model has no parameters to randomise")
     return names
@@ -113,18 +116,6 @@ def _check_common(model: nn.Module, x: Tensor, order: str, chunk_size: int) -> N
     check_chunk_size(chunk_size)
     if order not in _ORDERS:
         raise InvalidInputError(f"order must be one of {', '.join(map(repr, _ORDERS))}, got {order!r}")
-
-
-def _randomised_models(
-    base: nn.Module, names: list[str], order: str, randomize: Randomizer, generator: torch.Generator
-) -> Iterator[tuple[str, nn.Module]]:
-    """The copy after each step: cascading (one more module each step) or independent (one module)."""
-    work = copy.deepcopy(base)
-    for name in names:
-        if order == "independent":
-            work = copy.deepcopy(base)
-        randomize(dict(work.named_modules())[name], generator)
-        yield name, work
 
 
 def mprt(
@@ -227,7 +218,7 @@ def _run(
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise InvalidInputError(f"samples must be a positive int, got {samples!r}")
     generator = generator if generator is not None else torch.Generator().manual_seed(0)
-    randomize = randomize if randomize is not None else _randomize
+    randomize = randomize if randomize is not None else randomise_parameters
     base = copy.deepcopy(model).eval()
     names = _layer_names(base, x, order, layers, output)
     if target is None:
@@ -246,7 +237,7 @@ def _run(
         untouched = _explain(explainer_factory(copy.deepcopy(base)), x, target, chunk_size, noise)
         original = similarity(maps, untouched).float()
     steps, scores = [], []
-    for step, (name, work) in enumerate(_randomised_models(base, names, order, randomize, generator)):
+    for step, (name, work) in enumerate(randomised_models(base, names, order, randomize, generator)):
         if last_only and step < len(names) - 1:
             continue
         steps.append(name)

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise, product
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -97,6 +98,26 @@ def noisy_linear_imputation(
 
     check_images(x)
     batch, channels, *spatial = x.shape
+    mask = _removed_mask(removed, batch, spatial, noise)
+    flat = mask.reshape(-1)
+    unknown = flat.nonzero()[:, 0]  # global position index, b * H * W + row * W + col on images
+    count = unknown.numel()
+    if count == 0:
+        return x.clone()
+    channels_last = (0, *range(2, x.dim()), 1)
+    values = x.detach().to("cpu", torch.float64).permute(channels_last).reshape(-1, channels)  # [B*N, C]
+    (vals, rows, cols), rhs = _imputation_system(flat, unknown, values, spatial)
+    system = csc_matrix((vals.numpy(), (rows.numpy(), cols.numpy())), shape=(count, count))
+    solved = _solve_per_input(splu, system, rhs, mask)
+    if noise > 0:
+        solved = solved + noise * torch.randn(count, channels, generator=generator, dtype=torch.float64)
+    out = x.detach().permute(channels_last).reshape(-1, channels).clone()
+    out[unknown.to(x.device)] = solved.to(device=x.device, dtype=x.dtype)
+    return out.view(batch, *spatial, channels).permute(0, x.dim() - 1, *range(1, x.dim() - 1)).contiguous()
+
+
+def _removed_mask(removed: Tensor, batch: int, spatial: list[int], noise: float) -> Tensor:
+    """The positions to fill, bool [B, *S] on the CPU, after checking them and the noise."""
     if not isinstance(removed, Tensor) or removed.dtype != torch.bool or removed.shape != (batch, *spatial):
         got = f"{removed.dtype} {list(removed.shape)}" if isinstance(removed, Tensor) else type(removed).__name__
         raise InvalidInputError(f"removed must be a bool tensor {[batch, *spatial]}, got {got}")
@@ -107,15 +128,17 @@ def noisy_linear_imputation(
         raise InvalidInputError(
             "an image has every pixel removed, so there is nothing to impute from; remove a smaller fraction"
         )
-    flat = mask.reshape(-1)
-    unknown = flat.nonzero()[:, 0]  # global position index, b * H * W + row * W + col on images
-    count = unknown.numel()
-    if count == 0:
-        return x.clone()
+    return mask
+
+
+def _imputation_system(
+    flat: Tensor, unknown: Tensor, values: Tensor, spatial: list[int]
+) -> tuple[tuple[Tensor, Tensor, Tensor], Tensor]:
+    """The sparse system over the removed positions of the whole batch, as (values, rows, columns) of its
+    entries, and its right-hand sides [U, C]."""
+    count, channels = unknown.numel(), values.shape[1]
     variable = torch.full((flat.numel(),), -1, dtype=torch.long)
     variable[unknown] = torch.arange(count)
-    channels_last = (0, *range(2, x.dim()), 1)
-    values = x.detach().to("cpu", torch.float64).permute(channels_last).reshape(-1, channels)  # [B*N, C]
     strides = [math.prod(spatial[axis + 1 :]) for axis in range(len(spatial))]
     coords = [(unknown // stride) % size for stride, size in zip(strides, spatial)]  # (row, col) on images
     diag = torch.zeros(count, dtype=torch.float64)
@@ -136,9 +159,12 @@ def noisy_linear_imputation(
         vals.append(torch.full((rows[-1].numel(),), -weight, dtype=torch.float64))
         known = ~is_unknown
         rhs.index_add_(0, here[known], weight * values[there[known]])
-    system = csc_matrix(
-        (torch.cat(vals).numpy(), (torch.cat(rows).numpy(), torch.cat(cols).numpy())), shape=(count, count)
-    )
+    return (torch.cat(vals), torch.cat(rows), torch.cat(cols)), rhs
+
+
+def _solve_per_input(splu: Callable[[Any], Any], system: Any, rhs: Tensor, mask: Tensor) -> Tensor:
+    """The filled values [U, C]: each input's block of the system factorised once (``splu``) and solved for every channel."""
+    count, channels = rhs.shape
     # One factorisation per image: the blocks are independent, and SuperLU's ordering of one
     # block-diagonal system fills in far more than the blocks factorised one by one.
     solved = torch.empty(count, channels, dtype=torch.float64)
@@ -147,11 +173,7 @@ def noisy_linear_imputation(
         if stop > start:
             block = system[start:stop, start:stop].tocsc()
             solved[start:stop] = torch.from_numpy(splu(block).solve(rhs[start:stop].numpy()).reshape(-1, channels))
-    if noise > 0:
-        solved = solved + noise * torch.randn(count, channels, generator=generator, dtype=torch.float64)
-    out = x.detach().permute(channels_last).reshape(-1, channels).clone()
-    out[unknown.to(x.device)] = solved.to(device=x.device, dtype=x.dtype)
-    return out.view(batch, *spatial, channels).permute(0, x.dim() - 1, *range(1, x.dim() - 1)).contiguous()
+    return solved
 
 
 def road_curve(
@@ -212,9 +234,19 @@ def road_curve(
     """
     check_images(x)
     maps = check_maps(maps, x)
+    counts = _removal_counts(maps, fractions, order)
+    scorer = ChunkScorer(model, target, softmax=softmax, output=output, chunk_size=chunk_size)
+    with torch.no_grad(), eval_mode(model, enabled=not keep_mode):
+        curve = _imputed_curve(scorer, x, maps, counts, order, target is None, noise, generator, chunk_size, hits)
+    removed_share = (torch.tensor(counts, dtype=torch.float64) / maps[0].numel()).to(device=x.device, dtype=curve.dtype)
+    return removed_share, curve
+
+
+def _removal_counts(maps: Tensor, fractions: Sequence[float], order: str) -> list[int]:
+    """How many positions each fraction removes, after checking the order and the fractions."""
     if order not in ("morf", "lerf"):
         raise InvalidInputError(f"order must be 'morf' (most relevant first) or 'lerf', got {order!r}")
-    batch, n = x.shape[0], maps[0].numel()
+    n = maps[0].numel()
     fractions = [float(f) for f in fractions]
     if not fractions or any(not 0 <= f < 1 for f in fractions):
         raise InvalidInputError(f"fractions must be a non-empty list of shares in [0, 1), got {fractions}")
@@ -224,28 +256,33 @@ def road_curve(
             f"a fraction of {max(fractions)} removes all {n} pixels, leaving nothing to impute from; "
             "use smaller fractions"
         )
-    scorer = ChunkScorer(model, target, softmax=softmax, output=output, chunk_size=chunk_size)
-    with torch.no_grad(), eval_mode(model, enabled=not keep_mode):
-        ranks = pixel_ranks(maps).view(batch, *maps.shape[1:])
-        if order == "lerf":
-            ranks = n - 1 - ranks
-        step_counts = torch.tensor(counts, device=x.device)
-        if target is None:  # the top-1 class of the clean image
-            scorer.clean(x)
-        else:  # the clean scores are not on the curve: skip that pass
-            scorer.defer(batch)
-        curve: Tensor | None = None
-        for start, stop in chunks(batch * len(counts), chunk_size):
-            pair = torch.arange(start, stop, device=x.device)
-            owner, step = pair // len(counts), pair % len(counts)
-            removed = ranks[owner] < step_counts[step].view(-1, *(1,) * (maps.dim() - 1))
-            images = noisy_linear_imputation(x[owner], removed, noise=noise, generator=generator)
-            scores = scorer.hits(images, owner) if hits else scorer.score(images, owner)
-            if curve is None:
-                curve = torch.empty(batch, len(counts), dtype=scores.dtype, device=x.device)
-            curve[owner, step] = scores.to(curve.dtype)
+    return counts
+
+
+def _imputed_curve(
+    scorer: ChunkScorer, x: Tensor, maps: Tensor, counts: list[int], order: str, clean: bool, noise: float,
+    generator: torch.Generator | None, chunk_size: int, hits: bool,
+) -> Tensor:  # fmt: skip
+    """Scores [B, F] of the inputs with each count of positions imputed, ``chunk_size`` inputs per pass."""
+    batch, n = x.shape[0], maps[0].numel()
+    ranks = pixel_ranks(maps).view(batch, *maps.shape[1:])
+    if order == "lerf":
+        ranks = n - 1 - ranks
+    step_counts = torch.tensor(counts, device=x.device)
+    if clean:  # the top-1 class of the clean image
+        scorer.clean(x)
+    else:  # the clean scores are not on the curve: skip that pass
+        scorer.defer(batch)
+    curve: Tensor | None = None
+    for start, stop in chunks(batch * len(counts), chunk_size):
+        pair = torch.arange(start, stop, device=x.device)
+        owner, step = pair // len(counts), pair % len(counts)
+        removed = ranks[owner] < step_counts[step].view(-1, *(1,) * (maps.dim() - 1))
+        images = noisy_linear_imputation(x[owner], removed, noise=noise, generator=generator)
+        scores = scorer.hits(images, owner) if hits else scorer.score(images, owner)
         if curve is None:
-            raise RuntimeError("no image was scored")  # unreachable: check_images requires B >= 1
-        curve = torch.where(nan_maps(maps)[:, None], torch.full_like(curve, float("nan")), curve)
-    removed_share = (torch.tensor(counts, dtype=torch.float64) / n).to(device=x.device, dtype=curve.dtype)
-    return removed_share, curve
+            curve = torch.empty(batch, len(counts), dtype=scores.dtype, device=x.device)
+        curve[owner, step] = scores.to(curve.dtype)
+    if curve is None:
+        raise RuntimeError("no image was scored")  # unreachable: check_images requires B >= 1
+    return torch.where(nan_maps(maps)[:, None], torch.full_like(curve, float("nan")), curve)

@@ -3,8 +3,6 @@
 * :func:`avg_sensitivity`, :func:`max_sensitivity` (Yeh et al. 2019; captum's ``sensitivity_max``);
 * :func:`local_lipschitz_estimate` (Alvarez-Melis and Jaakkola 2018);
 * :func:`continuity` (Montavon et al. 2018), on translated inputs;
-* :func:`relative_input_stability`, :func:`relative_output_stability`,
-  :func:`relative_representation_stability` (Agarwal et al. 2022);
 * :func:`consistency` (Dasgupta et al. 2022), which needs no re-explanation.
 
 The measures that perturb re-explain ``N`` perturbed copies of the batch: the ``N x B``
@@ -12,21 +10,28 @@ inputs go to the explainer ``chunk_size`` at a time. Perturbations are drawn fro
 ``torch.Generator`` or given as a plan ``perturbed`` [N, B, C, *S] (the perturbed inputs
 themselves), so the same draws can be replayed or shared with another library. The model,
 where a measure needs it, runs in eval mode without gradients. Lower is more robust for
-every measure here except :func:`consistency`.
+every measure here except :func:`consistency`. The relative stabilities (Agarwal et al. 2022)
+are in :mod:`camkit.metrics.stability`.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
-from ._common import check_chunk_size, check_images, check_maps, check_model
-from ._reexplain import explain_stack, model_outputs, top1
+from ._common import check_maps
+from ._perturbed import (
+    Explain,
+    perturbed_inputs,
+    prediction_changed,
+    reduce_copies,
+    row_norms,
+    uniform_noise,
+    unperturbed_maps,
+)
+from ._reexplain import explain_stack
 
 __all__ = [
     "avg_sensitivity",
@@ -34,76 +39,7 @@ __all__ = [
     "continuity",
     "local_lipschitz_estimate",
     "max_sensitivity",
-    "relative_input_stability",
-    "relative_output_stability",
-    "relative_representation_stability",
 ]
-
-Explain = Callable[..., Any]
-
-
-def _setup(
-    explainer: Explain, model: nn.Module | None, x: Tensor, target: Target, maps: Tensor | None, chunk_size: int,
-    output: OutputSelector,
-) -> tuple[Target, Tensor]:  # fmt: skip
-    """The resolved target and the maps [B, *S] of the unperturbed inputs."""
-    check_images(x)
-    check_chunk_size(chunk_size)
-    if model is not None:
-        check_model(model)
-    if target is None:
-        if model is None:
-            raise InvalidInputError("target=None explains each input's top-1 class, which needs the model: pass model=")
-        target = top1(model, x, chunk_size, output)
-    if maps is None:
-        maps = explain_stack(explainer, x[None], target, chunk_size)[0]
-    return target, check_maps(maps, x)
-
-
-def _plan(x: Tensor, perturbed: Tensor | None, samples: int, draw: Callable[[tuple[int, ...]], Tensor]) -> Tensor:
-    """Perturbed inputs [N, B, C, *S]: the plan given, or ``x + draw(shape)``."""
-    if perturbed is not None:
-        if not isinstance(perturbed, Tensor) or perturbed.dim() != x.dim() + 1 or perturbed.shape[1:] != x.shape:
-            got = list(perturbed.shape) if isinstance(perturbed, Tensor) else type(perturbed).__name__
-            raise InvalidInputError(
-                f"perturbed must be the perturbed inputs [N, *x.shape] = [N, {', '.join(map(str, x.shape))}], got {got}"
-            )
-        return perturbed.to(device=x.device, dtype=x.dtype)
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise InvalidInputError(f"samples must be a positive int, got {samples!r}")
-    return x[None] + draw((samples, *x.shape)).to(device=x.device, dtype=x.dtype)
-
-
-def _uniform(low: float, high: float, generator: torch.Generator | None) -> Callable[[tuple[int, ...]], Tensor]:
-    if not high > low:
-        raise InvalidInputError(f"the noise needs low < high, got low={low}, high={high}")
-    return lambda shape: torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low
-
-
-def _changed(model: nn.Module | None, x: Tensor, perturbed: Tensor, chunk_size: int, output: OutputSelector) -> Tensor:
-    """Bool [N, B]: does the perturbed input's top-1 class differ from the input's?"""
-    if model is None:
-        raise InvalidInputError("skipping perturbations that change the prediction needs the model: pass model=")
-    before = top1(model, x, chunk_size, output)
-    after = model_outputs(model, perturbed.flatten(0, 1), chunk_size, output).argmax(dim=1)
-    return after.view(perturbed.shape[:2]) != before
-
-
-def _norm(t: Tensor) -> Tensor:
-    """Euclidean (Frobenius) norm of each row of [N, B, ...]: [N, B]."""
-    return t.flatten(2).double().norm(dim=2)
-
-
-def _reduce(values: Tensor, skip: Tensor | None, how: str) -> Tensor:
-    """Reduce [N, B] over N ('mean' or 'max'), leaving out skipped entries; NaN where all are left out."""
-    if skip is not None:
-        values = torch.where(skip, torch.full_like(values, float("nan")), values)
-    if how == "mean":
-        out = values.nanmean(dim=0)
-    else:
-        out = torch.where(torch.isnan(values), torch.full_like(values, -torch.inf), values).amax(dim=0)
-        out = torch.where(torch.isnan(values).all(dim=0), torch.full_like(out, float("nan")), out)
-    return out.float()
 
 
 def _sensitivity(
@@ -111,14 +47,14 @@ def _sensitivity(
     samples: int, radius: float, perturbed: Tensor | None, skip_changed: bool, generator: torch.Generator | None,
     chunk_size: int, output: OutputSelector,
 ) -> Tensor:  # fmt: skip
-    target, maps = _setup(explainer, model, x, target, maps, chunk_size, output)
-    plan = _plan(x, perturbed, samples, _uniform(-radius, radius, generator))
+    target, maps = unperturbed_maps(explainer, model, x, target, maps, chunk_size, output)
+    plan = perturbed_inputs(x, perturbed, samples, uniform_noise(-radius, radius, generator))
     moved = explain_stack(explainer, plan, target, chunk_size)
-    base = _norm(maps[None])
-    ratio = _norm(moved - maps[None]) / torch.where(base == 0, torch.ones_like(base), base)
+    base = row_norms(maps[None])
+    ratio = row_norms(moved - maps[None]) / torch.where(base == 0, torch.ones_like(base), base)
     ratio = torch.where(base == 0, torch.full_like(ratio, float("nan")), ratio)
-    skip = _changed(model, x, plan, chunk_size, output) if skip_changed else None
-    return _reduce(ratio, skip, how)
+    skip = prediction_changed(model, x, plan, chunk_size, output) if skip_changed else None
+    return reduce_copies(ratio, skip, how)
 
 
 def avg_sensitivity(
@@ -254,16 +190,16 @@ def local_lipschitz_estimate(
         >>> local_lipschitz_estimate(double, x, 0, samples=5, generator=torch.Generator().manual_seed(0))
         tensor([2.])
     """
-    target, maps = _setup(explainer, model, x, target, maps, chunk_size, output)
+    target, maps = unperturbed_maps(explainer, model, x, target, maps, chunk_size, output)
     if not std >= 0:
         raise InvalidInputError(f"std must be >= 0, got {std!r}")
-    plan = _plan(
+    plan = perturbed_inputs(
         x, perturbed, samples, lambda shape: torch.randn(shape, generator=generator, dtype=torch.float64) * std + mean
     )
     moved = explain_stack(explainer, plan, target, chunk_size)
-    ratio = _norm(moved - maps[None]) / _norm(plan - x[None])
-    skip = _changed(model, x, plan, chunk_size, output) if skip_changed else None
-    return _reduce(ratio, skip, "max")
+    ratio = row_norms(moved - maps[None]) / row_norms(plan - x[None])
+    skip = prediction_changed(model, x, plan, chunk_size, output) if skip_changed else None
+    return reduce_copies(ratio, skip, "max")
 
 
 def _translate(x: Tensor, shift: int, fill: Tensor) -> Tensor:
@@ -313,7 +249,7 @@ def continuity(
         >>> continuity(identity, x, 0, steps=3)  # shifts -1, 2, 5 (dx = 3): ||d||_1 / ||d||_2 at most sqrt(2)
         tensor([1.4142])
     """
-    target, maps = _setup(explainer, model, x, target, maps, chunk_size, output)
+    target, maps = unperturbed_maps(explainer, model, x, target, maps, chunk_size, output)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InvalidInputError(f"steps must be a positive int, got {steps!r}")
     width = x.shape[-1]
@@ -322,217 +258,12 @@ def continuity(
     plan = torch.stack([_translate(x, -width + dx * k, values) for k in range(1, steps + 1)])
     moved = explain_stack(explainer, plan, target, chunk_size)
     l1 = (moved - maps[None]).flatten(2).double().abs().sum(dim=2)
-    dist = _norm(plan - x[None])
+    dist = row_norms(plan - x[None])
     ratio = l1 / torch.where(dist == 0, torch.ones_like(dist), dist)
     skip = dist == 0
     if skip_changed:
-        skip = skip | _changed(model, x, plan, chunk_size, output)
-    return _reduce(ratio, skip, "max")
-
-
-def _relative(
-    explainer: Explain, model: nn.Module, x: Tensor, target: Target, denominator: Callable[[Tensor, Tensor], Tensor],
-    *, maps: Tensor | None, samples: int, low: float, high: float, eps: float, perturbed: Tensor | None,
-    skip_changed: bool, generator: torch.Generator | None, chunk_size: int, output: OutputSelector,
-) -> Tensor:  # fmt: skip
-    check_model(model)
-    target, maps = _setup(explainer, model, x, target, maps, chunk_size, output)
-    plan = _plan(x, perturbed, samples, _uniform(low, high, generator))
-    moved = explain_stack(explainer, plan, target, chunk_size).double()
-    e = maps[None].double()
-    top = _norm((e - moved) / (e + (e == 0) * eps))
-    bottom = denominator(x, plan)
-    bottom = bottom + (bottom == 0) * eps
-    skip = _changed(model, x, plan, chunk_size, output) if skip_changed else None
-    return _reduce(top / bottom, skip, "max")
-
-
-def _relative_change(before: Tensor, after: Tensor, eps: float) -> Tensor:
-    """||(before - after) / before||_2 per row of [N, B, ...], a zero ``before`` replaced by ``eps``."""
-    before = before.double()
-    return _norm((before - after.double()) / (before + (before == 0) * eps))
-
-
-def relative_input_stability(
-    explainer: Explain,
-    model: nn.Module,
-    x: Tensor,
-    target: Target = None,
-    *,
-    maps: Tensor | None = None,
-    samples: int = 200,
-    low: float = -0.2,
-    high: float = 0.2,
-    eps: float = 1e-6,
-    perturbed: Tensor | None = None,
-    skip_changed: bool = True,
-    generator: torch.Generator | None = None,
-    chunk_size: int = 64,
-    output: OutputSelector = None,
-) -> Tensor:
-    """Relative input stability (Agarwal et al. 2022): relative change of the map over relative change of the input.
-
-    ``max_n ||(e - e_n) / e||_2 / ||(x - x_n) / x||_2`` over perturbations that keep
-    the predicted class, with ``x_n = x + U(low, high)``; elementwise divisions, zeros of the
-    divisor replaced by ``eps``, and so is a zero denominator. Needs the model and re-explanation; costs ``samples``
-    explanations and forward passes of the batch.
-
-    Args:
-        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
-        model: the model (for the outputs, ``target=None`` and ``skip_changed``).
-        x: inputs [B, C, *S].
-        target, maps, perturbed, generator, chunk_size, output: see :func:`avg_sensitivity`.
-        samples: perturbations N.
-        low, high: the uniform noise ``U(low, high)`` added to every value.
-        eps: replaces zeros in the denominators (Quantus's ``eps_min``).
-        skip_changed: leave out the perturbations that change the top-1 class, as the paper
-            asks (NaN where all do).
-
-    Returns:
-        Float tensor [B].
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> from camkit.metrics import relative_input_stability
-        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
-        >>> x = torch.ones(1, 1, 4)
-        >>> identity = lambda inputs, target: inputs[:, 0]  # e(x) = x: the ratio is 1 for every perturbation
-        >>> relative_input_stability(identity, net, x, 0, samples=3, skip_changed=False)
-        tensor([1.])
-    """
-    return _relative(
-        explainer, model, x, target, lambda a, b: _relative_change(a[None], b, eps), maps=maps, samples=samples,
-        low=low, high=high, eps=eps, perturbed=perturbed, skip_changed=skip_changed, generator=generator,
-        chunk_size=chunk_size, output=output,
-    )  # fmt: skip
-
-
-def relative_output_stability(
-    explainer: Explain,
-    model: nn.Module,
-    x: Tensor,
-    target: Target = None,
-    *,
-    maps: Tensor | None = None,
-    samples: int = 200,
-    low: float = -0.2,
-    high: float = 0.2,
-    eps: float = 1e-6,
-    perturbed: Tensor | None = None,
-    skip_changed: bool = True,
-    generator: torch.Generator | None = None,
-    chunk_size: int = 64,
-    output: OutputSelector = None,
-) -> Tensor:
-    """Relative output stability (Agarwal et al. 2022): relative change of the map over that of the model's output.
-
-    ``max_n ||(e - e_n) / e||_2 / ||h(x) - h(x_n)||_2`` with ``h`` the model's output
-    (the logits), over perturbations ``x_n = x + U(low, high)`` that keep the predicted class.
-    The output change is not divided by ``h(x)``: the paper's ROS, and Quantus's. Needs the
-    model and re-explanation; costs ``samples`` explanations and forward passes of the batch.
-
-    Args:
-        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
-        model: the model (for the outputs, ``target=None`` and ``skip_changed``).
-        x: inputs [B, C, *S].
-        target, maps, perturbed, generator, chunk_size, output: see :func:`avg_sensitivity`.
-        samples: perturbations N.
-        low, high: the uniform noise ``U(low, high)`` added to every value.
-        eps: replaces zeros in the denominators (Quantus's ``eps_min``).
-        skip_changed: leave out the perturbations that change the top-1 class, as the paper
-            asks (NaN where all do).
-
-    Returns:
-        Float tensor [B].
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> from camkit.metrics import relative_output_stability
-        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
-        >>> relative_output_stability(lambda i, t: i[:, 0], net, torch.rand(2, 1, 4), 0, samples=3).shape
-        torch.Size([2])
-    """
-
-    def outputs(a: Tensor, b: Tensor) -> Tensor:
-        h = model_outputs(model, a, chunk_size, output)
-        h_n = model_outputs(model, b.flatten(0, 1), chunk_size, output).view(b.shape[0], *h.shape)
-        return _norm(h[None] - h_n)
-
-    return _relative(
-        explainer, model, x, target, outputs, maps=maps, samples=samples, low=low, high=high, eps=eps,
-        perturbed=perturbed, skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output,
-    )  # fmt: skip
-
-
-def relative_representation_stability(
-    explainer: Explain,
-    model: nn.Module,
-    x: Tensor,
-    target: Target = None,
-    *,
-    representation: Callable[[Tensor], Tensor],
-    maps: Tensor | None = None,
-    samples: int = 200,
-    low: float = -0.2,
-    high: float = 0.2,
-    eps: float = 1e-6,
-    perturbed: Tensor | None = None,
-    skip_changed: bool = True,
-    generator: torch.Generator | None = None,
-    chunk_size: int = 64,
-    output: OutputSelector = None,
-) -> Tensor:
-    """Relative representation stability (Agarwal et al. 2022): relative change of the map over
-    relative change of an internal representation.
-
-    ``max_n ||(e - e_n) / e||_2 / ||(L(x) - L(x_n)) / L(x)||_2`` with ``L`` the
-    ``representation`` function (inputs [M, C, *S] to features [M, ...], e.g. a truncated
-    model), over perturbations ``x_n = x + U(low, high)`` that keep the predicted class.
-    Needs the model, a representation and re-explanation; costs ``samples`` explanations,
-    forward passes and representation passes of the batch.
-
-    Args:
-        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
-        model: the model (for the outputs, ``target=None`` and ``skip_changed``).
-        x: inputs [B, C, *S].
-        target, maps, perturbed, generator, chunk_size, output: see :func:`avg_sensitivity`.
-        samples: perturbations N.
-        low, high: the uniform noise ``U(low, high)`` added to every value.
-        eps: replaces zeros in the denominators (Quantus's ``eps_min``).
-        skip_changed: leave out the perturbations that change the top-1 class, as the paper
-            asks (NaN where all do).
-        representation: ``L(inputs) -> features``, run without gradients in chunks.
-
-    Returns:
-        Float tensor [B].
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> from camkit.metrics import relative_representation_stability
-        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
-        >>> relative_representation_stability(lambda i, t: i[:, 0], net, torch.rand(2, 1, 4), 0,
-        ...                                   representation=net[:2], samples=3).shape
-        torch.Size([2])
-    """
-
-    def features(a: Tensor) -> Tensor:
-        with torch.no_grad():
-            return torch.cat(
-                [representation(a[i : i + chunk_size]).flatten(1) for i in range(0, a.shape[0], chunk_size)]
-            )
-
-    def change(a: Tensor, b: Tensor) -> Tensor:
-        r = features(a)
-        r_n = features(b.flatten(0, 1)).view(b.shape[0], *r.shape)
-        return _relative_change(r[None], r_n, eps)
-
-    return _relative(
-        explainer, model, x, target, change, maps=maps, samples=samples, low=low, high=high, eps=eps,
-        perturbed=perturbed, skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output,
-    )  # fmt: skip
+        skip = skip | prediction_changed(model, x, plan, chunk_size, output)
+    return reduce_copies(ratio, skip, "max")
 
 
 def consistency(maps: Tensor, predictions: Tensor, *, n: int = 5, labels: Tensor | None = None) -> Tensor:
@@ -579,3 +310,4 @@ def consistency(maps: Tensor, predictions: Tensor, *, n: int = 5, labels: Tensor
     count = same_label.sum(dim=1)
     share = agree / count.clamp(min=1)
     return torch.where(count == 0, torch.full_like(share, float("nan")), share).float()
+

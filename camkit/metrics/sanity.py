@@ -11,23 +11,21 @@ position of a map, and SSIM (scikit-image) slides its window along every spatial
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from .._internal.state import eval_mode
-from ..errors import InvalidInputError, LayerNotFoundError
-from ..hooks import HookScope
+from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target, select_output
 from ._common import ANY_MAPS, MAP_SHAPES, average_ranks, check_images, check_model
+from ._randomize import ExplainerFactory, call_order, check_module_names, randomise_parameters, randomised_models
+from ._reexplain import explain_maps
 
 __all__ = ["RandomizationResult", "randomization_check", "spearman", "ssim"]
-
-ExplainerFactory = Callable[[nn.Module], Callable[..., Any]]
 
 
 @dataclass(frozen=True)
@@ -121,44 +119,6 @@ def ssim(a: Tensor, b: Tensor, data_range: float = 1.0) -> Tensor:
     return torch.tensor(np.asarray(values, dtype=np.float32), device=a.device)
 
 
-def _call_order(model: nn.Module, x: Tensor, output: OutputSelector) -> list[str]:
-    """Names of the modules owning parameters directly, in the order the forward first calls them."""
-    owners = {m: name for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))}
-    seen: dict[str, None] = {}
-    with HookScope() as hooks:
-        for module, name in owners.items():
-            hooks.forward(module, lambda m, i, o, name=name: seen.setdefault(name, None))
-        select_output(model(x), output)
-    return list(seen)
-
-
-def _randomize(module: nn.Module, generator: torch.Generator) -> None:
-    """Re-draw every parameter under ``module`` (in place, on the copy) from a seeded generator."""
-    for name, param in module.named_parameters():
-        with torch.no_grad():
-            if param.dim() >= 2:
-                fan_in = param[0].numel()
-                bound = 1.0 / fan_in**0.5
-                fresh = torch.empty(param.shape, dtype=torch.float64).uniform_(-bound, bound, generator=generator)
-            elif name.endswith("weight"):  # norm-layer scales
-                fresh = torch.empty(param.shape, dtype=torch.float64).uniform_(0.5, 1.5, generator=generator)
-            else:
-                fresh = torch.empty(param.shape, dtype=torch.float64).uniform_(-0.1, 0.1, generator=generator)
-            param.copy_(fresh.to(param.dtype))
-
-
-def _maps(explainer: Callable[..., Any], x: Tensor, target: Target) -> Tensor:
-    result = explainer(x, target)
-    maps = result.maps if hasattr(result, "maps") else result
-    if not isinstance(maps, Tensor) or maps.dim() != x.dim() - 1 or maps.shape[0] != x.shape[0]:
-        got = list(maps.shape) if isinstance(maps, Tensor) else type(maps).__name__
-        raise InvalidInputError(
-            f"the explainer must return maps {MAP_SHAPES[x.dim() - 1]} with B={x.shape[0]} for inputs "
-            f"{list(x.shape)}, got {got}"
-        )
-    return maps.detach().float()
-
-
 def randomization_check(
     explainer_factory: ExplainerFactory,
     model: nn.Module,
@@ -213,35 +173,40 @@ def randomization_check(
         >>> res.layers, tuple(res.spearman.shape)
         (('original', '4', '0'), (3, 2))
     """
+    base, names, target = _plan(model, x, target, order, layers, output)
+    original = explain_maps(explainer_factory(base), x, target)
+    generator = torch.Generator().manual_seed(seed)
+    work = copy.deepcopy(base)
+    steps = [explain_maps(explainer_factory(work), x, target)]  # same weights: a determinism self-check
+    for _, randomised in randomised_models(base, names, order, randomise_parameters, generator, start=work):
+        steps.append(explain_maps(explainer_factory(randomised), x, target))
+    return _compare(original, torch.stack(steps), names, keep_maps)
+
+
+def _plan(
+    model: nn.Module, x: Tensor, target: Target, order: str, layers: Sequence[str] | None, output: OutputSelector
+) -> tuple[nn.Module, list[str], Target]:
+    """Check the arguments; the untouched copy, the modules to randomise and the target explained."""
     check_model(model)
     check_images(x)
     if order not in ("top-down", "independent"):
         raise InvalidInputError(f"order must be 'top-down' or 'independent', got {order!r}")
     base = copy.deepcopy(model)
     with torch.no_grad(), eval_mode(base):
-        names = list(layers) if layers is not None else _call_order(base, x, output)[::-1]
+        names = list(layers) if layers is not None else call_order(base, x, output)[::-1]
         if target is None:
             target = select_output(base(x), output).argmax(dim=1)
-    modules = dict(base.named_modules())
-    for name in names:
-        if name not in modules:
-            raise LayerNotFoundError(f"no module named {name!r} in the model; see camkit.list_layers(model)")
+    check_module_names(base, names)
     if layers is None and not names:
         raise InvalidInputError("the model has no parameters to randomise")
+    return base, names, target
 
-    original = _maps(explainer_factory(base), x, target)
-    generator = torch.Generator().manual_seed(seed)
-    work = copy.deepcopy(base)
-    steps = [_maps(explainer_factory(work), x, target)]  # same weights: a determinism self-check
-    for name in names:
-        if order == "independent":
-            work = copy.deepcopy(base)
-        _randomize(dict(work.named_modules())[name], generator)
-        steps.append(_maps(explainer_factory(work), x, target))
-    stacked = torch.stack(steps)  # [S, B, *spatial]
+
+def _compare(original: Tensor, stacked: Tensor, names: list[str], keep_maps: bool) -> RandomizationResult:
+    """Each step's maps [S, B, *spatial] against the original maps [B, *spatial]."""
     reference = original.expand_as(stacked).flatten(0, 1)
     flat = stacked.flatten(0, 1)
-    shape = (len(steps), x.shape[0])
+    shape = tuple(stacked.shape[:2])
     return RandomizationResult(
         layers=("original", *names),
         spearman=spearman(reference, flat).view(shape),

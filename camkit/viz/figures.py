@@ -9,7 +9,7 @@ from camkit's own tables (:mod:`camkit.viz.colormaps`, OpenCV's), so a figure sh
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -159,7 +159,20 @@ def figure(
     if isinstance(images, Tensor) and images.dim() in (3, 5):  # signals, volumes and videos
         return rank_figure(images, explanations, kind=kind, sign=sign, mean=mean, std=std, colormap=colormap,
                            alpha=alpha, panel=panel, dpi=dpi)  # fmt: skip
-    Figure, Canvas, ScalarMappable, ListedColormap, Normalize = matplotlib_parts()
+    parts = matplotlib_parts()
+    named = _named(explanations)
+    base = _images_float(images, mean, std)
+    _check_maps(named, base.shape[0])
+    drawn = {label: _coloured(e, base, sign, colormap, outlier_perc, alpha) for label, e in named.items()}
+    return _lay_out(parts, base, named, drawn, classes, panel, dpi)
+
+
+# Per explanation: coloured maps, overlays (uint8 [B, 3, H, W]), the colorbar's table and range.
+_Drawn = tuple[Tensor, Tensor, str, tuple[float, float]]
+
+
+def _named(explanations: Explained | Sequence[Explained] | Mapping[str, Explained]) -> dict[str, Explained]:
+    """The explanations by column label: their methods, numbered where a method repeats."""
     if isinstance(explanations, Explained):
         named = {explanations.method: explanations}
     elif isinstance(explanations, Mapping):
@@ -171,8 +184,10 @@ def figure(
             named[label] = e
     if not named:
         raise InvalidInputError("figure needs at least one explanation")
-    base = _images_float(images, mean, std)
-    batch = base.shape[0]
+    return named
+
+
+def _check_maps(named: Mapping[str, Explained], batch: int) -> None:
     for label, e in named.items():
         if not isinstance(e, Explained):
             raise InvalidInputError(
@@ -185,27 +200,42 @@ def figure(
                 f"{list(e.maps.shape)} (for [B, K] targets, explain one target per image)"
             )
 
-    columns = ["image"] + [f"map: {k}" for k in named] + [f"overlay: {k}" for k in named]
-    # Per explanation: coloured maps, overlays (uint8 [B, 3, H, W]), the colorbar's table and range.
-    drawn: dict[str, tuple[Tensor, Tensor, str, tuple[float, float]]] = {}
-    for label, e in named.items():
-        mode = sign if sign is not None else ("all" if _is_pixel_space(e) else None)
-        if mode is None:
-            cmap = colormap or "jet"
-            maps = e.maps.detach().to(base.device)
-            coloured = colorize(maps, cmap)
-            over = overlay_batch(base, maps, alpha=alpha, colormap=cmap)
-            low = 0.0
-        else:
-            cmap = colormap or DEFAULT_COLORMAP[mode]
-            attr = (e.raw if _is_pixel_space(e) else e.maps).detach().to(base.device)  # type: ignore[union-attr]
-            scale_attribution(attr, mode, outlier_perc)  # checks the sign mode early
-            coloured = heat_map(attr, mode, outlier_perc, cmap)
-            over = blended_heat_map(base, attr, mode, outlier_perc, cmap, alpha)
-            low = -1.0 if mode == "all" else 0.0
-        drawn[label] = (coloured.cpu(), over.cpu(), cmap, (low, 1.0))
-    shown = (base * 255).round().clamp(0, 255).to(torch.uint8).cpu()
 
+def _coloured(
+    e: Explained, base: Tensor, sign: str | None, colormap: str | None, outlier_perc: float, alpha: float
+) -> _Drawn:
+    """One explanation's coloured maps and overlays: a CAM as it is, pixel-space attributions as a signed view."""
+    mode = sign if sign is not None else ("all" if _is_pixel_space(e) else None)
+    if mode is None:
+        cmap = colormap or "jet"
+        maps = e.maps.detach().to(base.device)
+        coloured = colorize(maps, cmap)
+        over = overlay_batch(base, maps, alpha=alpha, colormap=cmap)
+        low = 0.0
+    else:
+        cmap = colormap or DEFAULT_COLORMAP[mode]
+        attr = (e.raw if _is_pixel_space(e) else e.maps).detach().to(base.device)  # type: ignore[union-attr]
+        scale_attribution(attr, mode, outlier_perc)  # checks the sign mode early
+        coloured = heat_map(attr, mode, outlier_perc, cmap)
+        over = blended_heat_map(base, attr, mode, outlier_perc, cmap, alpha)
+        low = -1.0 if mode == "all" else 0.0
+    return coloured.cpu(), over.cpu(), cmap, (low, 1.0)
+
+
+def _lay_out(
+    parts: tuple[Any, ...],
+    base: Tensor,
+    named: Mapping[str, Explained],
+    drawn: Mapping[str, _Drawn],
+    classes: Sequence[str] | None,
+    panel: float,
+    dpi: int,
+) -> ExplanationFigure:
+    """The grid of panels, one row per image, with a colorbar under every map column, drawn to pixels."""
+    Figure, Canvas, ScalarMappable, ListedColormap, Normalize = parts
+    shown = (base * 255).round().clamp(0, 255).to(torch.uint8).cpu()
+    batch = base.shape[0]
+    columns = ["image"] + [f"map: {k}" for k in named] + [f"overlay: {k}" for k in named]
     width = len(columns) * panel
     height = batch * (panel + TITLE_INCHES) + COLORBAR_INCHES
     fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
@@ -216,9 +246,36 @@ def figure(
     axes, bars = grid[:batch], grid[batch]
     for cax in bars:
         cax.set_axis_off()
-    titles: dict[tuple[int, str], str] = {}
     fontsize = max(5.0, 4.0 * panel)
-    for b in range(batch):
+    titles = _draw_panels(axes, shown, named, drawn, columns, classes, fontsize)
+    for label in named:
+        index = columns.index(f"map: {label}")
+        _, _, cmap, (low, high) = drawn[label]
+        table = ListedColormap(colormap_lut(cmap).numpy() / 255.0)
+        bars[index].set_axis_on()
+        bar = fig.colorbar(
+            ScalarMappable(norm=Normalize(low, high), cmap=table), cax=bars[index], orientation="horizontal"
+        )
+        bar.ax.tick_params(labelsize=fontsize)
+    canvas = Canvas(fig)  # Agg: no display, whatever pyplot's backend is
+    canvas.draw()
+    rgba = np.asarray(canvas.buffer_rgba())
+    panels = _panel_boxes(axes, columns, batch, rgba.shape[0])
+    return ExplanationFigure(image=np.ascontiguousarray(rgba[:, :, :3]), columns=tuple(columns), panels=panels, titles=titles)
+
+
+def _draw_panels(
+    axes: Any,
+    shown: Tensor,
+    named: Mapping[str, Explained],
+    drawn: Mapping[str, _Drawn],
+    columns: list[str],
+    classes: Sequence[str] | None,
+    fontsize: float,
+) -> dict[tuple[int, str], str]:
+    """Every image, map and overlay in its panel, titled; the titles by (row, column)."""
+    titles: dict[tuple[int, str], str] = {}
+    for b in range(shown.shape[0]):
         size = f"{shown.shape[-2]}x{shown.shape[-1]}"
         cells: list[tuple[str, Tensor, str]] = [("image", shown[b], f"image {b}\n{size}")]
         for label, e in named.items():
@@ -234,19 +291,11 @@ def figure(
             ax.set_yticks([])
             ax.set_title(title, fontsize=fontsize)
             titles[(b, column)] = title
-    for label in named:
-        index = columns.index(f"map: {label}")
-        _, _, cmap, (low, high) = drawn[label]
-        table = ListedColormap(colormap_lut(cmap).numpy() / 255.0)
-        bars[index].set_axis_on()
-        bar = fig.colorbar(
-            ScalarMappable(norm=Normalize(low, high), cmap=table), cax=bars[index], orientation="horizontal"
-        )
-        bar.ax.tick_params(labelsize=fontsize)
-    canvas = Canvas(fig)  # Agg: no display, whatever pyplot's backend is
-    canvas.draw()
-    rgba = np.asarray(canvas.buffer_rgba())
-    pixels_h = rgba.shape[0]
+    return titles
+
+
+def _panel_boxes(axes: Any, columns: list[str], batch: int, pixels_h: int) -> dict[tuple[int, str], tuple[int, int, int, int]]:
+    """Each panel's box in the drawn figure's pixels: (left, top, right, bottom)."""
     panels: dict[tuple[int, str], tuple[int, int, int, int]] = {}
     for b in range(batch):
         for c, column in enumerate(columns):
@@ -257,7 +306,7 @@ def figure(
                 int(np.floor(box.x1)),
                 int(np.floor(pixels_h - box.y0)),
             )
-    return ExplanationFigure(image=np.ascontiguousarray(rgba[:, :, :3]), columns=tuple(columns), panels=panels, titles=titles)
+    return panels
 
 
 def _class_name(e: Explained, b: int, classes: Sequence[str] | None) -> str:

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InvalidInputError
-from ..functional.overlay import _lut_numpy
+from ..functional.overlay import colormap_lut
 from ..io import check_unit_range, denormalize, to_uint8_rgb
 
 __all__ = ["overlay"]
@@ -77,6 +77,6 @@ def overlay(
     if heat.shape != (height, width):
         heat = cv2.resize(heat.astype(np.float32), (width, height), interpolation=cv2.INTER_LINEAR)
     index = np.rint(np.clip(np.nan_to_num(heat, nan=0.0), 0, 1) * 255).astype(np.uint8)
-    colour = _lut_numpy(colormap)[index].astype(np.float32)
+    colour = colormap_lut(colormap).numpy()[index].astype(np.float32)
     blended = (1 - alpha) * base.astype(np.float32) + alpha * colour
     return np.clip(np.rint(blended), 0, 255).astype(np.uint8)

@@ -56,12 +56,7 @@ def signal_figure(
         (('signal', 'map'), [(0, 'map'), (0, 'signal')])
     """
     Figure, *_ = matplotlib_parts()
-    if not isinstance(signal, Tensor) or signal.dim() not in (1, 2, 3):
-        got = list(signal.shape) if isinstance(signal, Tensor) else type(signal).__name__
-        raise InvalidInputError(f"a signal is [T], [C, T] or a batch [B, C, T]; got {got}")
-    single = signal.dim() < 3
-    batch_signal = (signal if signal.dim() == 3 else (signal[None] if signal.dim() == 2 else signal[None, None]))
-    batch_signal = batch_signal.detach().float().cpu()
+    batch_signal, single = _signal_batch(signal)
     batch, count, length = batch_signal.shape
     named = as_maps(explanations, None if single else batch, (length,))
     if single:
@@ -73,33 +68,58 @@ def signal_figure(
     fig = Figure(figsize=(width, rows * (height + TITLE_INCHES) + COLORBAR_INCHES), dpi=dpi, layout="constrained")
     grid = fig.subplots(2 * rows + 1, 1, squeeze=False, gridspec_kw={"height_ratios": [3.0, 1.0] * rows + [0.3]})
     fontsize = max(5.0, 3.5 * height)
-    scale = 1.0 / rate if rate else 1.0
-    left, right = -0.5 * scale, (length - 0.5) * scale
-    time = [t * scale for t in range(length)]
     axes: dict[tuple[int, str], Any] = {}
     titles: dict[tuple[int, str], str] = {}
     row = 0
     for b in range(batch):
         for label, maps in named.items():
-            wave, strip = grid[2 * row, 0], grid[2 * row + 1, 0]
-            for c in range(count):
-                wave.plot(time, batch_signal[b, c].numpy(), linewidth=0.8, label=names[c])
-            wave.set_xlim(left, right)
-            wave.set_xticks([])
-            wave.tick_params(labelsize=fontsize)
-            if count > 1:
-                wave.legend(fontsize=fontsize, loc="upper right", ncols=min(count, 6))
             title = f"signal {b}: {label}"
-            wave.set_title(title, fontsize=fontsize)
-            strip.imshow(colour(maps[b][None], colormap), aspect="auto", interpolation="nearest",
-                         extent=(left, right, 0.0, 1.0))  # fmt: skip
-            strip.set_xlim(left, right)
-            strip.set_yticks([])
-            strip.tick_params(labelsize=fontsize)
-            strip.set_xlabel("seconds" if rate else "sample", fontsize=fontsize)
+            wave, strip = grid[2 * row, 0], grid[2 * row + 1, 0]
+            _draw_wave(wave, batch_signal[b], names, rate, title, fontsize)
+            _draw_strip(strip, maps[b], rate, colormap, fontsize)
             axes[(row, "signal")], axes[(row, "map")] = wave, strip
             titles[(row, "signal")], titles[(row, "map")] = title, f"{label} map"
             row += 1
     bare(grid[2 * rows, 0], "", fontsize)
     add_colorbar(fig, grid[2 * rows, 0], colormap, fontsize)
     return render(fig, axes, SIGNAL_COLUMNS, titles)
+
+
+def _signal_batch(signal: Tensor) -> tuple[Tensor, bool]:
+    """The signal as a float CPU batch [B, C, T], and whether one signal was given."""
+    if not isinstance(signal, Tensor) or signal.dim() not in (1, 2, 3):
+        got = list(signal.shape) if isinstance(signal, Tensor) else type(signal).__name__
+        raise InvalidInputError(f"a signal is [T], [C, T] or a batch [B, C, T]; got {got}")
+    batch_signal = (signal if signal.dim() == 3 else (signal[None] if signal.dim() == 2 else signal[None, None]))
+    return batch_signal.detach().float().cpu(), signal.dim() < 3
+
+
+def _time_axis(length: int, rate: float | None) -> tuple[float, float, list[float]]:
+    """The time axis's limits and each sample's time: seconds at ``rate``, else samples."""
+    scale = 1.0 / rate if rate else 1.0
+    return -0.5 * scale, (length - 0.5) * scale, [t * scale for t in range(length)]
+
+
+def _draw_wave(wave: Any, channels: Tensor, names: list[str], rate: float | None, title: str, fontsize: float) -> None:
+    """Every channel [C, T] of one signal as a line, with a legend for more than one."""
+    count = channels.shape[0]
+    left, right, time = _time_axis(channels.shape[1], rate)
+    for c in range(count):
+        wave.plot(time, channels[c].numpy(), linewidth=0.8, label=names[c])
+    wave.set_xlim(left, right)
+    wave.set_xticks([])
+    wave.tick_params(labelsize=fontsize)
+    if count > 1:
+        wave.legend(fontsize=fontsize, loc="upper right", ncols=min(count, 6))
+    wave.set_title(title, fontsize=fontsize)
+
+
+def _draw_strip(strip: Any, values: Tensor, rate: float | None, colormap: str, fontsize: float) -> None:
+    """One map [T] as a strip of colour on the waveform's time axis."""
+    left, right, _ = _time_axis(values.shape[-1], rate)
+    strip.imshow(colour(values[None], colormap), aspect="auto", interpolation="nearest",
+                 extent=(left, right, 0.0, 1.0))  # fmt: skip
+    strip.set_xlim(left, right)
+    strip.set_yticks([])
+    strip.tick_params(labelsize=fontsize)
+    strip.set_xlabel("seconds" if rate else "sample", fontsize=fontsize)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ....metrics.arcc import _pearson, arcc, arcc_complexity, coherency
+from ....metrics.arcc import arcc, arcc_complexity, coherency, pearson_rows
 from .._support import camkit_target, to_numpy
 from ..utils.model_targets import ClassifierOutputTarget
 
@@ -30,7 +30,7 @@ def batch_pearson_coherency(A: np.ndarray, B: np.ndarray) -> np.ndarray:
         [1.0, 1.0]
     """
     a, b = np.asarray(A), np.asarray(B)
-    rho = _pearson(torch.from_numpy(a.reshape(a.shape[0], -1)), torch.from_numpy(b.reshape(b.shape[0], -1)))
+    rho = pearson_rows(torch.from_numpy(a.reshape(a.shape[0], -1)), torch.from_numpy(b.reshape(b.shape[0], -1)))
     dtype = np.result_type(a, b)
     return rho.numpy().astype(dtype if np.issubdtype(dtype, np.floating) else np.float64)
 
