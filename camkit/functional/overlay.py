@@ -9,14 +9,13 @@ import torch
 from torch import Tensor
 
 from ..errors import InvalidInputError
+from .colormaps import anchor_lut, colormap_names
 
 __all__ = ["colorize", "colormap_lut", "overlay_batch"]
 
 
 @functools.lru_cache(maxsize=32)
 def _lut_numpy(name: str) -> np.ndarray:
-    from ..viz.colormaps import anchor_lut, colormap_names
-
     own = anchor_lut(name)
     if own is not None:
         return own
