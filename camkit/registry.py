@@ -4,6 +4,6 @@ It lives with the methods that fill it, in :mod:`camkit.methods.registry`; this 
 path ``camkit.registry`` that scripts import it by.
 """
 
-from .methods.registry import MethodInfo, get_method, list_methods, register_method
+from .methods.registry import MethodInfo, get_method, list_methods, register_method, takes_layer
 
-__all__ = ["MethodInfo", "get_method", "list_methods", "register_method"]
+__all__ = ["MethodInfo", "get_method", "list_methods", "register_method", "takes_layer"]

@@ -11,7 +11,8 @@ from ..errors import InvalidInputError, InvalidTargetError
 from . import syncs as _syncs
 
 __all__ = [
-    "ANY_BATCH", "BATCH_SHAPES", "check_broadcasts", "check_finite", "check_input_batch", "check_model_takes", "per_sample",
+    "ANY_BATCH", "BATCH_SHAPES", "check_broadcasts", "check_finite", "check_input_batch", "check_logits", "check_model_takes",
+    "per_sample",
 ]  # fmt: skip
 
 
@@ -95,6 +96,27 @@ def check_finite(x: Tensor, *, what: str = "x") -> None:
         f"{what} holds NaN or Inf values in sample(s) {shown} of {x.shape[0]}; clean or drop those images "
         "first (a division by a zero std in preprocessing?)"
     )
+
+
+def check_logits(output: object, message: str) -> Tensor:
+    """``output`` if it is a classifier's logits [B, classes]; else :class:`InvalidInputError` with ``message``.
+
+    ``message`` is the caller's own wording; ``{got}`` in it becomes what arrived: a shape, or a type name.
+
+    Example:
+        >>> import torch
+        >>> from camkit._internal.checks import check_logits
+        >>> check_logits(torch.zeros(2, 3), "want [B, classes], got {got}").shape
+        torch.Size([2, 3])
+        >>> check_logits((torch.zeros(2, 3),), "want [B, classes], got {got}")
+        Traceback (most recent call last):
+        ...
+        camkit.errors.InvalidInputError: want [B, classes], got tuple
+    """
+    if not isinstance(output, Tensor) or output.dim() != 2:
+        got = list(output.shape) if isinstance(output, Tensor) else type(output).__name__
+        raise InvalidInputError(message.format(got=got))
+    return output
 
 
 _RANKED = (nn.modules.conv._ConvNd, nn.modules.batchnorm._NormBase)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import heapq
-import html
 import json
 import math
 import os
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..runs.files import image_uri
+from ..runs.html import escape as _e
+from ..runs.html import page, table
 
 __all__ = ["GALLERY", "TABLE_ROWS", "Summary", "summarize", "write_outputs"]
 
@@ -280,8 +281,6 @@ def write_outputs(
 
 # ---------------------------------------------------------------- HTML
 
-_e = html.escape  # quote=True by default: safe in text and in attribute values
-
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
@@ -340,9 +339,8 @@ def _td(value: Any, text: bool = False) -> str:
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], text: Sequence[str] = ()) -> str:
     """A sortable table; columns named in ``text`` (and the first) are left-aligned text."""
     left = [i == 0 or h in text for i, h in enumerate(headers)]
-    head = "".join(f"<th{' class=t' if left[i] else ''}>{_e(h)}</th>" for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(_td(v, left[i]) for i, v in enumerate(r)) + "</tr>" for r in rows)
-    return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    head = [f"<th{' class=t' if left[i] else ''}>{_e(h)}</th>" for i, h in enumerate(headers)]
+    return table(head, [[_td(v, left[i]) for i, v in enumerate(r)] for r in rows], attrs=' class="sortable"')
 
 
 def _gallery(out: Path, title: str, rows: Sequence[dict[str, Any]], caption: str) -> str:
@@ -434,9 +432,4 @@ def render_html(out: Path, acc: Summary, summary: dict[str, Any], strategies: st
         f'<h2>All images</h2><p>Click a column to sort.</p>{more}<div class="scroll">'
         f"{_table(shown_cols, table_rows, text=text_columns)}</div>"
     )
-    csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
-        f"<title>camkit audit</title><style>{_STYLE}{_STRATEGY_STYLE if strategies else ''}</style></head><body>{body}<script>{_SCRIPT}</script></body></html>"
-    )
+    return page("camkit audit", _STYLE + (_STRATEGY_STYLE if strategies else ""), body, script=_SCRIPT)

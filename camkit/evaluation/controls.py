@@ -18,31 +18,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError
+from ..functional import normalize_maps
 from ..metrics import random_logit, randomization_check, spearman
 
-__all__ = ["CONTROLS", "GATE_THRESHOLD", "centre_map", "edge_map", "gate_checks", "normalise_maps"]
+__all__ = ["CONTROLS", "GATE_THRESHOLD", "centre_map", "edge_map", "gate_checks"]
 
 CONTROLS = ("edge", "centre", "randomcam")
 """The control "methods" added to every evaluation, in their order."""
 
 GATE_THRESHOLD = 0.5
 """A method fails a gate when the mean Spearman correlation between its maps and the changed maps is above this."""
-
-
-def normalise_maps(maps: Tensor) -> Tensor:
-    """Min-max normalise each map of [B, *S] to [0, 1] (a flat map becomes 0); never modifies ``maps``.
-
-    Example:
-        >>> import torch
-        >>> from camkit.evaluation.controls import normalise_maps
-        >>> normalise_maps(torch.tensor([[1.0, 3.0], [2.0, 2.0]])).tolist()
-        [[0.0, 1.0], [0.0, 0.0]]
-    """
-    flat = maps.flatten(1)
-    low = flat.min(dim=1, keepdim=True).values
-    span = flat.max(dim=1, keepdim=True).values - low
-    out = (flat - low) / torch.where(span > 0, span, torch.ones_like(span))
-    return out.view_as(maps)
 
 
 def edge_map(x: Tensor) -> Tensor:
@@ -70,7 +55,8 @@ def edge_map(x: Tensor) -> Tensor:
         axes = tuple(range(1, gray.dim()))
         steps = list(torch.gradient(gray, dim=axes)) if all(s > 1 for s in gray.shape[1:]) else [torch.zeros_like(gray)]
         magnitude = torch.stack(steps).square().sum(dim=0).sqrt()
-    return normalise_maps(magnitude)
+    # one map per input, of any rank: normalised as one flat axis
+    return normalize_maps(magnitude.flatten(1), spatial_dims=1)[0].view_as(magnitude)
 
 
 def centre_map(x: Tensor, sigma: float = 0.25) -> Tensor:

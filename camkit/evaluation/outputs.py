@@ -26,7 +26,7 @@ from .analysis import analyse
 from .report import render
 
 if TYPE_CHECKING:
-    from .run import Plan
+    from .plan import Plan
 
 __all__ = ["GATES", "SCORE_COLUMNS", "finish"]
 

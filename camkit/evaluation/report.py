@@ -7,13 +7,13 @@ messages) is HTML-escaped. The look follows the audit's report (:mod:`camkit.aud
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["cd_diagram", "render"]
+from ..runs.html import escape as _e
+from ..runs.html import page, table
 
-_e = html.escape
+__all__ = ["cd_diagram", "render"]
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -39,13 +39,10 @@ def _p(value: float | None) -> str:
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], text: int = 1) -> str:
     """An HTML table; cells are already HTML. The first ``text`` columns are left-aligned."""
-    th = "".join(f'<th class="t">{h}</th>' if i < text else f"<th>{h}</th>" for i, h in enumerate(head))
-    body = "".join(
-        "<tr>" + "".join(c if c.startswith("<td") else (f'<td class="t">{c}</td>' if i < text else f"<td>{c}</td>")
-                         for i, c in enumerate(r)) + "</tr>"
-        for r in rows
-    )  # fmt: skip
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    th = [f'<th class="t">{h}</th>' if i < text else f"<th>{h}</th>" for i, h in enumerate(head)]
+    body = [[c if c.startswith("<td") else (f'<td class="t">{c}</td>' if i < text else f"<td>{c}</td>")
+             for i, c in enumerate(r)] for r in rows]  # fmt: skip
+    return table(th, body)
 
 
 def _name(method: str, controls: Sequence[str]) -> str:
@@ -248,9 +245,4 @@ def render(summary: Mapping[str, Any]) -> str:
         "random halves of the images. A metric is reliable here at alpha &ge; 0.667 and Spearman-Brown &ge; 0.7."
         f"</p>{_reliability_table(s)}{errors}"
     )
-    csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
-        f"<title>camkit evaluate</title><style>{_STYLE}</style></head><body>{body}</body></html>"
-    )
+    return page("camkit evaluate", _STYLE, body)

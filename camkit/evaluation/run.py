@@ -13,15 +13,13 @@ first images, before the loop (``gates.json``). When every image is done, rank 0
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
 import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,139 +27,70 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._internal.checks import check_logits
 from .._internal.state import eval_mode
 from ..errors import InvalidInputError
 from ..metrics import region_masks
 from ..modelload import LoadedModel, Preprocess, load_model, resolve_device, warn_random_weights
-from ..registry import get_method, list_methods
 from ..runs.data import AuditDataset, Dataset, discover
 from ..runs.distributed import DistContext
 from ..runs.files import atomic_write, refresh_umask, safe_name
 from ..runs.labels import LabelMapping, LabelMappingError, map_labels
 from ..runs.loaders import make_loader
 from ..runs.outdir import AuditError, finished_keys, prepare_out
-from ..runs.targeting import chooser, parse_target
-from .controls import CONTROLS, centre_map, edge_map, gate_checks
+from ..runs.targeting import TargetSpec, chooser, parse_target
+from .controls import gate_checks
 from .inputs import check_masks
 from .outputs import GATES, finish
+from .plan import Plan, make_plan, parse_methods
 from .rows import layer_features
-from .table import MetricInput, MetricSpec, select_metrics
+from .table import MetricInput
 
 __all__ = ["DEFAULT_METHODS", "Plan", "evaluate"]
 
 DEFAULT_METHODS = ("gradcam", "gradcam++", "xgradcam", "layercam", "saliency", "inputxgradient")
 """The methods evaluated when none are named: cheap ones (one forward and one backward pass)."""
 
-Factory = Callable[[nn.Module], Callable[[Tensor, Tensor], Tensor]]
-
-
-class _Fixed:
-    """A control "explainer": the same model-free map whatever the model and target."""
-
-    def __init__(self, make: Callable[[Tensor], Tensor]) -> None:
-        self.make = make
-
-    def __call__(self, x: Tensor, target: Any = None) -> Tensor:
-        return self.make(x)
+_NOT_LOGITS = (
+    "camkit evaluate needs a classifier returning scores [B, classes]; the model returned {got}. "
+    "Wrap the model so that it returns one score per class"
+)
 
 
 @dataclass
-class Plan:
-    """What one evaluation runs: methods (controls last), their explainer factories, metrics, settings."""
+class _Run:
+    """One evaluation under way: where it reads and writes, the model, the plan, the classes to explain."""
 
-    methods: list[str]
-    controls: list[str]
-    factories: dict[str, Factory]
-    metrics: list[MetricSpec]
-    region: str | None
-    layer: str | None = None
-    steps: int = 20
-    chunk_size: int = 64
-    seed: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
+    outdir: Path
+    source: Path
+    dataset: Dataset
+    loaded: LoadedModel
+    plan: Plan
+    spec: TargetSpec
+    mapping: LabelMapping
+    ctx: DistContext
+    max_pixels: int
+    save_maps: bool
 
-
-def _parse_methods(methods: str | Sequence[str]) -> list[str]:
-    names = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods) if m.strip()]
-    if not names:
-        raise InvalidInputError("--methods is empty; name registry keys such as gradcam,saliency")
-    known = set(list_methods())
-    unknown = [m for m in names if m not in known]
-    if unknown:
-        raise InvalidInputError(
-            f"unknown method(s) {unknown}; known: {', '.join(sorted(known))} (see camkit.list_methods())"
-        )
-    return list(dict.fromkeys(names))
-
-
-def _fixed(make: Callable[[Tensor], Tensor], net: nn.Module) -> Any:
-    return _Fixed(make)
-
-
-def _random_cam(net: nn.Module, *, layer: str | None, seed: int) -> Any:
-    return get_method("randomcam")(net, layer=layer, seed=seed)  # type: ignore[call-arg]
-
-
-def _build(method: str, model: nn.Module, layer: str | None) -> Any:
-    """The explainer ``method``; ``layer`` goes to the methods that take one (pixel methods ignore it)."""
-    cls = get_method(method)
-    if "layer" in inspect.signature(cls.__init__).parameters:
-        return cls(model, layer=layer)  # type: ignore[call-arg]
-    return cls(model)
-
-
-def _plan(methods: list[str], metrics: Any, have_masks: bool, region: str | None, layer: str | None,
-          controls: bool, steps: int, chunk_size: int, seed: int, model: nn.Module) -> Plan:  # fmt: skip
-    factories: dict[str, Factory] = {}
-    for m in methods:
-        _build(m, model, layer)  # fail now, with the method's own message, not in the loop
-        factories[m] = partial(_build, m, layer=layer)
-    added = [c for c in CONTROLS if c not in methods] if controls else []
-    for c in added:
-        if c in ("edge", "centre"):
-            factories[c] = partial(_fixed, edge_map if c == "edge" else centre_map)
-        else:
-            factories[c] = partial(_random_cam, layer=layer, seed=seed)
-    chosen = select_metrics(metrics, have_masks=have_masks)
-    return Plan([*methods, *added], added, factories, chosen, region if have_masks else None, layer, steps, chunk_size,
-                seed)  # fmt: skip
+    def items(self, indices: Sequence[int]) -> AuditDataset:
+        """The images ``indices`` of the data, read and preprocessed for the model."""
+        pre = self.loaded.preprocess
+        return AuditDataset(self.dataset.records, indices, pre, pre.crop or pre.size or (0, 0),
+                            self.dataset.box_regions, self.dataset.mask_regions, self.max_pixels)  # fmt: skip
 
 
 def evaluate(
-    data: str | os.PathLike[str],
-    model: str | nn.Module,
-    *,
-    out: str | os.PathLike[str],
-    methods: str | Sequence[str] = DEFAULT_METHODS,
-    metrics: str | Sequence[str] | None = None,
-    preprocess: Preprocess | None = None,
-    weights: str | None = None,
-    trust_pickle: bool = False,
-    layer: str | None = None,
-    target: str | int | None = "pred",
-    region: str = "object",
-    size: int | Sequence[int] | None = None,
-    crop: int | Sequence[int] | None = None,
-    mean: Sequence[float] | None = None,
-    std: Sequence[float] | None = None,
-    device: str | torch.device | None = None,
-    batch_size: int = 16,
-    workers: int | None = 0,
-    limit: int | None = None,
-    steps: int = 20,
-    chunk_size: int = 64,
-    seed: int = 0,
-    controls: bool = True,
-    gates: bool = True,
-    gate_images: int = 8,
-    classes: Sequence[str] | None = None,
-    alphabetical_classes: bool = False,
-    max_pixels: int = 64_000_000,
-    save_maps: bool = False,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
-) -> dict[str, Any]:
+    data: str | os.PathLike[str], model: str | nn.Module, *, out: str | os.PathLike[str],
+    methods: str | Sequence[str] = DEFAULT_METHODS, metrics: str | Sequence[str] | None = None,
+    preprocess: Preprocess | None = None, weights: str | None = None, trust_pickle: bool = False,
+    layer: str | None = None, target: str | int | None = "pred", region: str = "object",
+    size: int | Sequence[int] | None = None, crop: int | Sequence[int] | None = None,
+    mean: Sequence[float] | None = None, std: Sequence[float] | None = None, device: str | torch.device | None = None,
+    batch_size: int = 16, workers: int | None = 0, limit: int | None = None, steps: int = 20, chunk_size: int = 64,
+    seed: int = 0, controls: bool = True, gates: bool = True, gate_images: int = 8,
+    classes: Sequence[str] | None = None, alphabetical_classes: bool = False, max_pixels: int = 64_000_000,
+    save_maps: bool = False, resume: bool = False, overwrite: bool = False, progress: bool = True,
+) -> dict[str, Any]:  # fmt: skip
     """Rank explanation methods on a model and its data (the Python side of ``camkit evaluate``).
 
     Every method explains every image once, for the class picked by ``target``; the chosen
@@ -212,73 +141,121 @@ def evaluate(
         (['gradcam', 'saliency', 'edge', 'centre', 'randomcam'], 4, ['run.json', 'scores.csv', 'summary.json'])
     """
     refresh_umask()
-    names = _parse_methods(methods)
-    target_spec = parse_target(target, allow=("pred", "class", "label"))
+    names, spec = _checked(methods, target, batch_size, steps, chunk_size, gate_images, resume, overwrite)
+    outdir, source = Path(out), Path(data)
+    dataset, have_masks = _data(source, outdir, region)
+    ctx, dev = DistContext.start(resolve_device(device))
+    try:
+        loaded = _load(model, preprocess, dev, weights, trust_pickle, size, crop, mean, std)
+        plan = make_plan(names, metrics, have_masks, region, layer, controls, steps, chunk_size, seed, loaded.model)
+        mapping = _label_mapping(dataset, spec, loaded, classes, alphabetical_classes)
+        run = _Run(outdir, source, dataset, loaded, plan, spec, mapping, ctx, max_pixels, save_maps)
+        done, corrupt = _prepare(run, gates, gate_images, resume, overwrite)
+        count = len(dataset.records) if limit is None else min(limit, len(dataset.records))
+        started = time.perf_counter()
+        todo = _explain_all(run, count, done, gate_images if gates else 0, batch_size, workers, progress)
+        return dict(ctx.broadcast(_summary(run, count, todo, corrupt, started) if ctx.main else None))
+    finally:
+        ctx.finish()
+
+
+def _checked(methods: str | Sequence[str], target: str | int | None, batch_size: int, steps: int, chunk_size: int,
+             gate_images: int, resume: bool, overwrite: bool) -> tuple[list[str], TargetSpec]:  # fmt: skip
+    """The methods' keys and the target, once the settings that need no data or model are checked."""
+    names = parse_methods(methods)
+    spec = parse_target(target, allow=("pred", "class", "label"))
     if batch_size < 1 or steps < 1 or chunk_size < 1 or gate_images < 1:
         raise InvalidInputError("batch_size, steps, chunk_size and gate_images must be at least 1")
     if resume and overwrite:
         raise InvalidInputError("--resume continues the run in --out and --overwrite replaces it: pass one")
-    outdir, source = Path(out), Path(data)
+    return names, spec
+
+
+def _data(source: Path, outdir: Path, region: str) -> tuple[Dataset, bool]:
+    """The data in ``source`` (never the output folder's files), and whether it has the masks of ``region``."""
     dataset = discover(source, exclude=[outdir])
     have_masks = region in dataset.regions
     if have_masks:
         check_masks(dataset, region)
-    ctx, dev = DistContext.start(resolve_device(device))
+    return dataset, have_masks
+
+
+def _load(model: str | nn.Module, preprocess: Preprocess | None, device: torch.device, weights: str | None,
+          trust_pickle: bool, size: int | Sequence[int] | None, crop: int | Sequence[int] | None,
+          mean: Sequence[float] | None, std: Sequence[float] | None) -> LoadedModel:  # fmt: skip
+    """The model on ``device`` with ``preprocess`` (or its own), checked to take inputs of a fixed size."""
+    loaded = load_model(model, weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, device=device,
+                        crop=crop)  # fmt: skip
+    if preprocess is not None:
+        loaded = LoadedModel(loaded.model, preprocess, loaded.device, loaded.spec, loaded.weights,
+                             loaded.categories, loaded.notes)  # fmt: skip
+    warn_random_weights(loaded)
+    if loaded.preprocess.size is None and loaded.preprocess.crop is None:
+        raise InvalidInputError("evaluations need a fixed input size: pass --size")
+    return loaded
+
+
+def _label_mapping(dataset: Dataset, spec: TargetSpec, loaded: LoadedModel, classes: Sequence[str] | None,
+                   alphabetical: bool) -> LabelMapping:  # fmt: skip
+    """The images' labels as output indices; unlabelled images when the labels cannot be mapped and are not needed."""
     try:
-        loaded = load_model(model, weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, device=dev,
-                            crop=crop)  # fmt: skip
-        if preprocess is not None:
-            loaded = LoadedModel(loaded.model, preprocess, loaded.device, loaded.spec, loaded.weights,
-                                 loaded.categories, loaded.notes)  # fmt: skip
-        warn_random_weights(loaded)
-        pre = loaded.preprocess
-        if pre.size is None and pre.crop is None:
-            raise InvalidInputError("evaluations need a fixed input size: pass --size")
-        plan = _plan(names, metrics, have_masks, region, layer, controls, steps, chunk_size, seed, loaded.model)
-        try:
-            mapping = map_labels([r.label for r in dataset.records], classes=classes,
-                                 model_classes=loaded.categories, alphabetical=alphabetical_classes)  # fmt: skip
-        except LabelMappingError:
-            if target_spec.kind == "label":
-                raise
-            # the labels are only read for --target label: without a mapping, the images are unlabelled
-            mapping = LabelMapping([-1] * len(dataset.records), None, "none")
-        config = {
-            "command": "evaluate", "data": str(source.resolve()), "model": loaded.spec, "weights": loaded.weights,
-            "weights_sha256": loaded.weights_sha256(), "methods": plan.methods, "layer": layer,
-            "metrics": [m.name for m in plan.metrics], "target": str(target_spec), "region": plan.region,
-            "preprocess": pre.describe(), "steps": steps, "seed": seed, "gates": gates, "gate_images": gate_images,
-            "label_mapping": mapping.describe(), "max_pixels": max_pixels, "save_maps": save_maps,
-        }  # fmt: skip
-        prepare_out(outdir, config, resume=resume, overwrite=overwrite, ctx=ctx)
-        done, corrupt = finished_keys(outdir, ctx) if resume else (set(), [])
-        count = len(dataset.records) if limit is None else min(limit, len(dataset.records))
-        shape = pre.crop or pre.size or (0, 0)
+        return map_labels([r.label for r in dataset.records], classes=classes, model_classes=loaded.categories,
+                          alphabetical=alphabetical)  # fmt: skip
+    except LabelMappingError:
+        if spec.kind == "label":
+            raise
+        # the labels are only read for --target label: without a mapping, the images are unlabelled
+        return LabelMapping([-1] * len(dataset.records), None, "none")
 
-        def items(indices: Sequence[int]) -> AuditDataset:
-            return AuditDataset(dataset.records, indices, pre, shape, dataset.box_regions, dataset.mask_regions,
-                                max_pixels)  # fmt: skip
 
-        started = time.perf_counter()
-        if gates and ctx.main and not (outdir / GATES).is_file():
-            _run_gates(plan, loaded, items(range(count)), target_spec, mapping.indices, dataset, gate_images, outdir)
-        todo = [i for i in range(count) if dataset.records[i].key not in done]
-        session = ctx.broadcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
-        loader = make_loader(items(todo[ctx.rank :: ctx.world]), batch_size, workers or 0, loaded.device)
-        _loop(plan, loaded, loader, target_spec, mapping.indices, dataset, outdir, session, ctx, len(todo),
-              save_maps, progress)  # fmt: skip
-        ctx.barrier()
-        summary = None
-        if ctx.main:
-            meta = {"model": loaded.describe(), "data": {"path": str(source), "kind": dataset.kind},
-                    "region": plan.region, "target": str(target_spec), "layer": layer, "seed": seed, "steps": steps,
-                    "world_size": ctx.world, "images_this_run": len(todo), "corrupt_parts_redone": corrupt,
-                    "seconds": round(time.perf_counter() - started, 3),
-                    "seconds_rank0": {k: round(v, 3) for k, v in plan.seconds.items()}}  # fmt: skip
-            summary = finish(outdir, [r.key for r in dataset.records[:count]], plan, meta)
-        return dict(ctx.broadcast(summary))
-    finally:
-        ctx.finish()
+def _config(run: _Run, gates: bool, gate_images: int) -> dict[str, Any]:
+    """The settings written to ``run.json``; ``resume`` refuses a run whose settings differ."""
+    loaded, plan = run.loaded, run.plan
+    return {
+        "command": "evaluate", "data": str(run.source.resolve()), "model": loaded.spec, "weights": loaded.weights,
+        "weights_sha256": loaded.weights_sha256(), "methods": plan.methods, "layer": plan.layer,
+        "metrics": [m.name for m in plan.metrics], "target": str(run.spec), "region": plan.region,
+        "preprocess": loaded.preprocess.describe(), "steps": plan.steps, "seed": plan.seed, "gates": gates,
+        "gate_images": gate_images, "label_mapping": run.mapping.describe(), "max_pixels": run.max_pixels,
+        "save_maps": run.save_maps,
+    }  # fmt: skip
+
+
+def _prepare(run: _Run, gates: bool, gate_images: int, resume: bool, overwrite: bool) -> tuple[set[str], list[str]]:
+    """The output folder made ready (:func:`camkit.runs.outdir.prepare_out`); with ``resume``, what is done already.
+
+    Returns the keys of the images done and the part files found corrupt (their images are redone).
+    """
+    prepare_out(run.outdir, _config(run, gates, gate_images), resume=resume, overwrite=overwrite, ctx=run.ctx)
+    return finished_keys(run.outdir, run.ctx) if resume else (set(), [])
+
+
+def _explain_all(run: _Run, count: int, done: set[str], gate_images: int, batch_size: int, workers: int | None,
+                 progress: bool) -> list[int]:  # fmt: skip
+    """The gates (``gate_images`` > 0, once per output folder), then this rank's share of the images not ``done``.
+
+    Returns the positions of the images this run explains (all ranks together).
+    """
+    ctx, records = run.ctx, run.dataset.records
+    if gate_images and ctx.main and not (run.outdir / GATES).is_file():
+        _run_gates(run, run.items(range(count)), gate_images)
+    todo = [i for i in range(count) if records[i].key not in done]
+    session = ctx.broadcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
+    loader = make_loader(run.items(todo[ctx.rank :: ctx.world]), batch_size, workers or 0, run.loaded.device)
+    _loop(run, loader, session, len(todo), progress)
+    ctx.barrier()
+    return todo
+
+
+def _summary(run: _Run, count: int, todo: list[int], corrupt: list[str], started: float) -> dict[str, Any]:
+    """Rank 0: merge the parts of the first ``count`` images into the outputs; the summary."""
+    plan = run.plan
+    meta = {"model": run.loaded.describe(), "data": {"path": str(run.source), "kind": run.dataset.kind},
+            "region": plan.region, "target": str(run.spec), "layer": plan.layer, "seed": plan.seed,
+            "steps": plan.steps, "world_size": run.ctx.world, "images_this_run": len(todo),
+            "corrupt_parts_redone": corrupt, "seconds": round(time.perf_counter() - started, 3),
+            "seconds_rank0": {k: round(v, 3) for k, v in plan.seconds.items()}}  # fmt: skip
+    return finish(run.outdir, [r.key for r in run.dataset.records[:count]], plan, meta)
 
 
 def _batch_inputs(batch: dict[str, Any], loaded: LoadedModel, spec: Any, labels: Sequence[int], dataset: Dataset,
@@ -288,12 +265,7 @@ def _batch_inputs(batch: dict[str, Any], loaded: LoadedModel, spec: Any, labels:
     x = batch["x"][ok].to(loaded.device)
     with torch.no_grad(), eval_mode(loaded.model):
         logits = loaded.model(x) if ok else torch.zeros(0, 1)
-    if not isinstance(logits, Tensor) or logits.dim() != 2:
-        got = list(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
-        raise InvalidInputError(
-            f"camkit evaluate needs a classifier returning scores [B, classes]; the model returned {got}. "
-            "Wrap the model so that it returns one score per class"
-        )
+    logits = check_logits(logits, _NOT_LOGITS)
     index = batch["index"][ok]
     known = torch.tensor([labels[int(i)] for i in index], dtype=torch.long)
     target = chooser(spec, known)(logits.float()).to(loaded.device)
@@ -317,10 +289,12 @@ def _explain(explainer: Callable[[Tensor, Tensor], Tensor], x: Tensor, target: T
     return maps.detach().float()
 
 
-def _loop(plan: Plan, loaded: LoadedModel, loader: Any, spec: Any, labels: Sequence[int], dataset: Dataset,
-          out: Path, session: str, ctx: DistContext, total: int, save_maps: bool, progress: bool) -> None:  # fmt: skip
+def _loop(run: _Run, loader: Any, session: str, total: int, progress: bool) -> None:
+    """Explain and score every batch of ``loader``; each batch's rows go to ``parts/`` (``session``: this run's name)."""
     from tqdm import tqdm
 
+    plan, loaded, ctx, dataset, out = run.plan, run.loaded, run.ctx, run.dataset, run.outdir
+    spec, labels = run.spec, run.mapping.indices
     generator = torch.Generator().manual_seed(plan.seed + 1000 * ctx.rank)
     seconds = plan.seconds
     explainers = {name: plan.factories[name](loaded.model) for name in plan.methods}
@@ -344,7 +318,7 @@ def _loop(plan: Plan, loaded: LoadedModel, loader: Any, spec: Any, labels: Seque
                     scores[name][metric.name] = metric.compute(view).detach().float().cpu()
                     seconds[f"metric.{metric.name}"] = seconds.get(f"metric.{metric.name}", 0.0) + time.perf_counter() - tic
             rows = _rows(batch, dataset, ok, logits, target, scores)
-            if save_maps:
+            if run.save_maps:
                 _save_maps(out, maps_of, [dataset.records[int(batch["index"][i])].key for i in ok])
             text = "".join(json.dumps(r) + "\n" for r in rows)
             atomic_write(out / "parts" / f"{session}-r{ctx.rank:03d}-{seq:06d}.jsonl", text, sync=True)
@@ -380,9 +354,9 @@ def _save_maps(out: Path, maps_of: dict[str, Tensor], keys: list[str]) -> None:
             atomic_write(folder / safe_name(key, ".npy"), buffer.getvalue())
 
 
-def _run_gates(plan: Plan, loaded: LoadedModel, items: AuditDataset, spec: Any, labels: Sequence[int],
-               dataset: Dataset, gate_images: int, out: Path) -> None:  # fmt: skip
+def _run_gates(run: _Run, items: AuditDataset, gate_images: int) -> None:
     """The sanity gates of every method on the first ``gate_images`` readable images; writes ``gates.json``."""
+    plan, loaded = run.plan, run.loaded
     picked = []
     for i in range(len(items)):
         item = items[i]
@@ -393,9 +367,9 @@ def _run_gates(plan: Plan, loaded: LoadedModel, items: AuditDataset, spec: Any, 
     if not picked:
         raise AuditError("no image of the data could be read; see the errors with camkit audit")
     batch = torch.utils.data.default_collate(picked)
-    x, logits, target, _, _ = _batch_inputs(batch, loaded, spec, labels, dataset, None)
+    x, logits, target, _, _ = _batch_inputs(batch, loaded, run.spec, run.mapping.indices, run.dataset, None)
     tic = time.perf_counter()
     result = {name: gate_checks(plan.factories[name], loaded.model, x, target, logits.shape[1], seed=plan.seed)
               for name in plan.methods}  # fmt: skip
     plan.seconds["gates"] = time.perf_counter() - tic
-    atomic_write(out / GATES, json.dumps({"images": len(picked), "gates": result}, indent=1), sync=True)
+    atomic_write(run.outdir / GATES, json.dumps({"images": len(picked), "gates": result}, indent=1), sync=True)

@@ -14,8 +14,9 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
+from ..registry import takes_layer
 from .explain_tab import AUTOMATIC, PRIVATE, _path, parse_target, shown_error
-from .inputs import IMAGE_BUTTONS, takes_layer
+from .inputs import IMAGE_BUTTONS
 from .session import Session
 
 __all__ = ["SCALE_NOTE", "build_compare_tab", "compare_grid", "compare_models_grid", "grid_columns"]

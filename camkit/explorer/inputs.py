@@ -16,7 +16,7 @@ from ..registry import get_method
 IMAGE_BUTTONS: tuple[Literal["download", "fullscreen"], ...] = ("download", "fullscreen")
 """The corner buttons of every picture in the app: no "share" (it posts to Hugging Face; nothing leaves the machine)."""
 
-__all__ = ["image_hash", "method_settings", "read_image", "takes_layer"]
+__all__ = ["image_hash", "method_settings", "read_image"]
 
 # Constructor arguments that are plumbing (where to look, how to batch), not settings of the method.
 _PLUMBING = frozenset({
@@ -45,11 +45,6 @@ def method_settings(method: str) -> dict[str, Any]:
         if param.default is not param.empty and isinstance(param.default, _SIMPLE):
             found[name] = param.default
     return found
-
-
-def takes_layer(method: str) -> bool:
-    """Whether the registered method takes a ``layer`` (CAMs) or works on the input pixels."""
-    return "layer" in inspect.signature(get_method(method).__init__).parameters
 
 
 def read_image(image: Any) -> np.ndarray:

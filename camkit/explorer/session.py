@@ -20,19 +20,24 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._internal.checks import check_logits
 from .._internal.state import eval_mode
 from ..errors import CamkitError, InvalidInputError, InvalidTargetError
 from ..explanation import Explanation
 from ..layers import list_layers
 from ..methods import CAMExplainer, Explainer, GradientCAM
 from ..modelload import LoadedModel, Preprocess, load_model
-from ..registry import get_method, list_methods
+from ..registry import get_method, list_methods, takes_layer
 from ..viz.overlay import overlay as blend
-from .inputs import image_hash, method_settings, read_image, takes_layer
+from .inputs import image_hash, method_settings, read_image
 
 __all__ = ["LiveResult", "Session", "settings_key"]
 
 _T = TypeVar("_T")
+_NOT_LOGITS = (
+    "the explorer explains classifiers returning logits [B, classes]; got {got} (detectors and segmenters: use "
+    "camkit explain for now)"
+)
 
 
 def settings_key(settings: dict[str, Any]) -> str:
@@ -75,22 +80,13 @@ class _Recorder:
         self.logits: Tensor | None = None
 
     def __call__(self, output: Tensor) -> Tensor:
-        _check_logits(output)
+        check_logits(output, _NOT_LOGITS)
         if self.logits is None:
             self.logits = output.detach()
         _check_target(self.target, output.shape[1])
         if self.target is None:
             return output.gather(1, output.argmax(dim=1, keepdim=True))[:, 0]
         return output[:, self.target]
-
-
-def _check_logits(output: Any) -> None:
-    if not isinstance(output, Tensor) or output.dim() != 2:
-        got = list(output.shape) if isinstance(output, Tensor) else type(output).__name__
-        raise InvalidInputError(
-            f"the explorer explains classifiers returning logits [B, classes]; got {got} (detectors and "
-            "segmenters: use camkit explain for now)"
-        )
 
 
 def _check_target(target: int | None, classes: int) -> None:
@@ -232,7 +228,7 @@ class Session:
         if logits is None:
             with torch.no_grad(), eval_mode(self.model):
                 output = self.model(x)
-            _check_logits(output)
+            check_logits(output, _NOT_LOGITS)
             logits = self._remember_logits(key, output.detach())
         return logits
 
@@ -283,7 +279,7 @@ class Session:
                 f"{sorted(offered) or 'none'}"
             )
         kwargs = dict(settings)
-        if takes_layer(method):
+        if takes_layer(cls):
             kwargs["layer"] = layer
         elif layer is not None:
             raise InvalidInputError(f"method {method!r} works on the input pixels and takes no layer; leave it empty")

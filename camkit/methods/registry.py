@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar, overload
 
@@ -11,7 +12,7 @@ from ..errors import UnknownMethodError
 if TYPE_CHECKING:
     from ._core.explainer import Explainer
 
-__all__ = ["MethodInfo", "get_method", "list_methods", "register_method"]
+__all__ = ["MethodInfo", "get_method", "list_methods", "register_method", "takes_layer"]
 
 _METHODS: dict[str, type[Explainer]] = {}
 T = TypeVar("T", bound="type[Explainer]")
@@ -119,3 +120,18 @@ def get_method(key: str) -> type[Explainer]:
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise UnknownMethodError(f"no method '{key}'{hint} Known methods: {', '.join(list_methods())}")
     return found
+
+
+def takes_layer(method: str | type[Explainer]) -> bool:
+    """Whether a method takes a ``layer`` (CAMs) or works on the input pixels; ``method``: a registry key or a class.
+
+    Read from the class's constructor: a ``layer`` parameter there means the method takes one.
+
+    Example:
+        >>> import camkit
+        >>> from camkit.registry import takes_layer
+        >>> takes_layer("gradcam"), takes_layer("saliency"), takes_layer(camkit.GradCAM)
+        (True, False, True)
+    """
+    cls = get_method(method) if isinstance(method, str) else method
+    return "layer" in inspect.signature(cls.__init__).parameters

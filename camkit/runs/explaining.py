@@ -6,19 +6,21 @@ Predictions come from the same forward pass as the maps when the method allows i
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from .._internal.checks import check_logits
 from .._internal.state import eval_mode
 from ..errors import InvalidInputError, InvalidTargetError
 from ..methods import Explainer, GradientCAM
-from ..registry import get_method
+from ..registry import get_method, takes_layer
 from .targeting import Choose
 
 __all__ = ["BatchResult", "build_explainer", "explain_batch"]
+
+_NOT_LOGITS = "audits and explain need a classifier returning logits [B, classes], got {got}"
 
 
 def build_explainer(method: str, model: nn.Module, layer: str | None) -> Explainer:
@@ -32,7 +34,7 @@ def build_explainer(method: str, model: nn.Module, layer: str | None) -> Explain
         GradCAM(model=Sequential, layer=['0'])
     """
     cls = get_method(method)
-    if "layer" in inspect.signature(cls.__init__).parameters:
+    if takes_layer(cls):
         return cls(model, layer=layer)  # type: ignore[call-arg]
     if layer is not None:
         raise InvalidInputError(f"method {method!r} works on the input pixels and takes no --layer; leave it out")
@@ -53,13 +55,6 @@ class BatchResult:
     relevance: Tensor | None = None
 
 
-def _check_logits(logits: Tensor) -> Tensor:
-    if not isinstance(logits, Tensor) or logits.dim() != 2:
-        got = list(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
-        raise InvalidInputError(f"audits and explain need a classifier returning logits [B, classes], got {got}")
-    return logits
-
-
 class _CaptureTarget:
     """A callable target that records the logits of the one forward pass and picks classes from them."""
 
@@ -69,7 +64,7 @@ class _CaptureTarget:
         self.classes: Tensor | None = None
 
     def __call__(self, output: Tensor) -> Tensor:
-        logits = _check_logits(output)
+        logits = check_logits(output, _NOT_LOGITS)
         if self.logits is None:
             self.logits = logits.detach()
             self.classes = self.choose(self.logits)
@@ -90,6 +85,6 @@ def explain_batch(explainer: Explainer, x: Tensor, choose: Choose) -> BatchResul
             raise InvalidTargetError(f"{type(explainer).__name__} never scored the target; cannot read predictions")
         return BatchResult(capture.logits, capture.classes, explanation.maps, explanation.extras.get("channel_relevance"))
     with torch.no_grad(), eval_mode(explainer.model, enabled=not explainer.keep_mode):
-        logits = _check_logits(explainer._forward(x)).detach()
+        logits = check_logits(explainer._forward(x), _NOT_LOGITS).detach()
     classes = choose(logits)
     return BatchResult(logits, classes, explainer.explain(x, classes).maps)

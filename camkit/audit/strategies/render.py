@@ -8,7 +8,6 @@ escaped, like the rest of :mod:`camkit.audit.report`. Its size is bounded: at mo
 from __future__ import annotations
 
 import base64
-import html
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ...runs.html import escape as _e
+from ...runs.html import table
 from .analysis import ClassStrategies, Strategies, Strategy
 
 __all__ = ["CLASSES_SHOWN", "POINTS", "render_strategies"]
@@ -23,7 +24,6 @@ __all__ = ["CLASSES_SHOWN", "POINTS", "render_strategies"]
 CLASSES_SHOWN = 30
 POINTS = 1500
 _RANKED = 10
-_e = html.escape
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
@@ -132,10 +132,10 @@ def render_strategies(out: Path, found: Strategies | None, keys: Sequence[str], 
          f"{s.score:.2f}", s.why]
         for kind, s in found.ranking[:_RANKED]
     ]  # fmt: skip
-    cells = "".join("<tr>" + "".join(f"<td class=t>{_e(str(v))}</td>" for v in r) + "</tr>" for r in ranked)
-    hdr = "".join(f"<th class=t>{h}</th>" for h in ("kind", "strategy", "images", "share", "accuracy", "confidence",
-                                                      "focus", "score", "why"))  # fmt: skip
-    body = [head, f"<h3>Look at these first</h3><table><thead><tr>{hdr}</tr></thead><tbody>{cells}</tbody></table>"]
+    cells = [[f"<td class=t>{_e(str(v))}</td>" for v in r] for r in ranked]
+    hdr = [f"<th class=t>{h}</th>" for h in ("kind", "strategy", "images", "share", "accuracy", "confidence", "focus",
+                                             "score", "why")]  # fmt: skip
+    body = [head, f"<h3>Look at these first</h3>{table(hdr, cells)}"]
     order: list[str] = []
     for _, s in found.ranking:
         cls = s.name.rsplit("/", 1)[0]
