@@ -28,7 +28,6 @@ documented, never a silent mix of calls.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from ._internal.state import GradModes
 from .errors import LayerNotReachedError, OutputSelectionError
 
 __all__ = ["HookScope", "LayerCapture"]
@@ -186,7 +186,7 @@ class LayerCapture:
         self._scope = HookScope()
         # Autograd's mode for the capture: off from entry, on from the first recorded output
         # that needs a graph, each change undone in turn on exit.
-        self._grad_modes = contextlib.ExitStack()
+        self._grad_modes = GradModes()
 
     def __enter__(self) -> LayerCapture:
         try:
@@ -197,7 +197,8 @@ class LayerCapture:
         except BaseException:
             self._scope.remove()
             raise
-        self._grad_modes.enter_context(torch.no_grad())
+        self._grad_modes = GradModes()
+        self._grad_modes.enter(False)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -215,7 +216,7 @@ class LayerCapture:
                 recorded = output
             else:
                 recorded = output.detach().requires_grad_(True)
-                self._grad_modes.enter_context(torch.enable_grad())
+                self._grad_modes.enter(True)
             self._records[index].append(recorded)
             # The rest of the network gets a copy: in-place ops after the layer change the
             # copy and autograd tracks them through it; ``recorded`` stays as it was.

@@ -450,3 +450,43 @@ def test_no_function_over_80_lines_but_the_named_exceptions():
         f"reason in CONTRIBUTING.md, 'Long functions'): {long}"
     )
     assert sorted(set(allowed) - set(long)) == [], "CONTRIBUTING.md names exceptions that are no longer long"
+
+
+# Autograd's mode changes in a scope: ``with torch.enable_grad():`` / ``torch.no_grad()`` / ``torch.set_grad_enabled(m)``
+# around the code that needs it, or camkit._internal.state.GradModes between a pre-hook and its forward hook.
+# A bare ``torch.set_grad_enabled(m)`` statement leaves the mode changed for whatever runs next.
+def bare_grad_mode_switches(root: Path = PACKAGE) -> list[str]:
+    """``"module:line"`` for every ``set_grad_enabled(...)`` call used as a statement."""
+    found = []
+    for name, path in _modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                func = node.value.func
+                called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+                if called in ("set_grad_enabled", "_set_grad_enabled"):
+                    found.append(f"{name}:{node.lineno}")
+    return sorted(found)
+
+
+def test_the_grad_mode_check_sees_a_bare_switch(tmp_path):
+    planted = _write(tmp_path / "g", {
+        "pkg/__init__.py": "",
+        "pkg/hook.py": "import torch\ndef off(*_):\n    torch.set_grad_enabled(False)\n",
+        "pkg/named.py": "from torch import set_grad_enabled\nset_grad_enabled(True)\n",
+        "pkg/scoped.py": (
+            "import contextlib, torch\n"
+            "def f(x, stack: contextlib.ExitStack):\n"
+            "    with torch.set_grad_enabled(x), torch.enable_grad():\n"
+            "        stack.enter_context(torch.set_grad_enabled(False))\n"
+            "    return torch.is_grad_enabled()\n"
+        ),
+    })  # fmt: skip
+    assert bare_grad_mode_switches(planted) == ["pkg.hook:3", "pkg.named:2"]
+
+
+def test_no_bare_grad_mode_switch():
+    bare = bare_grad_mode_switches()
+    assert bare == [], (
+        "autograd's mode switched by a bare torch.set_grad_enabled(...) statement (scope it: `with "
+        f"torch.enable_grad():`, or camkit._internal.state.GradModes across hooks): {bare}"
+    )

@@ -1,15 +1,15 @@
-"""Save and restore what an explainer may touch on the caller's model."""
+"""Save and restore what an explainer may touch: the caller's model, and autograd's mode across hooks."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["eval_mode", "preserve_running_stats"]
+__all__ = ["GradModes", "eval_mode", "preserve_running_stats"]
 
 # Concurrent calls on one model (threads) share one saving of its flags: the first call to
 # enter saves them and switches to eval mode, the last to leave restores them. Without
@@ -134,3 +134,59 @@ def preserve_running_stats(model: nn.Module) -> Iterator[None]:
         with torch.no_grad():
             for buffer, value in saved:
                 buffer.copy_(value)
+
+
+class GradModes:
+    """Autograd mode switches made in one hook and undone in another, each a context that is always exited.
+
+    A forward-pre hook that turns autograd off for a module and the forward hook that turns it
+    back on cannot share a ``with`` block. Each :meth:`enter` is a ``torch.set_grad_enabled(mode)``
+    context, opened at once and kept on a stack; :meth:`leave` exits the newest one (the mode
+    before it comes back); :meth:`close` exits every one still open, newest first, then puts back
+    the mode autograd had when the ``GradModes`` was made: a hook pair that an error cut in two, a
+    switch meant to last to the end of the block, or a block that changed the mode itself leave
+    nothing behind. Use it as a ``with`` block (made where the block starts), or call
+    :meth:`close` in a ``finally``. Autograd's mode is per thread: make, switch and close in one.
+
+    Example:
+        >>> import torch
+        >>> from camkit._internal.state import GradModes
+        >>> with GradModes() as modes:
+        ...     modes.enter(False)  # a module's pre-hook
+        ...     modes.enter(True)  # an inner one's
+        ...     modes.leave()  # its forward hook
+        ...     print(torch.is_grad_enabled())
+        ...     modes.enter(True)  # left open: the end of the block puts the mode back
+        False
+        >>> torch.is_grad_enabled()
+        True
+    """
+
+    def __init__(self) -> None:
+        self._start = ExitStack()
+        self._start.enter_context(torch.set_grad_enabled(torch.is_grad_enabled()))
+        self._open: list[ExitStack] = []
+
+    def enter(self, mode: bool) -> None:
+        """Switch autograd to ``mode`` until the matching :meth:`leave` (or :meth:`close`)."""
+        switch = ExitStack()
+        switch.enter_context(torch.set_grad_enabled(mode))
+        self._open.append(switch)
+
+    def leave(self) -> None:
+        """Undo the newest switch still open: the mode before it comes back. ``IndexError`` when none is open."""
+        self._open.pop().close()
+
+    def close(self) -> None:
+        """Undo every switch still open, newest first, then put back the mode of the start."""
+        try:
+            while self._open:
+                self._open.pop().close()
+        finally:
+            self._start.close()
+
+    def __enter__(self) -> GradModes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

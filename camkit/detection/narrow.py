@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from .._internal import syncs as _syncs
+from .._internal.state import GradModes
 from ..hooks import HookScope
 from .narrow_dense import dense_head, narrowed_dense_scores
 from .narrow_single import narrowed_single_scores, single_stage
@@ -93,32 +94,27 @@ def narrowed_scores(
         return
     rpn, heads = parts
     seen: dict[str, Any] = {}
-    modes: list[bool] = []
+    modes = GradModes()
 
     def off(module: nn.Module, args: Any, kwargs: Any) -> None:
-        modes.append(torch.is_grad_enabled())
-        torch.set_grad_enabled(False)
+        modes.enter(False)
         if module is heads:
             seen["inputs"] = (args, kwargs)
 
     def back(module: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
-        torch.set_grad_enabled(modes.pop())
+        modes.leave()
         if module is heads:
             seen["result"] = [dict(found) for found in out[0]]  # the transform then rescales the boxes in place
 
     def predicted(module: nn.Module, args: Any, out: Any) -> None:
         seen["predicted"] = out
 
-    before = torch.is_grad_enabled()
-    try:
-        with HookScope() as scope:
-            for module in (rpn, heads):
-                scope.forward_pre(module, off, with_kwargs=True)
-                scope.forward(module, back, with_kwargs=True)
-            scope.forward(cast(nn.Module, heads.box_predictor), predicted)
-            yield (lambda scores: _rescore(heads, seen, target, scores)), False
-    finally:
-        torch.set_grad_enabled(before)
+    with modes, HookScope() as scope:
+        for module in (rpn, heads):
+            scope.forward_pre(module, off, with_kwargs=True)
+            scope.forward(module, back, with_kwargs=True)
+        scope.forward(cast(nn.Module, heads.box_predictor), predicted)
+        yield (lambda scores: _rescore(heads, seen, target, scores)), False
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:

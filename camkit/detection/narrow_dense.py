@@ -33,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from .._internal import syncs as _syncs
+from .._internal.state import GradModes
 from ..hooks import HookScope
 from ..layers.families.ultralytics import is_ultralytics
 from .outputs import default_output
@@ -157,24 +158,19 @@ def dense_head(model: nn.Module, target: Any, layers: Sequence[str], output: Any
 def narrowed_dense_scores(head: nn.Module, target: Any) -> Iterator[Narrow]:
     """Inside the block, ``head`` runs without autograd; yields ``narrow(scores)`` (see the module docstring)."""
     seen: dict[str, Any] = {}
-    modes: list[bool] = []
+    modes = GradModes()
 
     def off(module: nn.Module, args: Any) -> None:
-        modes.append(torch.is_grad_enabled())
-        torch.set_grad_enabled(False)
+        modes.enter(False)
         seen["features"] = list(args[0])  # [B, C_l, H_l, W_l] per level, attached to the neck's graph
 
     def back(module: nn.Module, args: Any, out: Any) -> None:
-        torch.set_grad_enabled(modes.pop())
+        modes.leave()
 
-    before = torch.is_grad_enabled()
-    try:
-        with HookScope() as scope:
-            scope.forward_pre(head, off)
-            scope.forward(head, back)
-            yield lambda scores: _rescore(head, seen["features"], target, scores)
-    finally:
-        torch.set_grad_enabled(before)
+    with modes, HookScope() as scope:
+        scope.forward_pre(head, off)
+        scope.forward(head, back)
+        yield lambda scores: _rescore(head, seen["features"], target, scores)
 
 
 def _rescore(head: nn.Module, features: list[Tensor], target: Any, scores: Tensor) -> Tensor:

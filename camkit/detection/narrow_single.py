@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._internal.state import GradModes
 from ..hooks import HookScope
 from .narrow_dense import branch_at, by_level
 
@@ -141,17 +142,16 @@ def narrowed_single_scores(stage: SingleStage, target: Any) -> Iterator[Narrow]:
     """Inside the block, the detector's head runs without autograd; yields ``narrow(scores)`` (see the module docstring)."""
     model = cast(Any, stage.model)
     seen: dict[str, Any] = {"again": False}
-    modes: list[bool] = []
+    modes = GradModes()
 
     def off(module: nn.Module, args: Any) -> None:
         if not seen["again"]:  # the fallback runs the head again, with a graph
-            modes.append(torch.is_grad_enabled())
-            torch.set_grad_enabled(False)
+            modes.enter(False)
             seen["features"] = list(args[0])  # [B, C, H_l, W_l] per level, attached to the backbone's graph
 
     def back(module: nn.Module, args: Any, out: Any) -> None:
         if not seen["again"]:
-            torch.set_grad_enabled(modes.pop())
+            modes.leave()
             seen["outputs"] = out
 
     def anchors(module: nn.Module, args: Any, out: Any) -> None:
@@ -164,17 +164,13 @@ def narrowed_single_scores(stage: SingleStage, target: Any) -> Iterator[Narrow]:
     def result(module: nn.Module, args: Any, out: Any) -> None:
         seen["result"] = out
 
-    before = torch.is_grad_enabled()
-    try:
-        with HookScope() as scope:
-            scope.forward_pre(model.head, off)
-            scope.forward(model.head, back)
-            scope.forward(model.anchor_generator, anchors)
-            scope.forward(model.transform, sizes)
-            scope.forward(model, result)
-            yield lambda scores: _rescore(stage, seen, target, scores)
-    finally:
-        torch.set_grad_enabled(before)
+    with modes, HookScope() as scope:
+        scope.forward_pre(model.head, off)
+        scope.forward(model.head, back)
+        scope.forward(model.anchor_generator, anchors)
+        scope.forward(model.transform, sizes)
+        scope.forward(model, result)
+        yield lambda scores: _rescore(stage, seen, target, scores)
 
 
 def _levels(stage: SingleStage, seen: dict[str, Any]) -> list[tuple[int, int, int]] | None:

@@ -46,9 +46,9 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
+from ..._internal.state import GradModes
 from ...errors import InvalidInputError
 from ...hooks import HookScope
 from .capture import block_of
@@ -266,8 +266,11 @@ class BlockRecorder:
         self._previous: Tensor | None = None
         self._leaves: dict[int, tuple[int, weakref.ref[Tensor]]] = {}
         self._scope = HookScope()
+        # autograd's mode: off inside each block, on after each (leaves), as it was again on exit
+        self._grad_modes = GradModes()
 
     def __enter__(self) -> BlockRecorder:
+        self._grad_modes = GradModes()
         try:
             for index, block in enumerate(self.blocks):
                 self._scope.forward_pre(block, self._before(index), with_kwargs=True)
@@ -280,6 +283,7 @@ class BlockRecorder:
     def __exit__(self, *exc: object) -> None:
         self._scope.remove()
         self._previous = None
+        self._grad_modes.close()
 
     def stop(self) -> None:
         """Stop recording (the blocks are about to be called again) and let go of the last output."""
@@ -301,7 +305,7 @@ class BlockRecorder:
                 call = BlockCall(args, dict(kwargs), where, tokens if kept else None, tokens._version, tokens.shape[0])
                 self.calls[index].append(call)
             self._previous = None
-            torch.set_grad_enabled(False)
+            self._grad_modes.enter(False)
             if index == self.halt:
                 self.halted = True
                 self.recording = False
@@ -325,7 +329,7 @@ class BlockRecorder:
             leaf = tokens.detach().requires_grad_(True)
             self._previous = leaf
             self._leaves[id(leaf)] = (index, weakref.ref(leaf))
-            torch.set_grad_enabled(True)
+            self._grad_modes.enter(True)
             return replace_first(output, leaf)
 
         return hook

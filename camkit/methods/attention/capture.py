@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..._internal.state import GradModes
 from ...errors import InvalidInputError, LayerNotReachedError
 from ...hooks import HookScope
 
@@ -108,12 +109,6 @@ def block_of(model: nn.Module, name: str) -> tuple[str, nn.Module]:
     )
 
 
-def _leaf(tensor: Tensor) -> Tensor:
-    """``tensor`` itself when it is on a graph, else a leaf that requires grad; autograd is on from here."""
-    torch.set_grad_enabled(True)
-    return tensor if tensor.requires_grad else tensor.detach().requires_grad_(True)
-
-
 def _first_tensor(output: Any) -> Tensor:
     if isinstance(output, Tensor):
         return output
@@ -167,10 +162,11 @@ class AttentionCapture:
         self.outputs: list[list[Tensor]] = [[] for _ in self.modules]
         self._scope = HookScope()
         self._undo: list[Callable[[], None]] = []
-        self._grad = False
+        # autograd's mode: off from entry, switched by the hooks as the forward goes, the caller's back on exit
+        self._grad_modes = GradModes()
 
     def __enter__(self) -> AttentionCapture:
-        self._grad = torch.is_grad_enabled()
+        self._grad_modes = GradModes()
         try:
             for index, (name, module, kind) in enumerate(self.modules):
                 getattr(self, f"_hook_{kind}")(index, module)
@@ -179,14 +175,14 @@ class AttentionCapture:
         except BaseException:
             self.__exit__()
             raise
-        torch.set_grad_enabled(False)
+        self._grad_modes.enter(False)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._scope.remove()
         while self._undo:
             self._undo.pop()()
-        torch.set_grad_enabled(self._grad)
+        self._grad_modes.close()
 
     @property
     def live(self) -> bool:
@@ -201,13 +197,18 @@ class AttentionCapture:
 
     # --- per family ---------------------------------------------------------------------
 
+    def _leaf(self, tensor: Tensor) -> Tensor:
+        """``tensor`` itself when it is on a graph, else a leaf that requires grad; autograd is on from here."""
+        self._grad_modes.enter(True)
+        return tensor if tensor.requires_grad else tensor.detach().requires_grad_(True)
+
     def _record(self, index: int, attention: Tensor) -> Tensor:
         if self._local:
-            torch.set_grad_enabled(True)
+            self._grad_modes.enter(True)
             attention = attention.detach().requires_grad_(True)
             self.probabilities[index].append(attention)
         elif self.gradients:
-            attention = _leaf(attention)
+            attention = self._leaf(attention)
             self.probabilities[index].append(attention)
         else:
             self._keep(index, attention)
@@ -228,7 +229,7 @@ class AttentionCapture:
 
         def no_graph(*_: Any) -> None:
             if self.live:
-                torch.set_grad_enabled(False)
+                self._grad_modes.enter(False)
 
         if self._local:
             self._scope.forward_pre(module, no_graph)
@@ -246,9 +247,9 @@ class AttentionCapture:
             if not self.gradients or not self.live:
                 return None
             if args and isinstance(args[0], Tensor):
-                return (_leaf(args[0]), *args[1:]), kwargs
+                return (self._leaf(args[0]), *args[1:]), kwargs
             if isinstance(kwargs.get("hidden_states"), Tensor):
-                return args, {**kwargs, "hidden_states": _leaf(kwargs["hidden_states"])}
+                return args, {**kwargs, "hidden_states": self._leaf(kwargs["hidden_states"])}
             return None
 
         def after(_: nn.Module, args: tuple[Any, ...], output: Any) -> None:
@@ -292,9 +293,9 @@ class AttentionCapture:
                 raise InvalidInputError("camkit reads self-attention: nn.MultiheadAttention called as attn(x, x, x)")
             need, average = bool(kwargs.pop("need_weights", True)), bool(kwargs.pop("average_attn_weights", True))
             if self._local:
-                torch.set_grad_enabled(False)
+                self._grad_modes.enter(False)
             elif self.gradients:
-                query = _leaf(query)
+                query = self._leaf(query)
             masked = any(kwargs.get(name) is not None for name in ("key_padding_mask", "attn_mask")) or kwargs.get("is_causal")
             if masked or set(kwargs) - {"key_padding_mask", "attn_mask", "is_causal"} or (module.training and module.dropout > 0):
                 # masks, dropout or an option this path does not know: the module's own unfused path, whose

@@ -262,22 +262,22 @@ class CheferRollout(AttentionExplainer):
             columns = self._columns(scores)
             if not all(column.requires_grad for column in columns):
                 raise LayerNotReachedError("the score does not depend on the model's attention: no graph links them")
-            torch.set_grad_enabled(True)  # AttentionCapture puts the caller's mode back
-            upstream = _upstream(recorder, columns, len(blocks))
-            # a segment's graph holds `every` blocks: a micro-batch of about batch / (2 * every) samples keeps
-            # it near half a block's graph for the whole batch
-            call = recorder.calls[0][0]
-            parts = call.slices(self._block_batch, 2 * every)
-            # R = (I + C_L) ··· (I + C_1) is read through one query row v (token_relevance's): from the last
-            # layer down, w <- w + w C_l, kept as d = w - v [C, B, 1, N] (the identity's share is not rounded
-            # into each step). d is allocated before the blocks run (small results allocated between large
-            # temporaries keep the C heap from shrinking).
-            entry = cast(Tensor, call.tokens)  # the first block's input, kept: [B, N, D] on the model's device
-            prefix, grid, query = self._layout(entry.shape[1], x)
-            start = query_row(entry.new_empty(1, 1, entry.shape[1], dtype=torch.float32), query)  # v [1, 1, N]
-            rows = entry.new_zeros(len(columns), call.batch, 1, entry.shape[1], dtype=torch.float32)
-            self._segments_back(capture, recorder, blocks, firsts, every, upstream, rows, start, parts)
-            found = [(start + row)[:, 0, prefix:] for row in rows]
+            with torch.enable_grad():  # the segments are called again with a graph
+                upstream = _upstream(recorder, columns, len(blocks))
+                # a segment's graph holds `every` blocks: a micro-batch of about batch / (2 * every) samples keeps
+                # it near half a block's graph for the whole batch
+                call = recorder.calls[0][0]
+                parts = call.slices(self._block_batch, 2 * every)
+                # R = (I + C_L) ··· (I + C_1) is read through one query row v (token_relevance's): from the last
+                # layer down, w <- w + w C_l, kept as d = w - v [C, B, 1, N] (the identity's share is not rounded
+                # into each step). d is allocated before the blocks run (small results allocated between large
+                # temporaries keep the C heap from shrinking).
+                entry = cast(Tensor, call.tokens)  # the first block's input, kept: [B, N, D] on the model's device
+                prefix, grid, query = self._layout(entry.shape[1], x)
+                start = query_row(entry.new_empty(1, 1, entry.shape[1], dtype=torch.float32), query)  # v [1, 1, N]
+                rows = entry.new_zeros(len(columns), call.batch, 1, entry.shape[1], dtype=torch.float32)
+                self._segments_back(capture, recorder, blocks, firsts, every, upstream, rows, start, parts)
+                found = [(start + row)[:, 0, prefix:] for row in rows]
         return self._finish(found, x, grid, classes, scores)
 
     def _from_last_segment(self, x: Tensor, target: Target, blocks: list[nn.Module]) -> Explanation | None:
@@ -348,8 +348,7 @@ class CheferRollout(AttentionExplainer):
             _stand_in(recorder.templates[index], run.entry_tokens if index == last - 1 else run.skipped_tokens)
             for index in range(last)
         ]
-        with _forwards_replaced(blocks[:last], stand_ins), frozen_parameters(self.model):
-            torch.set_grad_enabled(True)
+        with _forwards_replaced(blocks[:last], stand_ins), frozen_parameters(self.model), torch.enable_grad():
             for number, part in enumerate(parts):
                 if not self._last_segment_part(capture, len(blocks), last, x, given, part, run, first=number == 0):
                     return False
@@ -417,23 +416,23 @@ class CheferRollout(AttentionExplainer):
         names = self.layer_names()
         first, stop = segment.start, segment.stop
         tokens = kept.detach().requires_grad_(first > 0)
-        torch.set_grad_enabled(True)
-        outs, attentions = [], []
-        current = tokens
-        for index in segment:
-            current = recorder.calls[index][0].run(blocks[index], current)
-            outs.append(current)
-            attentions.append(capture.take(index))
-        del current
-        wrt = [*attentions, tokens] if first > 0 else attentions
-        for k, grads in enumerate(upstream):
-            if grads[stop - 1] is None or not outs[-1].requires_grad:
-                raise LayerNotReachedError(f"the score does not depend on the attention of '{names[stop - 1]}'")
-            pairs = [(out, grads[i]) for i, out in zip(segment, outs) if grads[i] is not None]
-            got = torch.autograd.grad([out for out, _ in pairs], wrt, retain_graph=k < len(upstream) - 1, allow_unused=True,
-                                      grad_outputs=[grad[part] for _, grad in pairs if grad is not None])
-            self._take(names, got, attentions, first, len(blocks), rows[k], inputs, k, part, start)
-            del got, pairs
+        with torch.enable_grad():
+            outs, attentions = [], []
+            current = tokens
+            for index in segment:
+                current = recorder.calls[index][0].run(blocks[index], current)
+                outs.append(current)
+                attentions.append(capture.take(index))
+            del current
+            wrt = [*attentions, tokens] if first > 0 else attentions
+            for k, grads in enumerate(upstream):
+                if grads[stop - 1] is None or not outs[-1].requires_grad:
+                    raise LayerNotReachedError(f"the score does not depend on the attention of '{names[stop - 1]}'")
+                pairs = [(out, grads[i]) for i, out in zip(segment, outs) if grads[i] is not None]
+                got = torch.autograd.grad([out for out, _ in pairs], wrt, retain_graph=k < len(upstream) - 1, allow_unused=True,
+                                          grad_outputs=[grad[part] for _, grad in pairs if grad is not None])
+                self._take(names, got, attentions, first, len(blocks), rows[k], inputs, k, part, start)
+                del got, pairs
 
     def _take(
         self, names: Sequence[str], got: Sequence[Tensor | None], attentions: Sequence[Tensor], first: int, blocks:

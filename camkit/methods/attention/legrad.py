@@ -318,17 +318,17 @@ class LeGrad(AttentionExplainer):
         assert head is not None
         tokens = kept.detach()
         for index in range(self.layers[0], self.layers[-1] + 1):
-            torch.set_grad_enabled(True)
-            out = recorder.calls[index][0].run(blocks[index], tokens)
-            attention = capture.take(index)
-            if index in self.layers:
-                read = head(out)
-                for k in range(found.shape[0]):
-                    score = self._layer_score(read, picked, target, k, multi)
-                    total = torch.stack([score.sum()])  # as the whole-graph path
-                    (grad,) = self._grads(total, [attention], [names[index]], k < found.shape[0] - 1)
-                    with torch.no_grad():
-                        found[k, self.layers.index(index), part] = legrad_relevance([grad], prefix)
-                del read
-            tokens = out.detach()
-            del out, attention
+            with torch.enable_grad():
+                out = recorder.calls[index][0].run(blocks[index], tokens)
+                attention = capture.take(index)
+                if index in self.layers:
+                    read = head(out)
+                    for k in range(found.shape[0]):
+                        score = self._layer_score(read, picked, target, k, multi)
+                        total = torch.stack([score.sum()])  # as the whole-graph path
+                        (grad,) = self._grads(total, [attention], [names[index]], k < found.shape[0] - 1)
+                        with torch.no_grad():
+                            found[k, self.layers.index(index), part] = legrad_relevance([grad], prefix)
+                    del read
+                tokens = out.detach()
+                del out, attention

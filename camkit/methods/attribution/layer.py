@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..._internal.checks import BATCH_SHAPES, check_broadcasts
+from ..._internal.state import GradModes
 from ...errors import InvalidInputError, LayerNotReachedError
 from ...explanation import Explanation
 from ...functional.attribution import IntegrationRule, integration_points
@@ -164,6 +165,7 @@ def _substitute(module: nn.Module, call: int, value: Tensor) -> Iterator[None]:
     Autograd is off until the substitution, then on: the graph starts at ``value``.
     """
     seen = [0]
+    modes = GradModes()
 
     def hook(mod: nn.Module, args: Any, output: Any) -> Tensor | None:
         index = seen[0]
@@ -173,17 +175,14 @@ def _substitute(module: nn.Module, call: int, value: Tensor) -> Iterator[None]:
         if not isinstance(output, Tensor) or output.shape != value.shape:
             got = list(output.shape) if isinstance(output, Tensor) else type(output).__name__
             raise InvalidInputError(f"the layer returned {got}, expected a tensor of shape {list(value.shape)}")
-        torch.set_grad_enabled(True)
+        modes.enter(True)
         return value.clone()
 
-    previous = torch.is_grad_enabled()
-    torch.set_grad_enabled(False)
-    try:
+    with modes:
+        modes.enter(False)
         with HookScope() as scope:
             scope.forward(module, hook)
             yield
-    finally:
-        torch.set_grad_enabled(previous)
 
 
 class _PathMethod(LayerAttribution):
