@@ -37,9 +37,9 @@ from ..runs.loaders import make_loader
 from ..runs.outdir import PARTS, AuditError, finished_keys, prepare_out
 from ..runs.targeting import TargetSpec, parse_target
 from .audit_media import MediaOptions, audit_media, is_media_data
-from .stages import ExplainStage, ThreadPacer, Writer, default_threads, spread_and_border
+from .stages import ExplainStage, ThreadPacer, Writer, default_threads
 
-__all__ = ["AuditError", "RunConfig", "atomic_write", "audit", "base_columns", "safe_name", "spread_and_border"]
+__all__ = ["AuditError", "RunConfig", "atomic_write", "audit", "base_columns", "safe_name"]
 
 
 @dataclass(frozen=True)
