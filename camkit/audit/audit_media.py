@@ -22,11 +22,10 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,11 +43,10 @@ from ..runs.explaining import build_explainer
 from ..runs.files import atomic_write, encode_image, npy_bytes, safe_name
 from ..runs.labels import map_labels
 from ..runs.media import explain_media_batch, volume_size
-from ..runs.outdir import PARTS, finished_keys, prepare_out
+from ..runs.outdir import PARTS
 from ..runs.targeting import chooser
-
-if TYPE_CHECKING:
-    from .run import RunConfig
+from .config import RunConfig
+from .session import finish_run, start_run
 
 __all__ = ["MEDIA_SUFFIXES", "MediaOptions", "audit_media", "is_media_data"]
 
@@ -258,11 +256,8 @@ def _row(record: Record, index: int, ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ctx: DistContext, dev: torch.device,
-                opts: MediaOptions, finish_run: Callable[..., dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
-    """The audit of a folder or manifest of volumes or videos (called by :func:`camkit.audit.audit`).
-
-    ``finish_run`` is :func:`camkit.audit.run.finish_run` (passed in: the run module calls this one).
-    """
+                opts: MediaOptions) -> dict[str, Any]:  # fmt: skip
+    """The audit of a folder or manifest of volumes or videos (called by :func:`camkit.audit.audit`)."""
     from tqdm import tqdm
 
     dataset = discover_media(cfg.data, [cfg.out])
@@ -283,11 +278,7 @@ def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ct
     fingerprint["preprocess"] = {"volume": {"size": cube, "intensity": opts.intensity},
                                  "video": video_pre.describe() if video_pre else None, "frames": opts.frames,
                                  "max_voxels": opts.max_voxels}  # fmt: skip
-    prepare_out(cfg.out, fingerprint, resume=cfg.resume, overwrite=cfg.overwrite, ctx=ctx)
-    done, corrupt = finished_keys(cfg.out, ctx) if cfg.resume else (set(), [])
-    session = ctx.broadcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
-    count = len(dataset.records) if cfg.limit is None else min(cfg.limit, len(dataset.records))
-    todo = [i for i in range(count) if dataset.records[i].key not in done]
+    session, count, todo, corrupt = start_run(cfg, dataset, fingerprint, ctx)
     shard = todo[ctx.rank :: ctx.world]
     state = {
         "explainer": build_explainer(cfg.method, loaded.model, cfg.layer), "spec": cfg.target, "device": loaded.device,
