@@ -28,13 +28,13 @@ class RunStart(NamedTuple):
 
     Attributes:
         session: the run's id, the same on every rank (parts are named after it).
-        count: how many of the dataset's records the run covers (``limit``).
+        covered: how many of the dataset's records the run covers (the first ones; ``limit``).
         todo: the indices among them not finished yet.
         corrupt: the parts found unreadable, whose images are done again.
     """
 
     session: str
-    count: int
+    covered: int
     todo: list[int]
     corrupt: list[str]
 
