@@ -20,14 +20,12 @@ and renamed, rows for inputs that fail (one line each), ``summary.json`` and ``r
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,13 +43,12 @@ from ..runs.explaining import build_explainer
 from ..runs.files import atomic_write, encode_image, npy_bytes, safe_name
 from ..runs.labels import map_labels
 from ..runs.media import explain_media_batch, volume_size
-from ..runs.outdir import PARTS, finished_keys, prepare_out
+from ..runs.outdir import PARTS
 from ..runs.targeting import chooser
+from .config import RunConfig
+from .session import finish_run, start_run
 
-if TYPE_CHECKING:
-    from .run import RunConfig
-
-__all__ = ["MEDIA_SUFFIXES", "MediaOptions", "audit_media", "is_media_data", "spread_and_border_nd"]
+__all__ = ["MEDIA_SUFFIXES", "MediaOptions", "audit_media", "is_media_data"]
 
 MEDIA_SUFFIXES = (".nii", ".nii.gz", *VIDEO_SUFFIXES)
 """File endings an audit reads as volumes or videos."""
@@ -143,34 +140,6 @@ def discover_media(data: Path, exclude: Sequence[Path]) -> Dataset:
     return Dataset(records, "classes" if nested else "folder")
 
 
-def spread_and_border_nd(maps: Tensor, border_axes: int, top: float = 0.1, frame: float = 0.1) -> tuple[float, float]:
-    """One map's energy share in its top ``top`` voxels, and in the outer ``frame`` of its last ``border_axes`` axes.
-
-    As :func:`camkit.audit.stages.spread_and_border` for images: the top share counts
-    ``ceil(top * N)`` voxels; the frame is ``max(1, round(frame * min side))`` voxels thick on
-    each side of each bordering axis. A map summing to zero gives NaN.
-
-    Example:
-        >>> import torch
-        >>> from camkit.audit.audit_media import spread_and_border_nd
-        >>> maps = torch.zeros(10, 10, 10); maps[5, 5, 5] = 3.0; maps[0, 5, 5] = 1.0
-        >>> spread_and_border_nd(maps, 3), spread_and_border_nd(maps, 2)
-        ((1.0, 0.25), (1.0, 0.0))
-    """
-    flat = maps.flatten().double()
-    total = float(flat.sum())
-    if not total > 0:
-        return math.nan, math.nan
-    k = max(1, math.ceil(top * flat.numel()))
-    share = float(flat.topk(k).values.sum()) / total
-    sides = maps.shape[-border_axes:]
-    edge = max(1, round(frame * min(sides)))
-    inner = maps
-    for axis in range(maps.dim() - border_axes, maps.dim()):
-        inner = inner.narrow(axis, edge, max(0, maps.shape[axis] - 2 * edge))
-    return share, (total - float(inner.double().sum())) / total
-
-
 def _read_mask(path: Path, shape: tuple[int, ...], name: str) -> np.ndarray:
     mask = read_volume(path).data if is_nifti(path) else np.load(path, allow_pickle=False)
     if tuple(mask.shape) != shape:
@@ -222,7 +191,7 @@ def _video_item(record: Record, opts: MediaOptions, pre: VideoPreprocess,
 
 
 def _thumbnail(shown: Tensor, heat: Tensor, kind: str) -> np.ndarray:
-    from ..viz._draw import blend, peak_index
+    from ..viz.overlay import blend, peak_index
 
     if kind == "volume":
         d = peak_index(heat)[0]
@@ -232,7 +201,7 @@ def _thumbnail(shown: Tensor, heat: Tensor, kind: str) -> np.ndarray:
 
 
 def _row(record: Record, index: int, ctx: dict[str, Any]) -> dict[str, Any]:
-    from ..metrics import energy_pointing_game, pointing_game
+    from ..metrics import energy_pointing_game, pointing_game, spread_and_border
 
     row: dict[str, Any] = {"key": record.key, "label": record.label or "", "note": "", "error": ""}
     kind = "volume" if is_nifti(record.path) else "video"
@@ -261,7 +230,8 @@ def _row(record: Record, index: int, ctx: dict[str, Any]) -> dict[str, Any]:
         if name == "object":
             row["pointing_object"] = float(pointing_game(heat, mask[None].to(heat.device))[0]) if mask is not None else None
     heat = heat[0].cpu()
-    row["spread"], row["border"] = spread_and_border_nd(heat, 3 if kind == "volume" else 2)
+    spread, border = spread_and_border(heat[None].double(), border_axes=range(-3 if kind == "volume" else -2, 0))
+    row["spread"], row["border"] = float(spread[0]), float(border[0])
     if ctx["faithfulness"]:
         from ..metrics import auc, deletion_curve, insertion_curve
 
@@ -286,11 +256,8 @@ def _row(record: Record, index: int, ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ctx: DistContext, dev: torch.device,
-                opts: MediaOptions, finish_run: Callable[..., dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
-    """The audit of a folder or manifest of volumes or videos (called by :func:`camkit.audit.audit`).
-
-    ``finish_run`` is :func:`camkit.audit.run.finish_run` (passed in: the run module calls this one).
-    """
+                opts: MediaOptions) -> dict[str, Any]:  # fmt: skip
+    """The audit of a folder or manifest of volumes or videos (called by :func:`camkit.audit.audit`)."""
     from tqdm import tqdm
 
     dataset = discover_media(cfg.data, [cfg.out])
@@ -311,11 +278,7 @@ def audit_media(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ct
     fingerprint["preprocess"] = {"volume": {"size": cube, "intensity": opts.intensity},
                                  "video": video_pre.describe() if video_pre else None, "frames": opts.frames,
                                  "max_voxels": opts.max_voxels}  # fmt: skip
-    prepare_out(cfg.out, fingerprint, resume=cfg.resume, overwrite=cfg.overwrite, ctx=ctx)
-    done, corrupt = finished_keys(cfg.out, ctx) if cfg.resume else (set(), [])
-    session = ctx.broadcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
-    count = len(dataset.records) if cfg.limit is None else min(cfg.limit, len(dataset.records))
-    todo = [i for i in range(count) if dataset.records[i].key not in done]
+    session, count, todo, corrupt = start_run(cfg, dataset, fingerprint, ctx)
     shard = todo[ctx.rank :: ctx.world]
     state = {
         "explainer": build_explainer(cfg.method, loaded.model, cfg.layer), "spec": cfg.target, "device": loaded.device,

@@ -14,142 +14,45 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from .._version import __version__
 from ..errors import InvalidInputError
 from ..methods import ConceptRelevance, GradientCAM
 from ..modelload import LoadedModel, load_model, resolve_device, warn_random_weights
 from ..runs.data import AuditDataset, Dataset, discover
 from ..runs.distributed import DistContext
 from ..runs.explaining import build_explainer
-from ..runs.files import OVERLAY_FORMATS, atomic_write, refresh_umask, safe_name
+from ..runs.files import atomic_write, refresh_umask, safe_name
 from ..runs.labels import LabelMapping, map_labels
 from ..runs.loaders import make_loader
-from ..runs.outdir import PARTS, AuditError, finished_keys, prepare_out
-from ..runs.targeting import TargetSpec, parse_target
+from ..runs.media import refuse_crop
+from ..runs.outdir import PARTS, AuditError
+from ..runs.targeting import parse_target
 from .audit_media import MediaOptions, audit_media, is_media_data
-from .stages import ExplainStage, ThreadPacer, Writer, default_threads, spread_and_border
+from .config import RunConfig, base_columns
+from .session import finish_run, start_run
+from .stages import ExplainStage, ThreadPacer, Writer, default_threads
 
-__all__ = ["AuditError", "RunConfig", "atomic_write", "audit", "base_columns", "safe_name", "spread_and_border"]
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Every setting of one audit run (what :func:`audit` takes, checked once).
-
-    The settings that change the results go into ``run.json`` (:meth:`fingerprint`) and
-    must match on ``--resume``; ``batch_size``, ``workers``, ``writers``, ``limit`` and
-    ``progress`` change only how fast or how much.
-    """
-
-    data: Path
-    out: Path
-    method: str = "gradcam"
-    layer: str | None = None
-    target: TargetSpec = TargetSpec("pred")  # noqa: RUF009  (frozen: one shared instance is safe)
-    batch_size: int = 16
-    workers: int | None = None
-    writers: int | None = None
-    limit: int | None = None
-    resume: bool = False
-    overwrite: bool = False
-    faithfulness: bool = False
-    steps: int = 20
-    classes: tuple[str, ...] | None = None
-    alphabetical_classes: bool = False
-    max_pixels: int = 64_000_000
-    save_maps: bool = False
-    overlay_format: str = "jpg"
-    overlay_quality: int = 90
-    progress: bool = True
-    strategies: bool = True
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise InvalidInputError(f"batch_size must be at least 1, got {self.batch_size}")
-        if self.overlay_format not in OVERLAY_FORMATS:
-            raise InvalidInputError(f"overlay_format must be one of {OVERLAY_FORMATS}, got {self.overlay_format!r}")
-        if not 1 <= self.overlay_quality <= 100:
-            raise InvalidInputError(f"overlay_quality must be 1 to 100, got {self.overlay_quality}")
-        if self.resume and self.overwrite:
-            raise InvalidInputError("--resume continues the run in --out and --overwrite replaces it: pass one")
-        if self.limit is not None and self.limit < 1:
-            raise InvalidInputError(f"limit must be at least 1 (nothing to audit otherwise), got {self.limit}")
-
-    def loader_workers(self) -> int:
-        """DataLoader worker processes: as given, else up to 4 (one core left for the model)."""
-        return self.workers if self.workers is not None else min(4, max(0, (os.cpu_count() or 1) - 1))
-
-    def fingerprint(self, loaded: LoadedModel, dataset: Dataset, mapping: LabelMapping) -> dict[str, Any]:
-        """The ``run.json`` content: everything that, changed, would change the results."""
-        return {
-            "data": str(self.data.resolve()), "model": loaded.spec, "weights": loaded.weights,
-            "weights_sha256": loaded.weights_sha256(), "method": self.method, "layer": self.layer,
-            "target": str(self.target), "preprocess": loaded.preprocess.describe(),
-            "faithfulness": self.faithfulness, "steps": self.steps, "label_mapping": mapping.describe(),
-            "regions": list(dataset.regions), "max_pixels": self.max_pixels, "save_maps": self.save_maps,
-            "overlay_format": self.overlay_format, "overlay_quality": self.overlay_quality,
-            "strategies": self.strategies,
-        }  # fmt: skip
-
-
-def base_columns(regions: Sequence[str], faithfulness: bool, strategies: bool = False) -> list[str]:
-    """The columns of ``results.csv``, in order."""
-    cols = ["key", "label", "prediction", "prediction_name", "confidence", "target", "correct"]
-    cols += [f"energy_{r}" for r in regions]
-    if "object" in regions:
-        cols.append("pointing_object")
-    cols += ["spread", "border"]
-    if faithfulness:
-        cols += ["deletion_auc", "insertion_auc"]
-    if strategies:
-        cols += ["strategy", "concept_strategy"]
-    return [*cols, "overlay", "note", "error"]
+__all__ = ["AuditError", "RunConfig", "atomic_write", "audit", "base_columns", "safe_name"]
 
 
 def audit(
-    data: str | os.PathLike[str],
-    model: str | nn.Module,
-    *,
-    out: str | os.PathLike[str],
-    weights: str | None = None,
-    trust_pickle: bool = False,
-    method: str = "gradcam",
-    layer: str | None = None,
-    target: str | int | None = "pred",
-    size: int | Sequence[int] | None = None,
-    mean: Sequence[float] | None = None,
-    std: Sequence[float] | None = None,
-    device: str | torch.device | None = None,
-    batch_size: int = 16,
-    workers: int | None = None,
-    limit: int | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    faithfulness: bool = False,
-    steps: int = 20,
-    classes: Sequence[str] | None = None,
-    alphabetical_classes: bool = False,
-    max_pixels: int = 64_000_000,
-    save_maps: bool = False,
-    overlay_format: str = "jpg",
-    overlay_quality: int = 90,
-    writers: int | None = None,
-    progress: bool = True,
-    crop: int | Sequence[int] | None = None,
-    max_voxels: int = 64_000_000,
-    intensity: str = "none",
-    frames: int | None = None,
-    strategies: bool = True,
-) -> dict[str, Any]:
+    data: str | os.PathLike[str], model: str | nn.Module, *, out: str | os.PathLike[str], weights: str | None = None,
+    trust_pickle: bool = False, method: str = "gradcam", layer: str | None = None, target: str | int | None = "pred",
+    size: int | Sequence[int] | None = None, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+    device: str | torch.device | None = None, batch_size: int = 16, workers: int | None = None, limit: int | None = None,
+    resume: bool = False, overwrite: bool = False, faithfulness: bool = False, steps: int = 20,
+    classes: Sequence[str] | None = None, alphabetical_classes: bool = False, max_pixels: int = 64_000_000,
+    save_maps: bool = False, overlay_format: str = "jpg", overlay_quality: int = 90, writers: int | None = None,
+    progress: bool = True, crop: int | Sequence[int] | None = None, max_voxels: int = 64_000_000,
+    intensity: str = "none", frames: int | None = None, strategies: bool = True,
+) -> dict[str, Any]:  # fmt: skip
     """Audit where a model's attention falls over a dataset (the Python side of ``camkit audit``).
 
     Args:
@@ -208,17 +111,14 @@ def audit(
     )  # fmt: skip
     refresh_umask()
     media = MediaOptions(max_voxels, intensity, frames) if is_media_data(data, [out]) else None
-    if media is not None and crop is not None:
-        raise InvalidInputError("--crop applies to images; volumes keep their size unless --size, videos follow the model's preset")
+    if media is not None:
+        refuse_crop(crop)
+    load = dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std)
     ctx, dev = DistContext.start(resolve_device(device))
     try:
-        if media is not None:  # volumes and videos
-            load = dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std)
-            # strategies are found for image audits only; volumes and videos keep their columns as they were
-            return audit_media(replace(cfg, strategies=False), model, load, ctx, dev, media, finish_run)
-        return _audit(
-            cfg, model, dict(weights=weights, trust_pickle=trust_pickle, size=size, mean=mean, std=std, crop=crop), ctx, dev
-        )
+        if media is not None:  # volumes and videos; strategies are found for image audits only
+            return audit_media(replace(cfg, strategies=False), model, load, ctx, dev, media)
+        return _audit(cfg, model, {**load, "crop": crop}, ctx, dev)
     finally:
         ctx.finish()
 
@@ -235,46 +135,14 @@ def _audit(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ctx: Di
         [r.label for r in dataset.records], classes=cfg.classes, model_classes=loaded.categories,
         alphabetical=cfg.alphabetical_classes,
     )  # fmt: skip
-    prepare_out(cfg.out, cfg.fingerprint(loaded, dataset, mapping), resume=cfg.resume, overwrite=cfg.overwrite, ctx=ctx)
-    done, corrupt = finished_keys(cfg.out, ctx) if cfg.resume else (set(), [])
-    session = ctx.broadcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
-    count = len(dataset.records) if cfg.limit is None else min(cfg.limit, len(dataset.records))
-    todo = [i for i in range(count) if dataset.records[i].key not in done]
-    del done
+    run = start_run(cfg, dataset, cfg.fingerprint(loaded, dataset, mapping), ctx)
     started = time.perf_counter()
-    note = _run_shard(cfg, dataset, todo[ctx.rank :: ctx.world], loaded, mapping, session, ctx, total=len(todo))
+    note = _run_shard(cfg, dataset, run.todo[ctx.rank :: ctx.world], loaded, mapping, run.session, ctx,
+                      total=len(run.todo))  # fmt: skip
     overlays = {"format": cfg.overlay_format, "quality": cfg.overlay_quality, "size": "model input"}
     extra = {"concepts_note": note} if note else {}
     return finish_run(cfg, dataset, loaded.describe(), mapping, ctx, dataset.kind, overlays, extra,
-                      started=started, todo=len(todo), corrupt=corrupt, count=count)  # fmt: skip
-
-
-def finish_run(cfg: RunConfig, dataset: Dataset, model: dict[str, Any], mapping: LabelMapping, ctx: DistContext,
-               kind: str, overlays: dict[str, Any], extra: dict[str, Any], *, started: float, todo: int,
-               corrupt: list[str], count: int) -> dict[str, Any]:  # fmt: skip
-    """Wait for every rank, then (rank 0) write run.json's metadata, results.csv and the report; the summary.
-
-    Shared by the image audit and the media audit (:mod:`camkit.audit.audit_media`): ``model`` is the
-    loaded model's description, ``kind`` the data's, ``extra`` keys that follow ``overlays``.
-    """
-    from .report import write_outputs
-
-    elapsed = time.perf_counter() - started
-    ctx.barrier()
-    summary: dict[str, Any] | None = None
-    if ctx.main:
-        meta = {
-            "camkit_version": __version__, "torch_version": torch.__version__, "model": model,
-            "method": cfg.method, "layer": cfg.layer, "target": str(cfg.target),
-            "data": {"path": str(cfg.data), "kind": kind}, "label_mapping": mapping.describe(),
-            "regions": list(dataset.regions), "faithfulness": cfg.faithfulness, "world_size": ctx.world,
-            "overlays": overlays, **extra, "seconds": round(elapsed, 3), "images_this_run": todo,
-            "corrupt_parts_redone": corrupt, "images_per_second": round(todo / elapsed, 3) if elapsed > 0 else None,
-        }  # fmt: skip
-        keys = [r.key for r in dataset.records[:count]]
-        columns = base_columns(dataset.regions, cfg.faithfulness, cfg.strategies)
-        summary = write_outputs(cfg.out, keys, columns, meta, strategies=cfg.strategies)
-    return dict(ctx.broadcast(summary))
+                      started=started, todo=len(run.todo), corrupt=run.corrupt, count=run.covered)  # fmt: skip
 
 
 def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: LoadedModel, mapping: LabelMapping,

@@ -23,7 +23,7 @@ from ..metrics import (
     complexity,
     deletion_curve,
     effective_complexity,
-    energy_pointing_game,
+    energy_score,
     faithfulness_correlation,
     faithfulness_estimate,
     increase_in_confidence,
@@ -34,7 +34,7 @@ from ..metrics import (
     monotonicity,
     monotonicity_correlation,
     pixel_flipping,
-    pointing_game,
+    pointing_score,
     region_auc,
     region_perturbation,
     relevance_mass_accuracy,
@@ -215,16 +215,11 @@ def _increase(i: MetricInput) -> Tensor:
 
 
 def _pointing(i: MetricInput) -> Tensor:
-    masks = _masks(i)
-    hit = pointing_game(i.maps, masks).to(i.maps.dtype)
-    empty = ~masks.flatten(1).any(dim=1)  # no region on this image: no score (not a miss)
-    return torch.where(empty | torch.isnan(i.maps).flatten(1).any(1), torch.full_like(hit, float("nan")), hit)
+    return pointing_score(i.maps, _masks(i))  # no region on this image: no score (not a miss)
 
 
 def _energy(i: MetricInput) -> Tensor:
-    masks = _masks(i)
-    share = energy_pointing_game(i.maps, masks)
-    return torch.where(masks.flatten(1).any(dim=1), share, torch.full_like(share, float("nan")))
+    return energy_score(i.maps, _masks(i))
 
 
 def _per_step(i: MetricInput) -> int:

@@ -22,7 +22,6 @@ candidate's score is its best class probability, then class-wise NMS at IoU 0.7
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +32,6 @@ import torch
 from torch import Tensor
 
 from .._internal.state import eval_mode
-from .._version import __version__
 from ..detection import DetectionTarget, detections_of, task_of, threshold_hint
 from ..errors import InvalidInputError
 from ..methods import Explainer
@@ -43,6 +41,7 @@ from ..runs.files import atomic_write, encode_image, npy_bytes, safe_name
 from ..targets.tasks import SegmentationTarget
 from ..viz.boxes import draw_boxes
 from ..viz.overlay import overlay
+from .manifest import write_manifest
 
 __all__ = ["explain_dense", "explain_dense_files"]
 
@@ -193,13 +192,5 @@ def explain_dense_files(
             continue
         explain_dense(loaded, explainer, entry, rgb, out_dir, score_threshold=score_threshold, top=top)
     layers = list(explainer._names()) if getattr(explainer, "_layers", None) else []  # type: ignore[attr-defined]
-    import torchvision
-
-    manifest = {
-        "camkit_version": __version__, "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
-        "model": loaded.describe(), "method": method, "layer": layers or layer, "task": task_of(loaded.model),
-        "score_threshold": score_threshold, "top": top,
-        "errors": sum(1 for e in entries if e["error"]), "images": entries,
-    }  # fmt: skip
-    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, allow_nan=False))
-    return manifest
+    fields = {"task": task_of(loaded.model), "score_threshold": score_threshold, "top": top}
+    return write_manifest(out_dir, loaded.describe(), method, layers or layer, fields, entries)

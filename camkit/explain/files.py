@@ -11,7 +11,6 @@ the path as given (see :func:`camkit.runs.files.safe_name`).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,42 +20,29 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._version import __version__
 from ..detection import task_of
-from ..errors import InvalidInputError
-from ..methods import CAMExplainer
-from ..modelload import load_model, warn_random_weights
+from ..modelload import LoadedModel, load_model, warn_random_weights
 from ..runs.data import error_reason, read_checked
 from ..runs.explaining import build_explainer, explain_batch
 from ..runs.files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
-from ..runs.targeting import chooser, parse_target
+from ..runs.media import refuse_crop
+from ..runs.targeting import TargetSpec, chooser, parse_target
 from ..viz.overlay import overlay
 from .detect import explain_dense_files
+from .manifest import cam_layers, write_manifest
 from .media import explain_media_files, media_kind
 
 __all__ = ["explain_files"]
 
 
 def explain_files(
-    images: Sequence[str | os.PathLike[str]],
-    model: str | nn.Module,
-    *,
-    out: str | os.PathLike[str],
-    weights: str | None = None,
-    trust_pickle: bool = False,
-    method: str = "gradcam",
-    layer: str | None = None,
-    target: str | int | None = "pred",
-    size: int | Sequence[int] | None = None,
-    mean: Sequence[float] | None = None,
-    std: Sequence[float] | None = None,
-    device: str | torch.device | None = None,
-    batch_size: int = 8,
-    max_pixels: int = 64_000_000,
-    crop: int | Sequence[int] | None = None,
-    score_threshold: float = 0.5,
+    images: Sequence[str | os.PathLike[str]], model: str | nn.Module, *, out: str | os.PathLike[str],
+    weights: str | None = None, trust_pickle: bool = False, method: str = "gradcam", layer: str | None = None,
+    target: str | int | None = "pred", size: int | Sequence[int] | None = None, mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None, device: str | torch.device | None = None, batch_size: int = 8,
+    max_pixels: int = 64_000_000, crop: int | Sequence[int] | None = None, score_threshold: float = 0.5,
     top: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """Explain image files (the Python side of ``camkit explain``); returns the manifest.
 
     ``target`` is ``"pred"`` (top-1), a class index, or ``"topK"`` (the K best classes,
@@ -79,8 +65,7 @@ def explain_files(
         (2, ['manifest.json', 'maps', 'overlays'])
     """
     if any(media_kind(p) for p in images):  # volumes, videos and signals (camkit.explain.media)
-        if crop is not None:
-            raise InvalidInputError("--crop applies to images; volumes keep their size unless --size, videos follow the model's preset")
+        refuse_crop(crop)
         return explain_media_files(images, model, out=out, weights=weights, trust_pickle=trust_pickle, method=method,
                                    layer=layer, target=target, size=size, mean=mean, std=std, device=device)  # fmt: skip
     loaded = load_model(
@@ -94,41 +79,16 @@ def explain_files(
     if task_of(loaded.model) is not None:  # detectors and segmenters: explain/detect.py
         return explain_dense_files(images, loaded, explainer, out_dir=out_dir, method=method, layer=layer, target=target,
                                    score_threshold=score_threshold, top=top, max_pixels=max_pixels)  # fmt: skip
-    names = loaded.categories
+    entries = _explain_images(images, loaded, explainer, spec, out_dir, batch_size, max_pixels)
+    return write_manifest(out_dir, loaded.describe(), method, cam_layers(explainer) or layer, {"target": str(spec)},
+                          entries)  # fmt: skip
+
+
+def _explain_images(images: Sequence[str | os.PathLike[str]], loaded: LoadedModel, explainer: Any, spec: TargetSpec,
+                    out_dir: Path, batch_size: int, max_pixels: int) -> list[dict[str, Any]]:  # fmt: skip
+    """Read the images, explain them ``batch_size`` at a time and write their files; their manifest entries."""
     entries: list[dict[str, Any]] = []
     pending: list[tuple[dict[str, Any], torch.Tensor, Any]] = []  # (entry, x, original RGB)
-
-    def flush() -> None:
-        if not pending:
-            return
-        x = torch.stack([p[1] for p in pending]).to(loaded.device)
-        result = explain_batch(explainer, x, chooser(spec))
-        probs = result.logits.float().softmax(dim=1)
-        conf, pred = probs.max(dim=1)
-        classes = result.classes if result.classes.dim() == 2 else result.classes[:, None]
-        maps = result.maps if result.maps.dim() == 4 else result.maps[:, None]
-        chosen = probs.gather(1, classes)
-        host = (pred.cpu().tolist(), conf.cpu().tolist(), classes.cpu().tolist(), chosen.cpu().tolist())
-        maps_host = maps.detach().float().cpu()
-        for j, (entry, _, rgb) in enumerate(pending):
-            stem = safe_name(entry["path"])[: -len(".png")]
-            entry["prediction"] = host[0][j]
-            entry["prediction_name"] = names[host[0][j]] if names and host[0][j] < len(names) else str(host[0][j])
-            entry["confidence"] = host[1][j]
-            entry["targets"], entry["target_probabilities"] = host[2][j], host[3][j]
-            entry["overlays"] = []
-            height, width = rgb.shape[:2]
-            for k, cls in enumerate(host[2][j]):
-                name = f"{stem}.png" if spec.kind != "topk" else f"{stem}-top{k + 1}-class{cls}.png"
-                full, inside = loaded.preprocess.invert_map(maps_host[j, k], height, width)
-                drawn = np.where(inside.numpy()[:, :, None], overlay(rgb, full), rgb)
-                atomic_write(out_dir / "overlays" / name, encode_image(drawn, "png"))
-                entry["overlays"].append(f"overlays/{name}")
-            array = maps_host[j] if spec.kind == "topk" else maps_host[j, 0]
-            atomic_write(out_dir / "maps" / f"{stem}.npy", npy_bytes(array.numpy()))
-            entry["map"] = f"maps/{stem}.npy"
-        pending.clear()
-
     for image in images:
         entry: dict[str, Any] = {"path": str(image), "note": "", "error": ""}
         entries.append(entry)
@@ -140,15 +100,46 @@ def explain_files(
             continue
         pending.append((entry, x, rgb))
         if len(pending) >= batch_size:
-            flush()
-    flush()
-    layers = list(explainer._names()) if isinstance(explainer, CAMExplainer) and explainer._layers else []
-    import torchvision
+            _explain_batch(pending, loaded, explainer, spec, out_dir)
+            pending.clear()
+    if pending:
+        _explain_batch(pending, loaded, explainer, spec, out_dir)
+    return entries
 
-    manifest = {
-        "camkit_version": __version__, "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
-        "model": loaded.describe(), "method": method, "layer": layers or layer, "target": str(spec),
-        "errors": sum(1 for e in entries if e["error"]), "images": entries,
-    }  # fmt: skip
-    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, allow_nan=False))
-    return manifest
+
+def _explain_batch(pending: list[tuple[dict[str, Any], torch.Tensor, Any]], loaded: LoadedModel, explainer: Any,
+                   spec: TargetSpec, out_dir: Path) -> None:  # fmt: skip
+    """Explain one batch of read images and fill their entries (prediction, targets, files)."""
+    x = torch.stack([p[1] for p in pending]).to(loaded.device)
+    result = explain_batch(explainer, x, chooser(spec))
+    probs = result.logits.float().softmax(dim=1)
+    conf, pred = probs.max(dim=1)
+    classes = result.classes if result.classes.dim() == 2 else result.classes[:, None]
+    maps = result.maps if result.maps.dim() == 4 else result.maps[:, None]
+    chosen = probs.gather(1, classes)
+    host = (pred.cpu().tolist(), conf.cpu().tolist(), classes.cpu().tolist(), chosen.cpu().tolist())
+    maps_host = maps.detach().float().cpu()
+    names = loaded.categories
+    for j, (entry, _, rgb) in enumerate(pending):
+        entry["prediction"] = host[0][j]
+        entry["prediction_name"] = names[host[0][j]] if names and host[0][j] < len(names) else str(host[0][j])
+        entry["confidence"] = host[1][j]
+        entry["targets"], entry["target_probabilities"] = host[2][j], host[3][j]
+        _write_files(entry, rgb, maps_host[j], loaded, spec, out_dir)
+
+
+def _write_files(entry: dict[str, Any], rgb: Any, maps: torch.Tensor, loaded: LoadedModel, spec: TargetSpec,
+                 out_dir: Path) -> None:  # fmt: skip
+    """One image's overlays (one per target, at the image's size) and its maps [K, H, W]; their paths in ``entry``."""
+    stem = safe_name(entry["path"])[: -len(".png")]
+    entry["overlays"] = []
+    height, width = rgb.shape[:2]
+    for k, cls in enumerate(entry["targets"]):
+        name = f"{stem}.png" if spec.kind != "topk" else f"{stem}-top{k + 1}-class{cls}.png"
+        full, inside = loaded.preprocess.invert_map(maps[k], height, width)
+        drawn = np.where(inside.numpy()[:, :, None], overlay(rgb, full), rgb)
+        atomic_write(out_dir / "overlays" / name, encode_image(drawn, "png"))
+        entry["overlays"].append(f"overlays/{name}")
+    array = maps if spec.kind == "topk" else maps[0]
+    atomic_write(out_dir / "maps" / f"{stem}.npy", npy_bytes(array.numpy()))
+    entry["map"] = f"maps/{stem}.npy"

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,12 +38,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._internal.state import eval_mode
-from .._version import __version__
 from ..errors import InvalidInputError
 from ..media.nifti import INTENSITY_MODES, is_nifti, normalize_intensity, read_volume, write_volume
 from ..media.signal import read_signal
 from ..media.video import is_video, read_video, write_video
-from ..methods import CAMExplainer
 from ..modelload import load_model, warn_random_weights
 from ..modelload.video import video_preprocess
 from ..runs.data import error_reason
@@ -52,6 +49,7 @@ from ..runs.explaining import build_explainer
 from ..runs.files import atomic_write, encode_image, npy_bytes, refresh_umask, safe_name
 from ..runs.media import explain_media_batch, volume_size
 from ..runs.targeting import TargetSpec, chooser, parse_target
+from .manifest import cam_layers, write_manifest
 
 __all__ = ["explain_media_files", "media_kind"]
 
@@ -243,27 +241,13 @@ _EXPLAIN = {"volume": _volume, "video": _video, "signal": _signal}
 
 
 def explain_media_files(
-    paths: Sequence[str | os.PathLike[str]],
-    model: str | nn.Module,
-    *,
-    out: str | os.PathLike[str],
-    weights: str | None = None,
-    trust_pickle: bool = False,
-    method: str = "gradcam",
-    layer: str | None = None,
-    target: str | int | None = "pred",
-    size: int | Sequence[int] | None = None,
-    mean: Sequence[float] | None = None,
-    std: Sequence[float] | None = None,
-    device: str | torch.device | None = None,
-    batch_size: int = 4,
-    max_voxels: int = 64_000_000,
-    intensity: str = "none",
-    frames: int | None = None,
-    stride: int | None = None,
-    max_frames: int = 4096,
-    video_format: str = "mp4",
-) -> dict[str, Any]:
+    paths: Sequence[str | os.PathLike[str]], model: str | nn.Module, *, out: str | os.PathLike[str],
+    weights: str | None = None, trust_pickle: bool = False, method: str = "gradcam", layer: str | None = None,
+    target: str | int | None = "pred", size: int | Sequence[int] | None = None, mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None, device: str | torch.device | None = None, batch_size: int = 4,
+    max_voxels: int = 64_000_000, intensity: str = "none", frames: int | None = None, stride: int | None = None,
+    max_frames: int = 4096, video_format: str = "mp4",
+) -> dict[str, Any]:  # fmt: skip
     """Explain volumes, videos and signals (the module docstring lists what is written); returns the manifest.
 
     Args:
@@ -293,21 +277,7 @@ def explain_media_files(
         >>> manifest["images"][0]["kind"], manifest["images"][0]["map_shape"], manifest["errors"]
         ('signal', [64], 0)
     """
-    if intensity not in INTENSITY_MODES:
-        raise InvalidInputError(f"--intensity must be one of {', '.join(INTENSITY_MODES)}, got {intensity!r}")
-    if video_format not in ("mp4", "gif"):
-        raise InvalidInputError(f"the overlay video is mp4 or gif, got {video_format!r}")
-    for name, value in (("frames", frames), ("stride", stride), ("batch_size", batch_size), ("max_voxels", max_voxels)):
-        if value is not None and value < 1:
-            raise InvalidInputError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    kinds = {media_kind(p) for p in paths}
-    if None in kinds:
-        raise InvalidInputError(
-            "explain images and volumes, videos or signals in separate runs: "
-            f"{next(str(p) for p in paths if media_kind(p) is None)} is an image"
-        )
-    if (mean is not None or std is not None) and kinds & {"volume", "signal"}:
-        raise InvalidInputError("--mean/--std normalise video frames; volumes take --intensity, signals are used as stored")
+    kinds = _check_arguments(paths, intensity, video_format, frames, stride, batch_size, max_voxels, mean, std)
     spec = parse_target(target, allow=("pred", "class"))
     cube = volume_size(size) if "volume" in kinds else None
     video_pre = (
@@ -325,9 +295,48 @@ def explain_media_files(
         "frames": frames, "stride": stride, "max_frames": max_frames, "batch_size": batch_size,
         "video_format": video_format,
     }  # fmt: skip
-    entries: list[dict[str, Any]] = []
+    entries = _explain_each(paths, ctx, out_dir)
+    described = loaded.describe()
+    described["preprocess"] = {
+        "volume": {"size": cube, "intensity": intensity} if "volume" in kinds else None,
+        "video": video_pre.describe() if video_pre is not None else None,
+        "video_clips": {"frames": frames, "stride": stride or frames} if "video" in kinds else None,
+    }
+    return write_manifest(out_dir, described, method, cam_layers(explainer) or layer, {"target": str(spec)}, entries)
+
+
+def _check_arguments(paths: Sequence[str | os.PathLike[str]], intensity: str, video_format: str, frames: int | None,
+                     stride: int | None, batch_size: int, max_voxels: int, mean: Sequence[float] | None,
+                     std: Sequence[float] | None) -> set[str | None]:  # fmt: skip
+    """Refuse arguments that do not fit (before any model is loaded); the kinds of the inputs."""
+    if intensity not in INTENSITY_MODES:
+        raise InvalidInputError(f"--intensity must be one of {', '.join(INTENSITY_MODES)}, got {intensity!r}")
+    if video_format not in ("mp4", "gif"):
+        raise InvalidInputError(f"the overlay video is mp4 or gif, got {video_format!r}")
+    for name, value in (("frames", frames), ("stride", stride), ("batch_size", batch_size), ("max_voxels", max_voxels)):
+        if value is not None and value < 1:
+            raise InvalidInputError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    kinds = {media_kind(p) for p in paths}
+    if None in kinds:
+        raise InvalidInputError(
+            "explain images and volumes, videos or signals in separate runs: "
+            f"{next(str(p) for p in paths if media_kind(p) is None)} is an image"
+        )
+    if (mean is not None or std is not None) and kinds & {"volume", "signal"}:
+        raise InvalidInputError("--mean/--std normalise video frames; volumes take --intensity, signals are used as stored")
+    return kinds
+
+
+_ENTRY_RESULTS = ("prediction", "prediction_name", "confidence", "targets", "target_probabilities", "map", "map_shape",
+                  "pictures", "overlay_video", "curve", "clips", "fps", "model_input")  # fmt: skip
+"""An entry's keys that an error removes again (it keeps ``path``, ``kind``, ``note`` and ``error``)."""
+
+
+def _explain_each(paths: Sequence[str | os.PathLike[str]], ctx: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
+    """Explain every input and write its files (all or none); their manifest entries, errors included."""
     from tqdm import tqdm
 
+    entries: list[dict[str, Any]] = []
     for path in tqdm(paths, unit="file", desc="explain", disable=len(paths) < 2):
         kind = media_kind(path)
         entry: dict[str, Any] = {"path": str(path), "kind": kind, "note": "", "error": ""}
@@ -338,26 +347,10 @@ def explain_media_files(
             _EXPLAIN[str(kind)](Path(path), ctx, files, entry)
             files.write()
         except Exception as err:  # this input's error row; the others go on
-            for key in ("prediction", "prediction_name", "confidence", "targets", "target_probabilities", "map",
-                        "map_shape", "pictures", "overlay_video", "curve", "clips", "fps", "model_input"):  # fmt: skip
+            for key in _ENTRY_RESULTS:
                 entry.pop(key, None)
             entry["error"] = error_reason(err).replace(str(path), Path(path).name)
-    layers = list(explainer._names()) if isinstance(explainer, CAMExplainer) and explainer._layers else []
-    import torchvision
-
-    described = loaded.describe()
-    described["preprocess"] = {
-        "volume": {"size": cube, "intensity": intensity} if "volume" in kinds else None,
-        "video": video_pre.describe() if video_pre is not None else None,
-        "video_clips": {"frames": frames, "stride": stride or frames} if "video" in kinds else None,
-    }
-    manifest = {
-        "camkit_version": __version__, "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
-        "model": described, "method": method, "layer": layers or layer, "target": str(spec),
-        "errors": sum(1 for e in entries if e["error"]), "images": entries,
-    }  # fmt: skip
-    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, allow_nan=False))
-    return manifest
+    return entries
 
 
 def _frame_size(size: Sequence[int] | int) -> tuple[int, int]:

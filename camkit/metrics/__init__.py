@@ -2,7 +2,9 @@
 
 * :func:`deletion_curve`, :func:`insertion_curve`, :func:`auc` (Petsiuk et al. 2018);
 * :func:`average_drop`, :func:`increase_in_confidence` (Chattopadhay et al. 2018);
-* :func:`pointing_game` (Zhang et al. 2016), :func:`energy_pointing_game` (Wang et al. 2020);
+* :func:`pointing_game` (Zhang et al. 2016), :func:`energy_pointing_game` (Wang et al. 2020), and as
+  scores NaN where a map has no region: :func:`pointing_score`, :func:`energy_score`;
+* :func:`spread_and_border`: a map's energy share in its top positions and in its outer frame;
 * localisation against a region: :func:`attribution_localisation`, :func:`top_k_intersection`,
   :func:`relevance_rank_accuracy`, :func:`relevance_mass_accuracy`, :func:`region_auc`, :func:`focus`;
 * :func:`road_curve` with :func:`noisy_linear_imputation` (ROAD, Rong et al. 2022);
@@ -48,7 +50,7 @@ from .localisation import (
     relevance_rank_accuracy,
     top_k_intersection,
 )
-from .pointing import energy_pointing_game, pointing_game, region_masks
+from .pointing import energy_pointing_game, energy_score, pointing_game, pointing_score, region_masks
 from .randomisation import MPRTResult, efficient_mprt, mprt, random_logit
 from .regions import irof, region_perturbation, selectivity
 from .road import noisy_linear_imputation, road_curve
@@ -60,6 +62,7 @@ from .robustness import (
     max_sensitivity,
 )
 from .sanity import RandomizationResult, randomization_check, spearman, ssim
+from .spread import spread_and_border
 from .stability import relative_input_stability, relative_output_stability, relative_representation_stability
 from .sufficiency import sufficiency
 
@@ -86,6 +89,7 @@ __all__ = [
     "effective_complexity",
     "efficient_mprt",
     "energy_pointing_game",
+    "energy_score",
     "faithfulness_correlation",
     "faithfulness_estimate",
     "focus",
@@ -104,6 +108,7 @@ __all__ = [
     "pearson_rows",
     "pixel_flipping",
     "pointing_game",
+    "pointing_score",
     "random_logit",
     "randomization_check",
     "region_auc",
@@ -119,6 +124,7 @@ __all__ = [
     "sensitivity_n",
     "sparseness",
     "spearman",
+    "spread_and_border",
     "ssim",
     "sufficiency",
     "top_k_intersection",

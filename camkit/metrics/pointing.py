@@ -25,7 +25,7 @@ from torch import Tensor
 from ..errors import InvalidInputError
 from ._common import MAP_SHAPES, check_maps, nan_maps
 
-__all__ = ["energy_pointing_game", "pointing_game", "region_masks"]
+__all__ = ["energy_pointing_game", "energy_score", "pointing_game", "pointing_score", "region_masks"]
 
 _KINDS = {2: "signals", 3: "images", 4: "volumes or videos"}
 
@@ -194,3 +194,66 @@ def energy_pointing_game(maps: Tensor, regions: Tensor) -> Tensor:
     inside = (maps * masks).flatten(1).sum(dim=1)
     share = inside / torch.where(total == 0, torch.ones_like(total), total)
     return torch.where(total == 0, torch.full_like(share, float("nan")), share)
+
+
+def _region_present(maps: Tensor, regions: Tensor, present: Tensor | None) -> Tensor:
+    """Bool [B]: as given, else whether each region covers at least one position of the maps' grid."""
+    if present is not None:
+        return present.to(maps.device)
+    return region_masks(regions, check_maps(maps)).flatten(1).any(dim=1)
+
+
+def pointing_score(maps: Tensor, regions: Tensor, present: Tensor | None = None) -> Tensor:
+    """The pointing game as a score per map: 1.0 a hit, 0.0 a miss, NaN where it is undefined.
+
+    Undefined: the map has no region (``present`` False; by default, a region that covers no
+    position) or holds NaN. Use it to average hits over images that have a region, leaving
+    the others out: ``pointing_score(maps, regions).nanmean()``.
+
+    Args:
+        maps: saliency maps [B, T], [B, H, W] or [B, D, H, W].
+        regions: as in :func:`pointing_game` (bool masks, or boxes [B, 4] on images).
+        present: bool [B], which maps have a region (for boxes, whose emptiness the coordinates
+            do not say); ``None``: a region covering at least one position.
+
+    Returns:
+        Tensor [B] in the maps' dtype, on their device.
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import pointing_score
+        >>> maps = torch.zeros(3, 2, 2); maps[:, 0, 1] = 1.0; maps[2, 1, 1] = float("nan")
+        >>> masks = torch.zeros(3, 2, 2, dtype=torch.bool); masks[0, 0, 1] = True; masks[1, 1, 0] = True
+        >>> pointing_score(maps, masks).tolist()  # a hit, a miss, a region-less map with NaN
+        [1.0, 0.0, nan]
+    """
+    hit = pointing_game(maps, regions).to(maps.dtype)
+    undefined = ~_region_present(maps, regions, present) | torch.isnan(maps).flatten(1).any(1)
+    return torch.where(undefined, torch.full_like(hit, float("nan")), hit)
+
+
+def energy_score(maps: Tensor, regions: Tensor, present: Tensor | None = None) -> Tensor:
+    """:func:`energy_pointing_game` per map, NaN where the map has no region.
+
+    ``present`` says which maps have a region (by default, those whose region covers at least
+    one position); the others get NaN rather than a share of 0, so that they can be left out
+    of a mean (``nanmean``). Maps summing to zero or holding NaN give NaN too.
+
+    Args:
+        maps: non-negative saliency maps [B, T], [B, H, W] or [B, D, H, W].
+        regions: as in :func:`energy_pointing_game` (bool masks, or boxes [B, 4] on images).
+        present: bool [B], which maps have a region; ``None``: a region covering a position.
+
+    Returns:
+        Float tensor [B] in [0, 1] (or NaN) on the maps' device.
+
+    Example:
+        >>> import torch
+        >>> from camkit.metrics import energy_score
+        >>> maps = torch.tensor([[[1.0, 3.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, 1.0]]])
+        >>> masks = torch.tensor([[[False, True], [False, False]], [[False, False], [False, False]]])
+        >>> energy_score(maps, masks).tolist()
+        [0.75, nan]
+    """
+    share = energy_pointing_game(maps, regions)
+    return torch.where(_region_present(maps, regions, present), share, torch.full_like(share, float("nan")))

@@ -1,5 +1,5 @@
 """What the media runs of ``camkit explain`` and ``camkit audit`` share: a batch explained with a rank
-mismatch named as such, and the volume size ``--size`` asks for.
+mismatch named as such, the volume size ``--size`` asks for, and the refusal of ``--crop``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ..errors import InvalidInputError
 from .explaining import explain_batch
 
-__all__ = ["explain_media_batch", "volume_size"]
+__all__ = ["explain_media_batch", "refuse_crop", "volume_size"]
 
 _KINDS = {1: "signals [B, C, T]", 2: "images [B, C, H, W]", 3: "volumes or videos [B, C, D, H, W]"}
 
@@ -31,6 +31,23 @@ def explain_media_batch(ctx: dict[str, Any], x: Tensor, choose: Any) -> Any:
             f"{_KINDS[x.dim() - 2].split(' [')[0]} {list(x.shape)}; pass a model for them "
             f"(PyTorch: {str(err).splitlines()[0][:120]})"
         ) from None
+
+
+def refuse_crop(crop: Any) -> None:
+    """Refuse ``--crop`` for volumes, videos and signals (it applies to images only); ``None`` passes.
+
+    Example:
+        >>> from camkit.runs.media import refuse_crop
+        >>> refuse_crop(None)
+        >>> refuse_crop(224)
+        Traceback (most recent call last):
+        ...
+        camkit.errors.InvalidInputError: --crop applies to images; volumes keep their size unless --size, videos follow the model's preset
+    """
+    if crop is not None:
+        raise InvalidInputError(
+            "--crop applies to images; volumes keep their size unless --size, videos follow the model's preset"
+        )
 
 
 def volume_size(size: Sequence[int] | int | None) -> tuple[int, int, int] | None:

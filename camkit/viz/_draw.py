@@ -10,10 +10,10 @@ import torch
 from torch import Tensor
 
 from ..errors import InvalidInputError
-from ..functional.overlay import colorize, colormap_lut, overlay_batch
+from ..functional.overlay import colorize, colormap_lut
 from .canvas import matplotlib_parts
 
-__all__ = ["add_colorbar", "as_maps", "bare", "blend", "colour", "peak_index", "unit_gray"]
+__all__ = ["add_colorbar", "as_maps", "bare", "colour", "unit_gray"]
 
 
 def _one(label: str, value: Any, batch: int | None, shape: Sequence[int]) -> Tensor:
@@ -65,18 +65,6 @@ def unit_gray(values: Tensor) -> Tensor:
 def colour(maps: Tensor, colormap: str) -> np.ndarray:
     """Maps [..., H, W] in [0, 1] coloured: uint8 [..., H, W, 3] (values never renormalised)."""
     return colorize(maps, colormap).movedim(-3, -1).numpy()
-
-
-def blend(gray_or_rgb: Tensor, maps: Tensor, alpha: float, colormap: str) -> np.ndarray:
-    """Overlays of maps [N, H, W] on images [N, H, W] (grey, [0, 1]) or [N, 3, H, W]: uint8 [N, H, W, 3]."""
-    base = gray_or_rgb[:, None].expand(-1, 3, -1, -1) if gray_or_rgb.dim() == 3 else gray_or_rgb
-    return overlay_batch(base.float().clamp(0, 1), maps, alpha=alpha, colormap=colormap).permute(0, 2, 3, 1).numpy()
-
-
-def peak_index(maps: Tensor) -> tuple[int, ...]:
-    """The index of a map's largest value (the first one on ties)."""
-    flat = int(maps.flatten().argmax())
-    return tuple(int(i) for i in np.unravel_index(flat, tuple(maps.shape)))
 
 
 def add_colorbar(fig: Any, cax: Any, colormap: str, fontsize: float, label: str = "map value") -> None:

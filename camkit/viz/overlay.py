@@ -1,4 +1,9 @@
-"""Heatmap overlays for single images (numpy, PIL or tensor in; uint8 RGB out)."""
+"""Heatmap overlays: one image (numpy, PIL or tensor in; uint8 RGB out), or a stack of slices or frames.
+
+:func:`overlay` blends one map over one picture; :func:`blend` blends maps over a stack of grey
+or colour images (a volume's slices, a video's frames) at once, and :func:`peak_index` finds
+where a map is largest (the slice to show).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,10 @@ import torch
 from torch import Tensor
 
 from ..errors import InvalidInputError
-from ..functional.overlay import colormap_lut
+from ..functional.overlay import colormap_lut, overlay_batch
 from ..io import check_unit_range, denormalize, to_uint8_rgb
 
-__all__ = ["overlay"]
+__all__ = ["blend", "overlay", "peak_index"]
 
 
 def overlay(
@@ -80,3 +85,33 @@ def overlay(
     colour = colormap_lut(colormap).numpy()[index].astype(np.float32)
     blended = (1 - alpha) * base.astype(np.float32) + alpha * colour
     return np.clip(np.rint(blended), 0, 255).astype(np.uint8)
+
+
+def blend(gray_or_rgb: Tensor, maps: Tensor, alpha: float, colormap: str) -> np.ndarray:
+    """Overlays of maps [N, H, W] on images [N, H, W] (grey, [0, 1]) or [N, 3, H, W]: uint8 [N, H, W, 3].
+
+    Images are clipped to [0, 1]; the maps are coloured by ``colormap`` from ``round(v * 255)``
+    and weighted by ``alpha``, as in :func:`overlay` (no resizing: the maps are at the images' size).
+
+    Example:
+        >>> import torch
+        >>> from camkit.viz.overlay import blend
+        >>> blend(torch.ones(1, 1, 1), torch.ones(1, 1, 1), 1.0, "jet").tolist()
+        [[[[128, 0, 0]]]]
+    """
+    base = gray_or_rgb[:, None].expand(-1, 3, -1, -1) if gray_or_rgb.dim() == 3 else gray_or_rgb
+    return overlay_batch(base.float().clamp(0, 1), maps, alpha=alpha, colormap=colormap).permute(0, 2, 3, 1).numpy()
+
+
+def peak_index(maps: Tensor) -> tuple[int, ...]:
+    """The index of a map's largest value (the first one on ties, in row-major order), one int per axis.
+
+    Example:
+        >>> import torch
+        >>> from camkit.viz.overlay import peak_index
+        >>> volume = torch.zeros(2, 3, 4); volume[1, 2, 0] = 1.0
+        >>> peak_index(volume)
+        (1, 2, 0)
+    """
+    flat = int(maps.flatten().argmax())
+    return tuple(int(i) for i in np.unravel_index(flat, tuple(maps.shape)))

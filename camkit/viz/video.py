@@ -18,8 +18,9 @@ from torch import Tensor
 
 from ..errors import InvalidInputError
 from ..media.video import write_video
-from ._draw import add_colorbar, as_maps, bare, blend
+from ._draw import add_colorbar, as_maps, bare
 from .canvas import COLORBAR_INCHES, TITLE_INCHES, ExplanationFigure, matplotlib_parts, render
+from .overlay import blend
 
 __all__ = ["frame_curve_figure", "overlay_frames", "save_animation", "video_figure"]
 

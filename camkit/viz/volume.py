@@ -15,8 +15,9 @@ import numpy as np
 from torch import Tensor
 
 from ..errors import InvalidInputError
-from ._draw import add_colorbar, as_maps, bare, blend, peak_index, unit_gray
+from ._draw import add_colorbar, as_maps, bare, unit_gray
 from .canvas import COLORBAR_INCHES, TITLE_INCHES, ExplanationFigure, matplotlib_parts, render
+from .overlay import blend, peak_index
 
 __all__ = ["PLANES", "montage_figure", "volume_figure"]
 
