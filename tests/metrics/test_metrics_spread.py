@@ -67,7 +67,10 @@ def test_spread_and_border_of_flat_zero_and_nan_maps_is_nan():
     assert math.isnan(spread[2]) and math.isnan(border[2])
 
 
-def test_spread_and_border_counts_top_positions_as_the_image_audit_did():
-    """``ceil(top * H * W)`` multiplied left to right: 0.1 * 3 * 50 is just above 15, so 16 pixels."""
+def test_spread_and_border_counts_ten_percent_of_150_positions_as_15():
+    """10% of 3 x 50 positions is 15, though ``0.1 * 3 * 50`` computes to 15.000000000000002 (the image
+    audit's left-to-right product counted 16 before spread_and_border was shared)."""
     maps = torch.arange(1, 151, dtype=torch.float32).reshape(1, 3, 50)
-    assert spread_and_border(maps)[0].item() == pytest.approx(sum(range(135, 151)) / sum(range(1, 151)), rel=1e-6)
+    assert spread_and_border(maps)[0].item() == pytest.approx(sum(range(136, 151)) / sum(range(1, 151)), rel=1e-6)
+    odd = torch.arange(1, 225, dtype=torch.float64).reshape(1, 14, 16)  # 22.4 -> the 23 largest
+    assert spread_and_border(odd)[0].item() == pytest.approx(sum(range(202, 225)) / sum(range(1, 225)), rel=1e-12)
