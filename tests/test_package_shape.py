@@ -497,3 +497,11 @@ def test_no_bare_grad_mode_switch():
         "autograd's mode switched by a bare torch.set_grad_enabled(...) statement (scope it: `with "
         f"torch.enable_grad():`, or camkit._internal.state.GradModes across hooks): {bare}"
     )
+
+
+def test_the_maps_name_every_wing():
+    wings = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    for page in (PACKAGE.parent / "CONTRIBUTING.md", PACKAGE.parent / "docs" / "api" / "architecture.md"):
+        text = page.read_text()
+        missing = [w for w in wings if f"`{w}/`" not in text]
+        assert missing == [], f"{page.name} does not name the wings {missing}: draw them on the map"

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..methods.base import CAMExplainer
+from ..methods import CAMExplainer
 from ..runs.files import atomic_write
 
 __all__ = ["cam_layers", "write_manifest"]
