@@ -237,7 +237,7 @@ def verdict(summary: Mapping[str, Any]) -> dict[str, Any]:
             "the leader's 95% interval overlaps another method's on "
             + ", ".join(f"{m} ({metrics[m]['best']} vs {metrics[m]['runner_up']})" for m in blurred)
         )
-    failing = {b: _failed_gates(gates, b) for b in set(leaders.values())}
+    failing = {b: _failed_gates(gates, b) for b in dict.fromkeys(leaders.values())}  # in the leaders' order
     failing = {b: f for b, f in failing.items() if f}
     if failing:
         problems.append("; ".join(f"{b} fails the {', '.join(f)} gate" for b, f in failing.items()))

@@ -83,6 +83,10 @@ def test_analyse_and_verdict():
     # disagreeing metrics (insertion: higher is better, deletion: lower is better, same table)
     s = analyse({"insertion": clear, "deletion": clear}, METRICS, ["a", "b", "c"])
     assert s["verdict"]["best"] is None and "disagree: insertion -> a, deletion -> c" in s["verdict"]["text"]
+    # the failed gates of several leaders are named in the leaders' order, whatever the hash seed
+    both = {"a": {"model_randomisation": {"passed": False}}, "c": {"random_logit": {"passed": False}}}
+    s = analyse({"insertion": clear, "deletion": clear}, METRICS, ["a", "b", "c"], gates=both)
+    assert "a fails the model_randomisation gate; c fails the random_logit gate" in s["verdict"]["text"]
     assert s["agreement"][0]["spearman"] == -1.0
     # noise only: no metric is reliable
     noise = rng.normal(0.5, 0.1, (30, 3))
