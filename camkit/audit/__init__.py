@@ -9,6 +9,15 @@
 ``camkit.audit(data, model, ...)`` runs :func:`camkit.audit.run.audit` whichever was imported
 first, and ``camkit.audit.report`` or ``from camkit.audit.report import summarize`` reach the
 submodules (before, the function replaced the package on ``camkit``).
+
+Example:
+    >>> import inspect
+    >>> import camkit
+    >>> import camkit.audit.report
+    >>> callable(camkit.audit), camkit.audit.report.__name__
+    (True, 'camkit.audit.report')
+    >>> list(inspect.signature(camkit.audit).parameters)[:3]
+    ['data', 'model', 'out']
 """
 
 import sys
