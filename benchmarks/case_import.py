@@ -85,5 +85,6 @@ def run(ctx: Context) -> list[Row | Goal]:
     status = MET if max(added) <= GOAL_S else NOT_MET if min(added) > GOAL_S else WITHIN_SPREAD
     measured = f"{median:.3f} s ({min(added):.3f}-{max(added):.3f})"
     rows.append(Goal(TITLE, f"import camkit at most {GOAL_S} s of CPU time above import torch, torchvision",
-                     measured, status, "" if status == MET else f"the spread straddles {GOAL_S} s"))
+                     measured, status, {MET: "", WITHIN_SPREAD: f"the spread straddles {GOAL_S} s"}.get(
+                         status, f"every repeat above {GOAL_S} s")))
     return rows
