@@ -11,8 +11,8 @@ from ..errors import InvalidInputError, InvalidTargetError
 from . import syncs as _syncs
 
 __all__ = [
-    "ANY_BATCH", "BATCH_SHAPES", "check_broadcasts", "check_finite", "check_input_batch", "check_logits", "check_model_takes",
-    "per_sample",
+    "ANY_BATCH", "BATCH_SHAPES", "RANK_KINDS", "check_broadcasts", "check_finite", "check_input_batch", "check_logits",
+    "check_model_takes", "per_sample",
 ]  # fmt: skip
 
 
@@ -120,7 +120,8 @@ def check_logits(output: object, message: str) -> Tensor:
 
 
 _RANKED = (nn.modules.conv._ConvNd, nn.modules.batchnorm._NormBase)
-_KIND = {1: "signals [B, C, T]", 2: "images [B, C, H, W]", 3: "volumes or videos [B, C, D, H, W]"}
+#: The inputs of each number of spatial axes, as messages name them.
+RANK_KINDS = {1: "signals [B, C, T]", 2: "images [B, C, H, W]", 3: "volumes or videos [B, C, D, H, W]"}
 
 
 def _rank_of(module: nn.Module) -> int | None:
@@ -160,8 +161,8 @@ def check_model_takes(model: nn.Module, x: Tensor) -> None:
         if rank > x.dim() - 2:
             hint = " (an unbatched image? add a batch dimension with x[None])" if x.dim() == 3 and rank == 2 else ""
             raise InvalidInputError(
-                f"the model takes {_KIND[rank]} (its first convolution '{name}' is a {type(module).__name__}), "
-                f"but x is {list(x.shape)}, {_KIND.get(x.dim() - 2, 'of no supported rank')}{hint}; pass a batch "
+                f"the model takes {RANK_KINDS[rank]} (its first convolution '{name}' is a {type(module).__name__}), "
+                f"but x is {list(x.shape)}, {RANK_KINDS.get(x.dim() - 2, 'of no supported rank')}{hint}; pass a batch "
                 "of that rank"
             )
         lazy = isinstance(module, nn.modules.lazy.LazyModuleMixin)

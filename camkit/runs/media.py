@@ -9,12 +9,11 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from .._internal.checks import RANK_KINDS
 from ..errors import InvalidInputError
 from .explaining import explain_batch
 
 __all__ = ["explain_media_batch", "refuse_crop", "volume_size"]
-
-_KINDS = {1: "signals [B, C, T]", 2: "images [B, C, H, W]", 3: "volumes or videos [B, C, D, H, W]"}
 
 
 def explain_media_batch(ctx: dict[str, Any], x: Tensor, choose: Any) -> Any:
@@ -27,8 +26,8 @@ def explain_media_batch(ctx: dict[str, Any], x: Tensor, choose: Any) -> Any:
         if rank is None or rank == x.dim() - 2:
             raise
         raise InvalidInputError(
-            f"the model takes {_KINDS[rank]} (its first convolution is a {type(first).__name__}), but this input is "
-            f"{_KINDS[x.dim() - 2].split(' [')[0]} {list(x.shape)}; pass a model for them "
+            f"the model takes {RANK_KINDS[rank]} (its first convolution is a {type(first).__name__}), but this input is "
+            f"{RANK_KINDS[x.dim() - 2].split(' [')[0]} {list(x.shape)}; pass a model for them "
             f"(PyTorch: {str(err).splitlines()[0][:120]})"
         ) from None
 

@@ -51,14 +51,13 @@ from torch import Tensor, nn
 from ..._internal.state import GradModes
 from ...errors import InvalidInputError
 from ...hooks import HookScope
-from .capture import block_of
+from .capture import block_of, first_tensor
 
 __all__ = [
     "BlockCall",
     "BlockRecorder",
     "Halted",
     "attention_blocks",
-    "first_tensor",
     "graph_leaves",
     "leaves_reached",
     "micro_batches",
@@ -153,15 +152,6 @@ def tokens_at(args: Sequence[Any], kwargs: dict[str, Any]) -> int | str | None:
         return 0
     if isinstance(kwargs.get("hidden_states"), Tensor):
         return "hidden_states"
-    return None
-
-
-def first_tensor(output: Any) -> Tensor | None:
-    """A block's output tokens: the output itself, or the first item of a tuple or list."""
-    if isinstance(output, Tensor):
-        return output
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
-        return output[0]
     return None
 
 

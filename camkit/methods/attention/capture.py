@@ -34,7 +34,9 @@ from ..._internal.state import GradModes
 from ...errors import InvalidInputError, LayerNotReachedError
 from ...hooks import HookScope
 
-__all__ = ["AttentionCapture", "attention_modules", "block_of", "mha_output", "mha_unreadable", "mha_values"]
+__all__ = [
+    "AttentionCapture", "attention_modules", "block_of", "first_tensor", "mha_output", "mha_unreadable", "mha_values",
+]  # fmt: skip
 
 _WINDOWED = ("Window", "Swin")
 _SWIN_HINT = (
@@ -109,12 +111,20 @@ def block_of(model: nn.Module, name: str) -> tuple[str, nn.Module]:
     )
 
 
-def _first_tensor(output: Any) -> Tensor:
+def first_tensor(output: Any) -> Tensor | None:
+    """A block's output tokens: the output itself, or the first item of a tuple or list."""
     if isinstance(output, Tensor):
         return output
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
         return output[0]
-    raise InvalidInputError(f"a transformer block returned {type(output).__name__}; camkit reads tensors [B, N, D]")
+    return None
+
+
+def _tokens_of(output: Any) -> Tensor:
+    tokens = first_tensor(output)
+    if tokens is None:
+        raise InvalidInputError(f"a transformer block returned {type(output).__name__}; camkit reads tensors [B, N, D]")
+    return tokens
 
 
 class AttentionCapture:
@@ -324,7 +334,7 @@ class AttentionCapture:
             return None
 
         def after(_: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            self.outputs[index].append(_first_tensor(output))
+            self.outputs[index].append(_tokens_of(output))
 
         self._scope.forward_pre(block, before, with_kwargs=True)
         self._scope.forward(block, after, own_thread=True)

@@ -39,8 +39,8 @@ from ...targets.neuron import NeuronTarget
 from .._core.binding import InputIndex
 from ..registry import register_method
 from .base import AttentionExplainer, Head, bool_option, frozen_parameters, known_head
-from .blockwise import BlockRecorder, first_tensor, micro_batches, replace_first
-from .capture import AttentionCapture
+from .blockwise import BlockRecorder, micro_batches, replace_first
+from .capture import AttentionCapture, first_tensor
 
 __all__ = ["SINGLE_PASS_PARTS", "LeGrad"]
 
