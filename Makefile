@@ -10,6 +10,8 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,test]"
+# lxt 2.1, AttnLRP's reference: --no-deps, its requirements name packages its ViT code never imports
+	$(PY) -m pip install -q --no-deps lxt==2.1
 	touch $(STAMP)
 
 venv: $(STAMP)
