@@ -36,8 +36,8 @@ def add_model_arguments(
     group = parser.add_argument_group("model")
     models = (
         "torchvision:NAME, timm:NAME, hf:PATH_OR_ID (a save_pretrained folder or a hub id), "
-        "package.module:factory, demo (the bundled demo model with its preprocessing and class names), or a whole "
-        "model saved with torch.save (needs --trust-pickle)"
+        "package.module:factory, demo or demo-vit (the bundled demo CNN or ViT with its preprocessing and class "
+        "names), or a whole model saved with torch.save (needs --trust-pickle)"
     )
     if another_model is None:
         group.add_argument("--model", required=True, help=models)

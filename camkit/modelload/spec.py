@@ -112,22 +112,28 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     return dev
 
 
-def _load_demo(weights: str | None) -> tuple[nn.Module, Preprocess, list[str], list[str]]:
+def _load_demo(weights: str | None, spec: str = "demo") -> tuple[nn.Module, Preprocess, list[str], list[str]]:
     from ..bundled.model import load_shapes_cnn
     from ..bundled.shapes import CLASSES, IMAGE_SIZE
+    from ..bundled.vit import load_shapes_vit
 
+    load, origin = (
+        (load_shapes_vit, "the bundled demo ViT (camkit.bundled.vit.load_shapes_vit)")
+        if spec == "demo-vit"
+        else (load_shapes_cnn, "the bundled demo model (camkit.bundled.model.load_shapes_cnn)")
+    )
     if weights is not None and not Path(weights).is_file():
-        raise ModelLoadError(f"--model demo: --weights {weights} is not a file (a state dict for the demo model)")
+        raise ModelLoadError(f"--model {spec}: --weights {weights} is not a file (a state dict for the demo model)")
     try:
-        model = load_shapes_cnn(weights)
+        model = load(weights)
     except RuntimeError as err:
         raise ModelLoadError(
-            f"--model demo: the weights in {weights} do not fit the demo model: {first_line(err)}"
+            f"--model {spec}: the weights in {weights} do not fit the demo model: {first_line(err)}"
         ) from None
     pre = Preprocess(
         size=(IMAGE_SIZE, IMAGE_SIZE), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), origin="the bundled demo model"
     )
-    return model, pre, list(CLASSES), ["the bundled demo model (camkit.bundled.model.load_shapes_cnn)"]
+    return model, pre, list(CLASSES), [origin]
 
 
 def _pair(value: int | Sequence[int], option: str) -> tuple[int, int]:
@@ -199,8 +205,8 @@ def load_model(
     Args:
         spec: ``torchvision:NAME``, ``timm:NAME``, ``hf:PATH_OR_ID``, ``ultralytics:PATH.pt`` (a
             YOLO checkpoint, a pickle: needs ``trust_pickle``; letterboxed as ultralytics does),
-            ``package.module:factory``, ``demo``, a path to a whole saved model, or an ``nn.Module``
-            (used as is).
+            ``package.module:factory``, ``demo`` (the bundled CNN), ``demo-vit`` (the bundled ViT),
+            a path to a whole saved model, or an ``nn.Module`` (used as is).
         weights: a torchvision weights name, ``"pretrained"`` (timm), or a state-dict file
             (``.safetensors``, ``.pth``/``.pt``, a Lightning ``.ckpt``).
         trust_pickle: allow unpickling a whole saved model (runs code from the file).
@@ -227,8 +233,8 @@ def load_model(
         model, name = spec, type(spec).__name__
     elif not isinstance(spec, str) or not spec:
         raise ModelLoadError(f"model must be a description string or an nn.Module, got {spec!r}")
-    elif spec == "demo":
-        model, known, categories, notes = _load_demo(weights)
+    elif spec in ("demo", "demo-vit"):
+        model, known, categories, notes = _load_demo(weights, spec)
         name = spec
     elif spec.startswith("torchvision:"):
         model, known, categories, notes = load_torchvision(spec.split(":", 1)[1], weights)

@@ -135,3 +135,18 @@ def test_shared_arguments_round_trip(tmp_path):
     assert loaded.preprocess == Preprocess(size=(12, 20), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
     slim_args = slim.parse_args(["--model", "tinyfactory:tiny", "--device", "cpu"])
     assert not hasattr(slim_args, "size") and model_from_args(slim_args).preprocess.size == (224, 224)
+
+
+def test_demo_specs_load_the_bundled_cnn_and_vit():
+    from camkit.bundled.model import ShapesCNN
+    from camkit.bundled.shapes import CLASSES
+
+    cnn = load_model("demo", device="cpu")
+    vit = load_model("demo-vit", device="cpu")
+    assert isinstance(cnn.model, ShapesCNN)
+    assert not isinstance(vit.model, ShapesCNN) and any("vit" in n for n in vit.notes)
+    assert vit.categories == list(CLASSES) and vit.preprocess.size == cnn.preprocess.size
+    x = torch.rand(2, 3, *vit.preprocess.size)
+    assert vit.model(x).shape == (2, len(CLASSES))
+    with pytest.raises(ModelLoadError, match="--model demo-vit"):
+        load_model("demo-vit", weights="/no/such/file.pt", device="cpu")
