@@ -212,10 +212,10 @@ class CheferRollout(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "1 forward without a graph (the model's own attention), then the blocks recomputed, attention unfused, and "
-        "differentiated a segment of about sqrt(L) at a time, last to first: about 1 more forward + 1 backward (known "
-        "ViT families with class targets: the first forward stops before the last segment); peak memory sqrt(L) "
-        "block inputs + one segment's graph for a few samples"
+        "where the whole graph fits the memory budget (max_memory=, or on CUDA 80% of the free memory): 1 forward "
+        "keeping every block's graph, attention unfused, + 1 backward; otherwise (the CPU's default) 1 forward without "
+        "a graph, then the blocks recomputed and differentiated a segment of about sqrt(L) at a time, last to first: "
+        "about 1 more forward + 1 backward, at peak memory sqrt(L) block inputs + one segment's graph for a few samples"
     )
     use_when: ClassVar[str] = (
         "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."

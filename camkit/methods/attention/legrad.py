@@ -118,10 +118,11 @@ class LeGrad(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "class targets: 1 forward per half batch, attention unfused, each block differentiated for its own score "
-        "as it returns (about 1 forward + 1 partial backward; target=None: 1 forward without a graph first); "
-        "callable targets: 1 forward without a graph, then each block recomputed and differentiated (about 1 more "
-        "forward + 1 backward); peak memory about a no-grad forward's"
+        "where the whole graph fits the memory budget (max_memory=, or on CUDA 80% of the free memory): 1 forward "
+        "keeping every block's graph from its attention on + 1 backward for all layers' scores; otherwise (the CPU's "
+        "default) class targets: 1 forward per half batch, each block differentiated for its own score as it returns "
+        "(target=None: 1 forward without a graph first); callable targets: 1 forward without a graph, then each block "
+        "recomputed and differentiated; peak memory about a no-grad forward's"
     )
     use_when: ClassVar[str] = (
         "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
