@@ -114,8 +114,12 @@ def _width(block: nn.Module) -> int:
 
 
 def _patch(model: nn.Module) -> Patch | None:
+    """The first convolution's geometry (a ViT's patch embedding; a hybrid's stem over-counts the tokens, which
+    only makes the estimate larger); ``None`` without one or with a padding given by name."""
     for module in model.modules():
-        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and isinstance(module.padding, tuple):
+        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            if not isinstance(module.padding, tuple):
+                return None
             return tuple(module.kernel_size), tuple(module.stride), tuple(module.padding), tuple(module.dilation)
     return None
 
