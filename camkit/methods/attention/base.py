@@ -32,7 +32,7 @@ from .._core.binding import InputIndex
 from .._core.explainer import Explainer
 from .._core.output import make_explanation
 from .blockwise import BlockRecorder, attention_blocks
-from .budget import PathChoice, choose_path, graph_shape, memory_option, path_option, whole_graph_bytes
+from .budget import GraphShape, PathChoice, choose_path, graph_shape, memory_option, path_option, whole_graph_bytes
 from .capture import AttentionCapture, attention_modules
 
 __all__ = ["AttentionExplainer", "frozen_parameters", "known_head"]
@@ -73,6 +73,8 @@ class AttentionExplainer(Explainer):
     # the gradient methods' path (camkit.methods.attention.budget): "auto", "whole" or "blockwise"
     path: str = "auto"
     max_memory: int | None = None
+    # what the whole graph's memory is estimated from (read by _set_path); None: no estimate, block by block
+    _shape: GraphShape | None = None
     # samples per block call in that path (camkit.methods.attention.blockwise.micro_batches); None: about a quarter of the batch
     _block_batch: int | None = None
     # blocks per segment of CheferRollout's backward (camkit.methods.attention.blockwise.segment_length); None: ceil(sqrt(L))
@@ -121,7 +123,7 @@ class AttentionExplainer(Explainer):
 
     def _choose(self, x: Tensor) -> PathChoice:
         """The path this call takes by ``path=`` and the memory budget, from shapes alone (no host sync)."""
-        shape = getattr(self, "_shape", None)
+        shape = self._shape
         estimate = None if shape is None else whole_graph_bytes(shape, x.shape[0], tuple(x.shape[2:]))
         return choose_path(self.path, estimate, self.max_memory, x.device)
 
