@@ -174,8 +174,9 @@ def whole_graph_bytes(shape: GraphShape, batch: int, spatial: Sequence[int]) -> 
 
 
 def free_memory(device: torch.device) -> int | None:
-    """Bytes the device can still give: on CUDA the driver's free memory plus what the caching allocator holds
-    unused (``torch.cuda.mem_get_info``, a driver query that does not wait for the device); ``None`` elsewhere."""
+    """Bytes the device can still give: on CUDA the driver's free memory (``torch.cuda.mem_get_info``, a driver
+    query, not a stream synchronisation) plus what the caching allocator holds unused (its host-side counters);
+    ``None`` elsewhere."""
     if device.type != "cuda":
         return None
     free, _ = torch.cuda.mem_get_info(device)
