@@ -50,3 +50,37 @@ def test_a_failed_probe_is_not_asked_again_and_its_goal_says_so():
     goal = case_vit._memory_goals(ratios, (legrad,), "w", missing="its memory probe failed")[0]
     assert goal.measured == "-" and goal.reason == "its memory probe failed"
     assert case_vit._memory_goals({legrad: case_vit.Ratio(1.5, 1.4, 1.6)}, (legrad,), "w")[0].status == MET
+
+
+class _Device:
+    def __init__(self, kind: str, smoke: bool = False) -> None:
+        self.device, self.smoke = torch.device(kind), smoke
+
+    def available(self, module: str) -> bool:
+        return True
+
+
+def test_each_device_forces_the_path_its_default_does_not_take_and_cuda_runs_both_models_at_two_batches():
+    model = case_vit.build_model("torchvision tiny ViT")
+    cpu, cuda = case_vit._usable(_Device("cpu"), model), case_vit._usable(_Device("cuda"), model)
+    assert case_vit.CHEFER_WHOLE in cpu and case_vit.LEGRAD_WHOLE in cpu and case_vit.CHEFER_BLOCKWISE not in cpu
+    assert case_vit.CHEFER_BLOCKWISE in cuda and case_vit.LEGRAD_BLOCKWISE in cuda and case_vit.CHEFER_WHOLE not in cuda
+    assert case_vit.TORCHCAM in cpu and case_vit.CHEFER in cuda
+    assert [(c.model, c.batch) for c in case_vit.configs(_Device("cuda"))] == [
+        ("vit_b_16", 8), ("vit_b_16", 32), ("vit_l_16", 8), ("vit_l_16", 32)]
+
+
+def test_the_path_note_and_the_goal_of_the_whole_graphs_peak_within_its_estimate():
+    from types import SimpleNamespace
+
+    whole = SimpleNamespace(extras={"path": "whole", "estimated_bytes": 100 * 2**20, "budget_bytes": 2**30})
+    blockwise = SimpleNamespace(extras={"path": "blockwise", "estimated_bytes": None, "budget_bytes": None})
+    assert case_vit.path_note(whole) == "path whole (whole graph estimated 100 MiB, budget 1024 MiB)"
+    assert case_vit.path_note(blockwise) == "path blockwise (whole graph estimated n/a, budget n/a)"
+    assert case_vit.path_note(torch.zeros(1)) == ""
+    cfg = case_vit.Config("vit_b_16", 224, 8)
+    explained = {case_vit.CHEFER: whole, case_vit.LEGRAD: blockwise}  # only the whole graph has an estimate to keep
+    goals = case_vit._within_estimate(cfg, {case_vit.CHEFER: 80.0, case_vit.LEGRAD: 5.0}, explained)
+    assert len(goals) == 1 and goals[0].status == MET and goals[0].measured == "0.80x"
+    over = case_vit._within_estimate(cfg, {case_vit.CHEFER: 120.0}, {case_vit.CHEFER: whole})
+    assert over[0].status != MET

@@ -287,3 +287,57 @@ def test_cuda_out_of_range_class_is_nan_not_a_device_assert():
     e = camkit.GradCAM(model, "conv2").explain(x, torch.tensor([1, 9], device="cuda"))
     assert e.scores.isnan().tolist() == [False, True]
     assert e.flat.tolist() == [False, True]
+
+
+# --- the attention methods' two paths (whole graph, block by block) and the budget that picks one ---------------
+
+
+def _tiny_vit() -> torch.nn.Module:
+    from torchvision.models import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16,
+                            num_classes=3)  # fmt: skip
+    torch.nn.init.normal_(vit.heads.head.weight, std=0.5)  # torchvision starts it at zero
+    return vit.eval()
+
+
+ATTENTION_PATHS = {  # keywords -> the path taken on the CPU
+    "whole": ({"path": "whole"}, "whole"),
+    "budget-allows-whole": ({"max_memory": 2**40}, "whole"),
+    "budget-refuses-whole": ({"max_memory": 1}, "blockwise"),
+    "blockwise": ({"path": "blockwise"}, "blockwise"),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION_PATHS))
+@pytest.mark.parametrize("cls", [camkit.CheferRollout, camkit.LeGrad], ids=["cheferrollout", "legrad"])
+def test_attention_paths_and_their_choice_make_no_host_sync(cls, case, on_device):
+    kwargs, path = ATTENTION_PATHS[case]
+    explainer = cls(_tiny_vit(), **kwargs)
+    x = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(7))
+    target = torch.tensor([0, 1, 2])
+    explainer.explain(x, target)
+    with record_syncs() as syncs:
+        explanation = explainer.explain(x, target)
+    assert [str(s) for s in syncs] == []
+    assert explanation.extras["path"] == path and explanation.maps.shape == (3, 16, 16)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("path", ["auto", "whole", "blockwise"])
+@pytest.mark.parametrize("cls", [camkit.CheferRollout, camkit.LeGrad], ids=["cheferrollout", "legrad"])
+def test_cuda_attention_paths_under_sync_debug_error(cls, path):
+    """``path="auto"`` reads the free device memory (``torch.cuda.mem_get_info``) on every call: no sync either."""
+    explainer = cls(_tiny_vit().cuda(), path=path)
+    x = torch.rand(3, 3, 16, 16, device="cuda")
+    target = torch.tensor([0, 1, 2], device="cuda")
+    explainer.explain(x, target)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        explanation = explainer.explain(x, target)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert explanation.extras["path"] == ("blockwise" if path == "blockwise" else "whole")

@@ -2,9 +2,9 @@
 
 The explainers recompute and differentiate one transformer block at a time
 (``camkit.methods.attention.blockwise``); LeGrad with classes given before the forward differentiates each
-block as the forward reaches it instead (``camkit.methods.attention.legrad``). Their private
-``_blockwise = False`` keeps the whole-graph path (one forward that keeps every block's graph, one
-backward), which the formula tests in ``test_vit_attention.py`` check by hand. Here the paths run
+block as the forward reaches it instead (``camkit.methods.attention.legrad``). ``path="whole"`` takes
+the whole-graph path (one forward that keeps every block's graph, one backward; ``test_vit_paths.py``
+checks the choice between them). Here the paths run
 on every family and must agree, the path taken must really have run (its block calls or its
 forwards are counted), and the cases it must not replay take the whole-graph path.
 """
@@ -96,8 +96,7 @@ def _two_classes(out: Tensor) -> Tensor:
 
 def _both(cls, model, x, target, **kwargs):
     new = cls(model, **kwargs).explain(x, target)
-    whole = cls(model, **kwargs)
-    whole._blockwise = False
+    whole = cls(model, path="whole", **kwargs)
     return new, whole.explain(x, target)
 
 
@@ -232,8 +231,7 @@ def test_a_score_reading_a_middle_block_directly(early, segment, replays):
     explainer = camkit.CheferRollout(model)
     explainer._segment = segment
     new = explainer.explain(_x(2), torch.tensor([1, 2]))
-    whole = camkit.CheferRollout(model)
-    whole._blockwise = False
+    whole = camkit.CheferRollout(model, path="whole")
     old = whole.explain(_x(2), torch.tensor([1, 2]))
     assert len(replays) == 3 and replays.samples == [2, 2, 2]
     _assert_equal(new, old)
@@ -258,8 +256,7 @@ def test_the_last_segment_in_the_models_forward_when_the_score_reads_a_middle_bl
     _as_known(monkeypatch)
     model = _ReadsMiddle(read=read).eval()
     x, target = _x(2), torch.tensor([1, 2])
-    whole = camkit.CheferRollout(model)
-    whole._blockwise = False
+    whole = camkit.CheferRollout(model, path="whole")
     old = whole.explain(x, target)
     forwards.clear()
     explainer = camkit.CheferRollout(model)
@@ -319,8 +316,7 @@ def test_chefer_segments_of_any_length_equal_the_whole_graph(family, segment, re
     target = torch.tensor([[0, 3], [2, 1], [1, 1]])
     explainer = camkit.CheferRollout(model)
     explainer._segment = segment
-    whole = camkit.CheferRollout(model)
-    whole._blockwise = False
+    whole = camkit.CheferRollout(model, path="whole")
     old = whole.explain(x, target)
     new = explainer.explain(x, target)
     # the last segment starts at block 2 (segments of 1 or 2) or 0 (of 3): it runs in the model's own forward
@@ -379,8 +375,7 @@ def test_training_mode_and_hidden_targets_take_the_whole_graph(replays):
     torch.manual_seed(3)
     new = camkit.CheferRollout(model, keep_mode=True).explain(x, 1)
     torch.manual_seed(3)
-    whole = camkit.CheferRollout(model, keep_mode=True)
-    whole._blockwise = False
+    whole = camkit.CheferRollout(model, keep_mode=True, path="whole")
     _assert_equal(new, whole.explain(x, 1))
     assert replays == []
     model.eval()
@@ -557,7 +552,7 @@ def test_micro_batches_are_refused_below_one_sample():
 
 
 @pytest.mark.parametrize("cls", [camkit.CheferRollout, camkit.LeGrad])
-def test_recompute_false_is_the_whole_graph_path_with_the_same_maps(cls, replays):
+def test_path_whole_takes_no_block_again_and_gives_the_same_maps(cls, replays):
     from torchvision.models import VisionTransformer
 
     torch.manual_seed(0)
@@ -565,12 +560,14 @@ def test_recompute_false_is_the_whole_graph_path_with_the_same_maps(cls, replays
                             num_classes=3).eval()  # fmt: skip
     x = torch.rand(3, 3, 16, 16)
     target = (lambda out: out[:, 1]) if cls is camkit.LeGrad else [0, 2, 1]  # LeGrad recomputes for a callable
-    whole = cls(vit, recompute=False).explain(x, target)
-    assert len(replays) == 0  # no block called again
-    _assert_equal(cls(vit).explain(x, target), whole)
-    assert len(replays) > 0  # the default recomputes (LeGrad: for a callable target)
-    with pytest.raises(InvalidInputError, match="recompute must be True or False"):
-        cls(vit, recompute="yes")
+    whole = cls(vit, path="whole").explain(x, target)
+    assert len(replays) == 0 and whole.extras["path"] == "whole"  # no block called again
+    blockwise = cls(vit, path="blockwise").explain(x, target)
+    _assert_equal(blockwise, whole)
+    assert len(replays) > 0 and blockwise.extras["path"] == "blockwise"  # (LeGrad: for a callable target)
+    for path in ("yes", True, None):
+        with pytest.raises(InvalidInputError, match="path must be one of 'auto', 'whole', 'blockwise'"):
+            cls(vit, path=path)
 
 
 def test_given_classes_are_the_targets_that_name_classes_before_the_forward():

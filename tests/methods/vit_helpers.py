@@ -9,10 +9,13 @@ did not produce.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 SIZE = 32
 
@@ -150,3 +153,36 @@ def logits(output) -> Tensor:
     if isinstance(output, Tensor):
         return output
     return output.logits if hasattr(output, "logits") else output.image_embeds
+
+
+class LiveBytes(TorchDispatchMode):
+    """The peak of the bytes held at once by the tensors made inside the block (forward and backward alike).
+
+    Each op's outputs are counted once per storage, until that storage is freed: the CPU's stand-in for
+    CUDA's ``max_memory_allocated``, without the memory of tensors made before the block.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._held: set[int] = set()
+
+    def _freed(self, key: int, size: int) -> None:
+        self.live -= size
+        self._held.discard(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(out)[0]:
+            if not isinstance(tensor, Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            key, size = storage.data_ptr(), storage.nbytes()
+            if size == 0 or key in self._held:
+                continue
+            self._held.add(key)
+            self.live += size
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(storage, self._freed, key, size)
+        return out

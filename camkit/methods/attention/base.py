@@ -15,6 +15,7 @@ tokens (timm's ``global_pool="avg"``, a model without class token) use the mean 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -31,9 +32,10 @@ from .._core.binding import InputIndex
 from .._core.explainer import Explainer
 from .._core.output import make_explanation
 from .blockwise import BlockRecorder, attention_blocks
+from .budget import GraphShape, PathChoice, choose_path, graph_shape, memory_option, path_option, whole_graph_bytes
 from .capture import AttentionCapture, attention_modules
 
-__all__ = ["AttentionExplainer", "bool_option", "frozen_parameters", "known_head"]
+__all__ = ["AttentionExplainer", "frozen_parameters", "known_head"]
 
 Head = Callable[[Tensor], Any]
 
@@ -68,9 +70,11 @@ class AttentionExplainer(Explainer):
     """
 
     family: ClassVar[str | None] = "attention"
-    # the gradient methods differentiate one block at a time (camkit.methods.attention.blockwise); False: one
-    # backward through the graph of every block (also what a model or target it cannot replay gets)
-    _blockwise: bool = True
+    # the gradient methods' path (camkit.methods.attention.budget): "auto", "whole" or "blockwise"
+    path: str = "auto"
+    max_memory: int | None = None
+    # what the whole graph's memory is estimated from (read by _set_path); None: no estimate, block by block
+    _shape: GraphShape | None = None
     # samples per block call in that path (camkit.methods.attention.blockwise.micro_batches); None: about a quarter of the batch
     _block_batch: int | None = None
     # blocks per segment of CheferRollout's backward (camkit.methods.attention.blockwise.segment_length); None: ceil(sqrt(L))
@@ -109,13 +113,33 @@ class AttentionExplainer(Explainer):
         raw = torch.stack(maps, dim=1) if scores.dim() == 2 else maps[0]
         return make_explanation(self.key, [raw], x, classes, scores.detach(), tuple(self.layer_names()))
 
-    def _replays(self, target: Target) -> list[nn.Module] | None:
+    def _set_path(self, path: str, max_memory: int | None) -> None:
+        """Check and keep ``path=`` and ``max_memory=`` (see :mod:`camkit.methods.attention.budget`), and read the
+        shapes the whole graph's memory is estimated from."""
+        self.path = path_option(path)
+        self.max_memory = memory_option(max_memory)
+        modules = [module for _, module, _ in self._modules]
+        self._shape = graph_shape(self.model, modules, attention_blocks(self.model, self.layer_names()), self._prefix)
+
+    def _choose(self, x: Tensor) -> PathChoice:
+        """The path this call takes by ``path=`` and the memory budget, from shapes alone (no host sync)."""
+        shape = self._shape
+        estimate = None if shape is None else whole_graph_bytes(shape, x.shape[0], tuple(x.shape[2:]))
+        return choose_path(self.path, estimate, self.max_memory, x.device)
+
+    @staticmethod
+    def _reported(explanation: Explanation, choice: PathChoice, taken: str) -> Explanation:
+        """``explanation`` with the path ``taken`` and the memory figures in its ``extras``."""
+        return dataclasses.replace(explanation, extras={**explanation.extras, **choice.extras(taken)})
+
+    def _replays(self, target: Target, choice: PathChoice) -> list[nn.Module] | None:
         """The blocks to call again one at a time, or ``None`` for the whole-graph path.
 
-        Not when a module is in training mode (dropout would draw new masks), nor for a target that
-        reads a hidden layer (its score is on no graph in a forward without one).
+        Not when the choice is the whole graph, when a module is in training mode (dropout would
+        draw new masks), nor for a target that reads a hidden layer (its score is on no graph in a
+        forward without one).
         """
-        if not self._blockwise or callable(getattr(target, "bind_model", None)):
+        if choice.path == "whole" or callable(getattr(target, "bind_model", None)):
             return None
         if any(m.training for m in self.model.modules()):
             return None
@@ -155,13 +179,6 @@ class AttentionExplainer(Explainer):
                 raise LayerNotReachedError(f"the score does not depend on the attention of '{name}'")
             out.append(grad if grad.shape == attention.shape else grad.expand_as(attention))
         return out
-
-
-def bool_option(value: object, name: str) -> bool:
-    """``value`` when it is a bool; an :class:`~camkit.errors.InvalidInputError` naming option ``name`` otherwise."""
-    if isinstance(value, bool):
-        return value
-    raise InvalidInputError(f"{name} must be True or False, got {value!r}")
 
 
 @contextmanager

@@ -34,7 +34,7 @@ from ...functional.attention import gradient_rollout, token_relevance, weighted_
 from ...targets.classes import OutputSelector, Target, given_classes
 from .._core.binding import InputIndex
 from ..registry import register_method
-from .base import AttentionExplainer, bool_option, frozen_parameters, known_head
+from .base import AttentionExplainer, frozen_parameters, known_head
 from .blockwise import (
     TOKENS_ONLY,
     BlockRecorder,
@@ -181,12 +181,24 @@ class CheferRollout(AttentionExplainer):
     (:class:`~camkit.NeuronTarget`) or blocks that do not feed each other directly take one
     backward through the whole graph instead; the maps are the same either way.
 
+    On a GPU, where memory rarely runs out but every block call costs kernel launches, the whole
+    graph is faster: one forward that keeps every block's graph (parameters frozen for the call),
+    one ``torch.autograd.grad`` for all blocks' attention at once. ``path="auto"`` (the default)
+    takes it whenever its memory, estimated from shapes before anything runs
+    (:func:`camkit.methods.attention.budget.whole_graph_bytes`), fits the budget: ``max_memory``
+    bytes, or on CUDA 80% of the device's free memory. On the CPU without ``max_memory`` the
+    default stays block by block (at most about 2x a no-grad forward's memory). The path taken,
+    the estimate and the budget are reported in ``extras["path"]`` (``"whole"`` or
+    ``"blockwise"``), ``extras["estimated_bytes"]`` and ``extras["budget_bytes"]``.
+
     Args:
         model: a vision transformer (see :class:`AttentionExplainer`).
-        recompute: ``True`` (default): blocks called again a segment at a time, at about a no-grad
-            forward's peak memory (batch 8, CPU: 3.1x its time on vit_b_16, 3.5x on vit_small);
-            ``False``: one backward through every block's graph, faster (2.4x a forward on vit_b_16)
-            but 16x its memory. Same maps.
+        path: ``"auto"`` (default: the whole graph where it fits the memory budget, else block by
+            block), ``"whole"`` (one backward through every block's graph: 2.4x a no-grad forward's
+            time on vit_b_16 at batch 8 on the CPU, but 16x its memory) or ``"blockwise"`` (segments
+            called again, at about a no-grad forward's peak memory: 3.1x its time). Same maps.
+        max_memory: the budget in bytes for ``path="auto"``; ``None``: on CUDA 80% of the free
+            device memory, elsewhere none (block by block).
         query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
 
     Example:
@@ -200,24 +212,25 @@ class CheferRollout(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "1 forward without a graph (the model's own attention), then the blocks recomputed, attention unfused, and "
-        "differentiated a segment of about sqrt(L) at a time, last to first: about 1 more forward + 1 backward (known "
-        "ViT families with class targets: the first forward stops before the last segment); peak memory sqrt(L) "
-        "block inputs + one segment's graph for a few samples"
+        "where the whole graph fits the memory budget (max_memory=, or on CUDA 80% of the free memory): 1 forward "
+        "keeping every block's graph, attention unfused, + 1 backward; otherwise (the CPU's default) 1 forward without "
+        "a graph, then the blocks recomputed and differentiated a segment of about sqrt(L) at a time, last to first: "
+        "about 1 more forward + 1 backward, at peak memory sqrt(L) block inputs + one segment's graph for a few samples"
     )
     use_when: ClassVar[str] = (
         "You want a class-specific map of a ViT that reads its class token: the attention weighted by the score's gradient."
     )
 
     def __init__(
-        self, model: nn.Module, *, recompute: bool = True, query: str = "auto", output: OutputSelector = None,
-        keep_mode: bool = False, input_index: InputIndex = 0
+        self, model: nn.Module, *, path: str = "auto", max_memory: int | None = None, query: str = "auto",
+        output: OutputSelector = None, keep_mode: bool = False, input_index: InputIndex = 0
     ) -> None:
         super().__init__(model, query=query, output=output, keep_mode=keep_mode, input_index=input_index)
-        self._blockwise = bool_option(recompute, "recompute")
+        self._set_path(path, max_memory)
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        blocks = self._replays(target)
+        choice = self._choose(x)
+        blocks = self._replays(target, choice)
         explanation = None
         # a family camkit knows (tokens meet only within a sample, from the input to the head) called on the image
         # alone: the model's own forward may run on a few samples at a time
@@ -225,7 +238,9 @@ class CheferRollout(AttentionExplainer):
             explanation = self._from_last_segment(x, target, blocks)
         if blocks is not None and explanation is None:
             explanation = self._by_block(x, target, blocks)
-        return explanation if explanation is not None else self._whole_graph(x, target)
+        if explanation is not None:
+            return self._reported(explanation, choice, "blockwise")
+        return self._reported(self._whole_graph(x, target), choice, "whole")
 
     def _segments(self, blocks: int) -> tuple[int, list[int]]:
         """The blocks per segment and each segment's first block."""
@@ -233,8 +248,10 @@ class CheferRollout(AttentionExplainer):
         return every, list(range(0, blocks, every))
 
     def _whole_graph(self, x: Tensor, target: Target) -> Explanation:
+        """One forward keeping every block's graph (parameters frozen: no weight gradient is kept for), one
+        backward per score column for every block's attention at once."""
         names = self.layer_names()
-        with AttentionCapture(self.model, gradients=True) as capture:
+        with frozen_parameters(self.model), AttentionCapture(self.model, gradients=True) as capture:
             classes, scores = self._target_scores(x, target)
             attentions = capture.attentions()
             columns = self._columns(scores)

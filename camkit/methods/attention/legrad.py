@@ -38,7 +38,7 @@ from ...targets.classes import OutputSelector, Target, given_classes, resolve_ta
 from ...targets.neuron import NeuronTarget
 from .._core.binding import InputIndex
 from ..registry import register_method
-from .base import AttentionExplainer, Head, bool_option, frozen_parameters, known_head
+from .base import AttentionExplainer, Head, frozen_parameters, known_head
 from .blockwise import BlockRecorder, micro_batches, replace_first
 from .capture import AttentionCapture, first_tensor
 
@@ -80,6 +80,16 @@ class LeGrad(AttentionExplainer):
     training mode, ``keep_mode=True``, or, on the second way, blocks that do not feed each other
     directly, take one forward with every block's graph, cut at each block's input.)
 
+    On a GPU that whole graph is the faster way: one forward keeping every block's graph from its
+    attention on (parameters frozen for the call), the scores of all layers read summed into one
+    ``torch.autograd.grad`` over every layer's attention (block ``l``'s score reaches block ``l``'s
+    attention only, so each gets its own gradient). ``path="auto"`` (the default) takes it whenever
+    its memory, estimated from shapes before anything runs
+    (:func:`camkit.methods.attention.budget.whole_graph_bytes`), fits the budget: ``max_memory``
+    bytes, or on CUDA 80% of the device's free memory; on the CPU without ``max_memory`` the
+    default stays block by block. ``extras["path"]`` (``"whole"`` or ``"blockwise"``),
+    ``extras["estimated_bytes"]`` and ``extras["budget_bytes"]`` report the choice.
+
     Args:
         model: a vision transformer whose head camkit knows (timm's and torchvision's
             ``VisionTransformer``; Hugging Face ``ViTForImageClassification``, DeiT's classifiers,
@@ -88,9 +98,13 @@ class LeGrad(AttentionExplainer):
         head: a callable ``f(tokens [B, N, D]) -> output`` giving what the target scores from one
             block's tokens (the final norm and head on their mean); overrides the known head.
         layers: which attention layers are averaged (indices, negative from the end); ``None``: all.
-        recompute: ``True`` (default): no block's graph kept past its gradient, at about a no-grad
-            forward's peak memory (see above); ``False``: one forward keeping every block's graph
-            (1.7-1.9x a forward's time on vit_b_16, batch 8, CPU, but 13-14x its memory). Same maps.
+        path: ``"auto"`` (default: the whole graph where it fits the memory budget, else block by
+            block), ``"whole"`` (one forward keeping every block's graph: 1.7-1.9x a no-grad
+            forward's time on vit_b_16 at batch 8 on the CPU, but 13-14x its memory) or
+            ``"blockwise"`` (no block's graph kept past its gradient, at about a no-grad forward's
+            peak memory; see above). Same maps.
+        max_memory: the budget in bytes for ``path="auto"``; ``None``: on CUDA 80% of the free
+            device memory, elsewhere none (block by block).
         query, output, keep_mode, input_index: see :class:`AttentionExplainer`.
 
     Example:
@@ -104,10 +118,11 @@ class LeGrad(AttentionExplainer):
     """
 
     cost: ClassVar[str] = (
-        "class targets: 1 forward per half batch, attention unfused, each block differentiated for its own score "
-        "as it returns (about 1 forward + 1 partial backward; target=None: 1 forward without a graph first); "
-        "callable targets: 1 forward without a graph, then each block recomputed and differentiated (about 1 more "
-        "forward + 1 backward); peak memory about a no-grad forward's"
+        "where the whole graph fits the memory budget (max_memory=, or on CUDA 80% of the free memory): 1 forward "
+        "keeping every block's graph from its attention on + 1 backward for all layers' scores; otherwise (the CPU's "
+        "default) class targets: 1 forward per half batch, each block differentiated for its own score as it returns "
+        "(target=None: 1 forward without a graph first); callable targets: 1 forward without a graph, then each block "
+        "recomputed and differentiated; peak memory about a no-grad forward's"
     )
     use_when: ClassVar[str] = (
         "You want a sharp per-layer ViT map on a token-pooling model or CLIP (text-specific); it scores the mean token."
@@ -119,14 +134,15 @@ class LeGrad(AttentionExplainer):
         *,
         head: Head | None = None,
         layers: Sequence[int] | None = None,
-        recompute: bool = True,
+        path: str = "auto",
+        max_memory: int | None = None,
         query: str = "auto",
         output: OutputSelector = None,
         keep_mode: bool = False,
         input_index: InputIndex = 0,
     ) -> None:
         super().__init__(model, query=query, output=output, keep_mode=keep_mode, input_index=input_index)
-        self._blockwise = bool_option(recompute, "recompute")
+        self._set_path(path, max_memory)
         if head is not None and not callable(head):
             raise TypeError(f"head must be a callable f(tokens [B, N, D]) -> output, got {type(head).__name__}")
         self._known_head = head is None
@@ -149,9 +165,12 @@ class LeGrad(AttentionExplainer):
                 "LeGrad scores each layer through the model's head, so a NeuronTarget (a hidden unit) has no score at "
                 "each layer; explain a hidden unit with camkit.CheferRollout(model) instead"
             )
-        blocks = self._replays(target)
+        choice = self._choose(x)
+        blocks = self._replays(target, choice)
         explanation = None if blocks is None else self._by_block(x, target, blocks)
-        return explanation if explanation is not None else self._whole_graph(x, target)
+        if explanation is not None:
+            return self._reported(explanation, choice, "blockwise")
+        return self._reported(self._whole_graph(x, target), choice, "whole")
 
     def _by_block(self, x: Tensor, target: Target, blocks: list[nn.Module]) -> Explanation | None:
         classes = given_classes(target, x.shape[0])
@@ -165,10 +184,12 @@ class LeGrad(AttentionExplainer):
         return self._recompute(x, target, blocks)
 
     def _whole_graph(self, x: Tensor, target: Target) -> Explanation:
+        """One forward keeping every block's graph, cut at each block's input (parameters frozen), and one
+        backward per score column of every read layer's score summed, for every layer's attention at once."""
         names = self.layer_names()
         head = self.head
         assert head is not None
-        with AttentionCapture(self.model, gradients=True, blocks=True) as capture:
+        with frozen_parameters(self.model), AttentionCapture(self.model, gradients=True, blocks=True) as capture:
             classes, scores = self._target_scores(x, target)
             attentions = [capture.attentions()[i] for i in self.layers]
             outputs = [capture.block_outputs()[i] for i in self.layers]
