@@ -14,10 +14,13 @@
 # in the subprocesses the benchmarks start.
 #
 # Each stage has its own time limit (seconds; the machine allows 600 per command):
-# TEST_GPU_S (60), SUITE_S (180), BENCH_S (330). A stage that fails or runs out does not stop
-# the next one; the exit status is that of the first failing stage. BENCH_ARGS adds arguments to
-# the benchmark runner (for instance `--cases gradcam,gpu,vit` to fit the cases that matter on a
-# GPU into one call).
+# TEST_GPU_S (60), SUITE_S (180), BENCH_S (330). The stage `metrics` (METRICS_S, 240) is not among
+# the default stages, so that they keep within one call: `STAGES="env metrics" bash tools/gpu_session.sh`
+# runs the Quantus-family metric cases (camkit.metrics and every camkit.compat.quantus class beside
+# Quantus and their floors; quantus's wheel in .whl/ for the comparison) into $OUT/metrics.
+# A stage that fails or runs out does not stop the next one; the exit status is that of the first
+# failing stage. BENCH_ARGS adds arguments to the benchmark runner (for instance
+# `--cases gradcam,gpu,vit` to fit the cases that matter on a GPU into one call).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -71,4 +74,6 @@ stage test-gpu "${TEST_GPU_S:-60}" make test-gpu PY="$PY"
 stage suite "${SUITE_S:-180}" "$PY" -m pytest -q "${XDIST[@]}"
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
 stage bench "${BENCH_S:-330}" "$PY" -m benchmarks --device cuda --out "$OUT/bench" ${BENCH_ARGS:-}
+stage metrics "${METRICS_S:-240}" "$PY" -m benchmarks --device cuda --cases metrics,quantus_compat --repeats 3 \
+    --out "$OUT/metrics"
 exit $status
