@@ -94,6 +94,7 @@ class Spec:
     call: dict[str, Any] = field(default_factory=dict)
     differs: bool = False  # camkit computes something else (the class docstring says what)
     channels: bool = False  # maps on every channel, no ties (ranked element by element)
+    besides: str = ""  # work beyond the model calls that any implementation does (not in the floor)
 
 
 def specs(side: int, channels: int) -> list[Spec]:
@@ -118,8 +119,9 @@ def specs(side: int, channels: int) -> list[Spec]:
         Spec("RelevanceMassAccuracy", regions=True), Spec("AUC", regions=True),
         Spec("RegionPerturbation", {"patch_size": side // 4, "regions_evaluation": 8, "perturb_baseline": 0.0}),
         Spec("Selectivity", {"patch_size": side // 4, "perturb_baseline": 0.0}),
-        Spec("IROF", {"perturb_baseline": 0.0}),
-        Spec("ROAD", {"percentages": [10, 30, 50, 70, 90]}, differs=True),
+        Spec("IROF", {"perturb_baseline": 0.0}, besides="SLIC segments of every image"),
+        Spec("ROAD", {"percentages": [10, 30, 50, 70, 90]}, differs=True,
+             besides="a sparse linear solve per image and fraction (the noisy linear imputation)"),
         Spec("Sufficiency", {}),
         Spec("AvgSensitivity", {"nr_samples": 4, "lower_bound": 0.02}, explain=True),
         Spec("MaxSensitivity", {"nr_samples": 4, "lower_bound": 0.02}, explain=True),
@@ -129,9 +131,9 @@ def specs(side: int, channels: int) -> list[Spec]:
         Spec("RelativeInputStability", {"nr_samples": 4}, explain=True),
         Spec("RelativeOutputStability", {"nr_samples": 4}, explain=True),
         Spec("RelativeRepresentationStability", {"nr_samples": 4, "layer_names": ["layer4.1.conv2"]}, explain=True),
-        Spec("MPRT", {"layer_order": "bottom_up"}, explain=True),
-        Spec("SmoothMPRT", {"nr_samples": 2}, explain=True),
-        Spec("EfficientMPRT", {}, explain=True),
+        Spec("MPRT", {"layer_order": "bottom_up"}, explain=True, besides="copying the model and re-initialising its layers"),
+        Spec("SmoothMPRT", {"nr_samples": 2}, explain=True, besides="copying the model and re-initialising its layers"),
+        Spec("EfficientMPRT", {}, explain=True, besides="copying the model and re-initialising its layers"),
         Spec("RandomLogit", {"num_classes": 1000}, explain=True),
     ]  # fmt: skip
 
@@ -269,8 +271,9 @@ def _one(ctx: Context, spec: Spec, model: nn.Module, data: Inputs, label: str, b
     out += rows_for_timings(TITLE, timings, reference=reference, model=model_label, batch=batch, device=ctx.device, camkit=CAMKIT,
                             diffs=diffs, notes={k: v for k, v in notes.items() if k in timings})  # fmt: skip
     if FLOOR in timings:
+        reason = f"the floor leaves out {spec.besides}" if spec.besides else ""
         out.append(goal_at_most(TITLE, f"{spec.name} ({label}) within {FLOOR_LIMIT}x of its floor",
-                                paired_ratio(timings[CAMKIT], timings[FLOOR]), FLOOR_LIMIT))  # fmt: skip
+                                paired_ratio(timings[CAMKIT], timings[FLOOR]), FLOOR_LIMIT, reason=reason))  # fmt: skip
     if qname in timings:
         reason = "camkit computes something else (see the class docstring)" if spec.differs else ""
         out.append(goal_at_most(TITLE, f"{spec.name} ({label}) not slower than Quantus",

@@ -8,6 +8,8 @@ the host by design and are not listed.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -32,7 +34,9 @@ CALLS = {
         m, x, a, t, features_in_step=8, generator=_generator()
     ),
     "infidelity": lambda m, x, a, t: metrics.infidelity(m, x, a, t, samples=4, generator=_generator()),
-    "sensitivity_n": lambda m, x, a, t: metrics.sensitivity_n(m, x, a, t, sizes=[4, 8], samples=4, generator=_generator()),
+    "sensitivity_n": lambda m, x, a, t: metrics.sensitivity_n(
+        m, x, a, t, sizes=[4, 8], samples=4, generator=_generator()
+    ),
     "region_perturbation": lambda m, x, a, t: metrics.region_perturbation(m, x, a, t, patch_size=2),
     "selectivity": lambda m, x, a, t: metrics.selectivity(m, x, a, t, patch_size=2),
     "non_sensitivity": lambda m, x, a, t: metrics.non_sensitivity(m, x, a, t, features_in_step=8),
@@ -58,7 +62,9 @@ def test_sensitivity_n_with_sizes_of_different_widths_equals_subset_by_subset():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 2, 3), nn.Tanh(), nn.Flatten(), nn.Linear(2 * 16, 4)).eval()
     x, maps, target = torch.rand(2, 3, 6, 6), torch.rand(2, 3, 6, 6), torch.tensor([1, 3])
-    sizes, got = metrics.sensitivity_n(model, x, maps, target, sizes=[5, 20, 1], samples=6, generator=_generator(), chunk_size=7)
+    sizes, got = metrics.sensitivity_n(
+        model, x, maps, target, sizes=[5, 20, 1], samples=6, generator=_generator(), chunk_size=7
+    )
     g = _generator()  # the draws replayed: keys per sample and size, the n largest
     expected = torch.empty(2, 3, dtype=torch.float64)
     with torch.no_grad():
@@ -74,3 +80,27 @@ def test_sensitivity_n_with_sizes_of_different_widths_equals_subset_by_subset():
                 expected[b, k] = torch.corrcoef(torch.tensor([sums, drops], dtype=torch.float64))[0, 1]
     assert sizes.tolist() == [5, 20, 1]
     torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-5)
+
+
+DEVICE_DRAWS = {"faithfulness_correlation", "sensitivity_n"}  # draw on a generator of the input's device
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", sorted(set(CALLS) - {"infidelity", "monotonicity_correlation"}))
+def test_cuda_metric_under_sync_debug_error(name, monkeypatch):
+    if name in DEVICE_DRAWS:
+        monkeypatch.setattr(sys.modules[__name__], "_generator", lambda: torch.Generator("cuda").manual_seed(0))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 64, 5)).cuda().eval()
+    x, maps = torch.rand(3, 3, 8, 8, device="cuda"), torch.rand(3, 8, 8, device="cuda")
+    target = torch.tensor([0, 1, 2], device="cuda")
+    CALLS[name](model, x, maps, target)  # warm-up: allocator, kernels
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = CALLS[name](model, x, maps, target)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    values = out[1] if isinstance(out, tuple) else out
+    assert values.device.type == "cuda"
