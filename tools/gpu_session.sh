@@ -2,7 +2,7 @@
 # Everything camkit checks on a GPU, in one call of a GPU machine (see docs/guide/gpu.md).
 #
 #   bash tools/gpu_session.sh                # all stages
-#   STAGES="bench" bash tools/gpu_session.sh # some stages: env test-gpu suite bench-attention bench
+#   STAGES="bench" bash tools/gpu_session.sh # some stages: env test-gpu suite bench-attention bench metrics
 #
 # Run from the repository root. Results go to $OUT (default ./gpu-session), at most two
 # folders down: env.txt, test-gpu.log, suite.log, bench-attention.log, bench-attention/RESULTS.md,
@@ -15,18 +15,19 @@
 # in the subprocesses the benchmarks start.
 #
 # Each stage has its own time limit (seconds; the machine allows 600 per command):
-# TEST_GPU_S (60), SUITE_S (180), BENCH_ATTN_S (100), BENCH_S (230). The attention stage runs the
-# ViT case alone (CheferRollout and LeGrad on both paths beside torchcam's LeGrad, vit_b_16 and
-# vit_l_16 at batch 8 and 32, memory by CUDA's counter in the same process) before the other
-# cases, so that a long benchmark stage cannot starve it. A stage that fails or runs out does not stop
-# the next one; the exit status is that of the first failing stage. BENCH_ARGS adds arguments to
-# the benchmark runner (for instance `--cases gradcam,gpu,vit` to fit the cases that matter on a
-# GPU into one call).
+# TEST_GPU_S (60), SUITE_S (150), BENCH_ATTN_S (90), BENCH_S (180), METRICS_S (90). The attention stage
+# runs the ViT case alone (CheferRollout and LeGrad on both paths beside torchcam's LeGrad, vit_b_16 and
+# vit_l_16 at batch 8 and 32, memory by CUDA's counter in the same process) before the other cases, so
+# that a long benchmark stage cannot starve it. The stage `metrics` runs the Quantus-family metric cases
+# (camkit.metrics and every camkit.compat.quantus class beside Quantus and their floors; quantus's wheel
+# in .whl/ for the comparison) into $OUT/metrics. A stage that fails or runs out does not stop the next
+# one; the exit status is that of the first failing stage. BENCH_ARGS adds arguments to the benchmark
+# runner (for instance `--cases gradcam,gpu,vit` to fit the cases that matter on a GPU into one call).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 OUT=${OUT:-$PWD/gpu-session}
-STAGES=${STAGES:-"env test-gpu suite bench-attention bench"}
+STAGES=${STAGES:-"env test-gpu suite bench-attention bench metrics"}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
@@ -74,6 +75,8 @@ if "$PY" -c "import xdist" 2>/dev/null; then XDIST=(-n 8); fi
 stage test-gpu "${TEST_GPU_S:-60}" make test-gpu PY="$PY"
 stage suite "${SUITE_S:-180}" "$PY" -m pytest -q "${XDIST[@]}"
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
-stage bench-attention "${BENCH_ATTN_S:-100}" "$PY" -m benchmarks --device cuda --cases vit --out "$OUT/bench-attention"
-stage bench "${BENCH_S:-230}" "$PY" -m benchmarks --device cuda --out "$OUT/bench" ${BENCH_ARGS:-}
+stage bench-attention "${BENCH_ATTN_S:-90}" "$PY" -m benchmarks --device cuda --cases vit --out "$OUT/bench-attention"
+stage bench "${BENCH_S:-180}" "$PY" -m benchmarks --device cuda --out "$OUT/bench" ${BENCH_ARGS:-}
+stage metrics "${METRICS_S:-90}" "$PY" -m benchmarks --device cuda --cases metrics,quantus_compat --repeats 3 \
+    --out "$OUT/metrics"
 exit $status

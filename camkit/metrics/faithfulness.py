@@ -102,9 +102,14 @@ def pixel_flipping(
 
 
 def draw_subsets(batch: int, features: int, runs: int, size: int, generator: torch.Generator | None) -> Tensor:
-    """``runs`` random subsets of ``size`` distinct features per sample, LongTensor [B, runs, size]."""
-    # one sample at a time: keys for the whole batch would hold B * runs * F floats at once
-    return torch.stack([torch.rand(runs, features, generator=generator).topk(size, dim=1).indices for _ in range(batch)])
+    """``runs`` random subsets of ``size`` distinct features per sample, LongTensor [B, runs, size].
+
+    Drawn on the generator's device (the CPU without one), one sample at a time: keys for
+    the whole batch would hold ``B * runs * F`` floats at once.
+    """
+    device = generator.device if generator is not None else None
+    keys = (torch.rand(runs, features, generator=generator, device=device) for _ in range(batch))
+    return torch.stack([k.topk(size, dim=1, sorted=False).indices for k in keys])
 
 
 def faithfulness_correlation(
@@ -137,7 +142,7 @@ def faithfulness_correlation(
         subset_size: features per subset.
         subsets: the subsets themselves, LongTensor [B, runs, subset_size] of feature indices
             (then ``runs``, ``subset_size`` and ``generator`` are not used).
-        generator: draws the subsets (CPU generator; the draw does not depend on ``chunk_size``).
+        generator: draws the subsets (drawn on its device, which may be the input's; the draw does not depend on ``chunk_size``).
 
     Returns:
         Correlations [B] (NaN where a map or the score changes are constant).

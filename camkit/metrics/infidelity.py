@@ -146,7 +146,7 @@ def sensitivity_n(
         samples: subsets per size.
         subsets: the subsets themselves, one LongTensor [B, samples, n] of feature indices
             per size (then ``sizes``, ``samples`` and ``generator`` are not used).
-        generator: draws the subsets (CPU generator).
+        generator: draws the subsets (drawn on its device: a generator on the input's device keeps the draw there).
 
     Returns:
         ``(sizes [K], correlations [B, K])``.
@@ -167,27 +167,29 @@ def sensitivity_n(
     batch, total = x.shape[0], features.count
     subsets = _subsets(subsets, batch, total, sizes, samples, generator)
     sizes = [s.shape[2] for s in subsets]
-    table, offsets = _subset_table(subsets, x.device)
+    table, offsets = _subset_table(subsets, total, x.device)
     canvas = _resolve_baseline(baseline, x)
 
     def build(owner: Tensor, index: Tensor) -> Tensor:
-        rows = table[owner, index]  # [M, width]
         chosen = torch.zeros(owner.shape[0], total + 1, dtype=torch.bool, device=x.device)
-        chosen.scatter_(1, torch.where(rows < 0, total, rows), True)
+        chosen.scatter_(1, table[owner, index].long(), True)  # padding points at the spare column
         return torch.where(features.mask(chosen[:, :total].contiguous()), canvas[owner], x[owner])
 
     clean, scores = run_plan(
-        model, x, target, build, int(offsets[-1]), softmax=softmax, chunk_size=chunk_size, output=output,
+        model, x, target, build, offsets[-1], softmax=softmax, chunk_size=chunk_size, output=output,
         keep_mode=keep_mode,
     )  # fmt: skip
     assert clean is not None
-    padded = torch.cat([features.values, features.values.new_zeros(batch, 1)], dim=1)
-    sums = padded.gather(1, torch.where(table < 0, total, table).flatten(1)).view(table.shape).sum(dim=2)
+    values = features.values
     change = clean[:, None] - scores
     curves = torch.stack(
-        [pearson(sums[:, offsets[k] : offsets[k + 1]], change[:, offsets[k] : offsets[k + 1]]) for k in range(len(sizes))],
+        [
+            pearson(values.gather(1, s.to(x.device, torch.long).flatten(1)).view(s.shape).sum(dim=2),
+                    change[:, offsets[k] : offsets[k + 1]])
+            for k, s in enumerate(subsets)
+        ],
         dim=1,
-    )
+    )  # fmt: skip
     curves = torch.where(features.nan()[:, None], torch.full_like(curves, float("nan")), curves)
     return torch.tensor(sizes), curves.to(x.dtype)
 
@@ -212,12 +214,15 @@ def _subsets(
     return subsets
 
 
-def _subset_table(subsets: list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
-    """One padded table [B, sum(runs), width] of feature indices (-1 for padding), and each size's first row."""
+def _subset_table(subsets: list[Tensor], total: int, device: torch.device) -> tuple[Tensor, list[int]]:
+    """One table [B, sum(runs), width] of feature indices (int32; ``total`` pads the shorter
+    subsets, a spare column the mask drops), and each size's first row (host ints, no sync)."""
     runs = [s.shape[1] for s in subsets]
-    offsets = torch.tensor([0, *runs], device=device).cumsum(0)
+    offsets = [0]
+    for r in runs:
+        offsets.append(offsets[-1] + r)
     width = max(s.shape[2] for s in subsets)
-    table = torch.full((subsets[0].shape[0], int(offsets[-1]), width), -1, dtype=torch.long, device=device)
+    table = torch.full((subsets[0].shape[0], offsets[-1], width), total, dtype=torch.int32, device=device)
     for k, s in enumerate(subsets):
-        table[:, offsets[k] : offsets[k + 1], : s.shape[2]] = s.to(device, torch.long)
+        table[:, offsets[k] : offsets[k + 1], : s.shape[2]] = s.to(device, torch.int32)
     return table, offsets

@@ -94,7 +94,7 @@ def _patch_curve(
     check_count(patch_size, "patch_size")
     batch, spatial = x.shape[0], tuple(x.shape[2:])
     grid = patch_labels(spatial, patch_size, x.device)
-    count = int(grid.max()) + 1
+    count = math.prod(math.ceil(size / patch_size) for size in spatial)  # the grid's labels, without reading it
     steps = count if regions is None else min(check_count(regions, "regions"), count)
     labels = grid.flatten().expand(batch, -1)
     ranks = _ranks(_region_sums(features, labels, count), order, generator)

@@ -198,3 +198,23 @@ def test_evaluate_raises_where_quantus_prints(capsys):
     frame = cq.evaluate(metrics={"sparseness": cq.Sparseness()}, xai_methods={"random": a, "grad": _gradient},
                         model=net, x_batch=x, y_batch=y, agg_func=np.mean, explain_func_kwargs={}, return_as_df=True)  # fmt: skip
     assert list(frame.columns) == ["random", "grad"] and list(frame.index) == ["sparseness"]
+
+
+def test_sensitivity_n_draws_follow_numpy_seed_with_one_draw_per_batch():
+    x, y, a = data(6, batch=3)
+    net = conv_net()
+    kwargs = dict(normalise=False, perturb_baseline=0.0, features_in_step=6, return_aggregate=False, nr_samples=5)
+
+    def call(seed):
+        np.random.seed(seed)
+        out = cq.SensitivityN(**kwargs)(model=net, x_batch=x, y_batch=y, a_batch=a, softmax=False, batch_size=2)
+        return out, np.random.randint(0, 2**31)
+
+    first, after = call(0)
+    again, after_again = call(0)
+    np.testing.assert_array_equal(first, again)
+    assert after == after_again
+    np.random.seed(0)
+    np.random.randint(0, 2**62, dtype=np.int64, size=2)  # two batches of at most 2: two seeds drawn
+    assert after == np.random.randint(0, 2**31)
+    assert not np.allclose(call(1)[0], first)
