@@ -141,7 +141,8 @@ def _check_classes(index: Tensor, classes: int) -> Tensor | None:
     if index.numel() == 0:
         return None
     if _syncs.reads_are_free(index):
-        low, high = int(index.min()), int(index.max())
+        values = index.flatten().tolist()  # one read of the host's memory rather than two reductions
+        low, high = min(values), max(values)
         if low < 0 or high >= classes:
             bad = low if low < 0 else high
             raise InvalidTargetError(f"target class {bad} is out of range for an output with {classes} classes")
