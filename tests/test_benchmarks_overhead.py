@@ -10,11 +10,13 @@ from benchmarks._harness import Timing
 from camkit.hooks import LayerCapture
 
 
-def test_overhead_ratio_is_taken_round_by_round_above_the_floor():
+def test_overhead_ratio_of_the_medians_with_the_rounds_spread():
     ours, theirs, floor = Timing((3.0, 5.0, 4.0)), Timing((4.0, 4.0, 6.0)), Timing((1.0, 2.0, 2.0))
     ratio = case_overhead.overhead_ratio(ours, theirs, floor)
-    assert (ratio.median, ratio.lo, ratio.hi) == (2 / 3, 0.5, 1.5)  # rounds: 2/3, 3/2, 2/4
-    assert case_overhead.overhead_ratio(ours, Timing((1.0, 4.0, 6.0)), floor) is None  # an anchor at the floor
+    assert (ratio.median, ratio.lo, ratio.hi) == (1.0, 0.5, 1.5)  # (4 - 2) / (4 - 2); rounds 2/3, 3/2, 2/4
+    noisy = case_overhead.overhead_ratio(ours, Timing((1.0, 4.0, 6.0)), floor)  # round 1: the anchor under the floor
+    assert (noisy.median, noisy.lo, noisy.hi) == (1.0, 0.5, 1.5)
+    assert case_overhead.overhead_ratio(ours, Timing((1.0, 2.0, 2.0)), floor) is None
 
 
 def test_the_floor_is_the_gradient_camkit_takes():

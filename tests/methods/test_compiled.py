@@ -185,6 +185,19 @@ def test_no_host_sync_on_the_replay(graphs):
     assert [str(s) for s in syncs] == []
 
 
+def test_a_copy_starts_without_the_originals_captures(graphs):
+    import copy
+    import pickle
+
+    explainer = camkit.GradCAM(TinyNet().eval(), "conv2", compile=True)
+    x = tiny_input()
+    explainer(x, 0)
+    twin = copy.deepcopy(explainer)
+    assert twin.compile and len(twin._graphs) == 0 and len(explainer._graphs) == 1
+    torch.testing.assert_close(twin(x, 0), explainer(x, 0), rtol=0, atol=0)
+    assert len(pickle.loads(pickle.dumps(explainer))._graphs) == 0
+
+
 def test_on_the_cpu_compile_is_the_eager_path():
     model = TinyNet().eval()
     x = tiny_input()

@@ -76,6 +76,12 @@ class StepGraphs:
         self._failed: dict[Hashable, str] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"size": self.size}  # a copy (of an explainer, say) starts without captures: they hold the original's
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["size"])  # type: ignore[misc]
+
     def failed(self, key: Hashable) -> str | None:
         """Why ``key``'s capture failed, or ``None`` if it did not (or was not tried)."""
         return self._failed.get(key)
