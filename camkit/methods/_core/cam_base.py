@@ -11,6 +11,7 @@ from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
+from torch.nn.parameter import is_lazy
 
 from ..._internal import syncs as _syncs
 from ..._internal.checks import BATCH_SHAPES
@@ -289,7 +290,10 @@ class GradientCAM(CAMExplainer):
         classes = None if target is None else given_classes(target, x.shape[0])
         if target is not None and (classes is None or classes.dim() != 1):
             return None  # a callable target, [B, K] classes, or a target the eager path refuses
-        weights = tuple(t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers()))
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        if any(is_lazy(t) for t in tensors):
+            return None  # a lazy module not yet run: its weights have no memory to key the capture on
+        weights = tuple(t.data_ptr() for t in tensors)
         key = (tuple(x.shape), x.dtype, x.device, classes is None, weights)
         # Classes given on the host (ints, a list, a CPU tensor) are checked there, as on the eager path.
         on_device = isinstance(target, Tensor) and not _syncs.reads_are_free(target)
