@@ -13,23 +13,33 @@ a per-process memory cap are GPU questions).
   call runs out of memory and bisects to 4 images. Goal: camkit's largest batch at least the
   best anchor's.
 
-Default: resnet50 at 224x224, an 8 GiB cap. ``--smoke``: resnet18 at 64x64, a 1 GiB cap.
+* **Per-call overhead** (``case_overhead.py``'s measurement on CUDA): Grad-CAM, Grad-CAM++,
+  XGrad-CAM, LayerCAM and HiResCAM at batch 1, 8 and 64 on resnet50, convnext_tiny and vit_b_16
+  (224x224): the no-grad forward, the floor (forward + backward to the layer, by hand), camkit,
+  torchcam (and torchcam + resize), captum (Grad-CAM) and pytorch-grad-cam, 3 repeats. Goals:
+  camkit no slower than the fastest anchor; at batch 64 within 1.1x of the forward. Grad-CAM
+  also with ``compile=True`` beside the no-grad forward replayed from a CUDA graph: within 1.5x
+  of that at batch 1 and 8, below the eager forward at batch 64.
+
+Default: resnet50 at 224x224, an 8 GiB cap. ``--smoke``: resnet18 at 64x64, a 1 GiB cap, Grad-CAM at batch 1 and 8.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from . import case_gradcam
+from . import case_gradcam, case_overhead
 from ._harness import (
     REPO_ROOT,
     BenchmarkError,
@@ -37,6 +47,7 @@ from ._harness import (
     Goal,
     Ratio,
     Row,
+    Timing,
     build_model,
     goal_at_least,
     goal_at_most,
@@ -48,6 +59,10 @@ TITLE = "GPU-sized Grad-CAM"
 ORDER = 8
 CAP_GIB = 8.0
 BATCH = 64
+BATCHES = (1, 8, 64)
+OVERHEAD = (("resnet50", "layer4"), ("convnext_tiny", "features.7"), ("vit_b_16", "encoder.layers.encoder_layer_11.ln_1"))
+GRAPHED = "no-grad forward, CUDA graph replay"
+OVERHEAD_BUDGET_S = 150  # the overhead rows stop starting new configurations after this
 
 _NETS: dict[tuple[str, str], nn.Module] = {}
 
@@ -100,6 +115,78 @@ def largest_batch(ctx: Context, impl: str, model: str, size: int, cap_gib: float
     return result
 
 
+def graphed_forward(model: nn.Module, x: Tensor) -> Callable[[], Tensor]:
+    """The no-grad forward captured as a CUDA graph; each call copies ``x`` in and replays it (the compiled floor)."""
+    static = x.clone()
+    side = torch.cuda.Stream(x.device)
+    side.wait_stream(torch.cuda.current_stream(x.device))
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            model(static)
+    torch.cuda.current_stream(x.device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        out = model(static)
+
+    def run() -> Tensor:
+        static.copy_(x)
+        graph.replay()
+        return out
+
+    return run
+
+
+def overhead_rows(ctx: Context) -> list[Row | Goal]:
+    """The five gradient CAMs at batch 1, 8 and 64 on three models, camkit (and Grad-CAM compiled) beside the anchors."""
+    out: list[Row | Goal] = []
+    configs = [("resnet18", 64, "layer4", (1, 8))] if ctx.smoke else [(name, 224, layer, BATCHES) for name, layer in OVERHEAD]
+    start = time.monotonic()
+    for name, size, layer, batches in configs:
+        model = build_model(name, ctx.device)
+        for batch in batches:
+            x = random_input(batch, size, ctx.device)
+            where = f"{name} {size}x{size}"
+            if time.monotonic() - start > OVERHEAD_BUDGET_S:  # keeps one GPU session's call in its time
+                out.append(Row(TITLE, "per-call overhead", where, batch, ctx.device.type,
+                               note=f"not run: this part's budget of {OVERHEAD_BUDGET_S} s was spent"))
+                continue
+            for method in ["Grad-CAM"] if ctx.smoke else list(case_overhead.METHODS):
+                ctx.log(f"  {TITLE}: {where}, {method}, batch {batch}")
+                grad_cam = method == "Grad-CAM"
+                extra = {GRAPHED: graphed_forward(model, x)} if grad_cam else {}
+                rows, t = case_overhead.time_method(ctx, method, model, layer, x, where, inner=1, compiled=grad_cam,
+                                                    repeats=3, extra=extra)
+                out += [dataclasses.replace(row, case=TITLE) for row in rows]
+                out += overhead_goals(t, method, f"{where}, batch {batch}", batch)
+        del model
+        torch.cuda.empty_cache()
+    return out
+
+
+def overhead_goals(t: dict[str, Timing], method: str, setting: str, batch: int) -> list[Goal]:
+    """Not slower than the fastest anchor; at batch 64 within 1.1x a no-grad forward; Grad-CAM compiled against its floors."""
+    name = functools.partial("{}: {}".format, method)
+    ours, forward = t.get(name(case_overhead.CAMKIT)), t.get(name(case_overhead.FORWARD))
+    anchors = [v for k, v in t.items() if k.startswith(name("")) and any(
+        k.startswith(name(case_overhead.label(a))) for a in ("torchcam", "captum", "pytorch-grad-cam"))
+        and not k.endswith("+ resize")]
+    fastest = min(anchors, key=lambda v: v.median) if anchors else None
+    goals = [goal_at_most(TITLE, f"camkit {method} no slower than the fastest anchor ({setting})",
+                          paired_ratio(ours, fastest) if ours and fastest else None, 1.0,
+                          reason="" if fastest else "no anchor ran")]
+    if batch == BATCHES[-1] and ours and forward:
+        goals.append(goal_at_most(TITLE, f"camkit {method} within 1.1x of a no-grad forward ({setting})",
+                                  paired_ratio(ours, forward), 1.1))
+    compiled, graphed = t.get(name(case_overhead.COMPILED)), t.get(name(GRAPHED))
+    if compiled and graphed and batch < BATCHES[-1]:
+        goals.append(goal_at_most(TITLE, f"camkit {method} compile=True within 1.5x of the no-grad forward replayed "
+                                  f"from a CUDA graph ({setting})", paired_ratio(compiled, graphed), 1.5))
+    elif compiled and forward:
+        goals.append(goal_at_most(TITLE, f"camkit {method} compile=True below an eager no-grad forward ({setting})",
+                                  paired_ratio(compiled, forward), 1.0))
+    return goals
+
+
 def run(ctx: Context) -> list[Row | Goal]:
     if ctx.device.type != "cuda":
         note = "skipped: CUDA only (batch 64 and a per-process memory cap); run python -m benchmarks --device cuda"
@@ -136,4 +223,4 @@ def run(ctx: Context) -> list[Row | Goal]:
         TITLE, f"camkit GradCAM's largest batch under {cap:g} GiB at least the best anchor's ({model}, {size}x{size})",
         ratio, 1.0, reason="" if best else "no anchor ran",
     ))
-    return out
+    return out + overhead_rows(ctx)

@@ -21,6 +21,7 @@ from ._version import __version__
 from .errors import (
     CamkitError,
     CamkitWarning,
+    CaptureWarning,
     InferenceModeError,
     InvalidInputError,
     InvalidTargetError,
@@ -161,6 +162,7 @@ __all__ = [
     "CAMExplainer",
     "CamkitError",
     "CamkitWarning",
+    "CaptureWarning",
     "ChannelsFirstVideo",
     "CheferRollout",
     "ConceptReferences",

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "CamkitError",
     "CamkitWarning",
+    "CaptureWarning",
     "InferenceModeError",
     "InvalidInputError",
     "InvalidTargetError",
@@ -199,6 +200,19 @@ class CamkitWarning(UserWarning):
         ...     warnings.simplefilter("always")
         ...     _ = camkit.GuidedBackprop(net)(torch.rand(1, 3, 8, 8))
         >>> any(issubclass(w.category, camkit.CamkitWarning) for w in caught)
+        True
+    """
+
+
+class CaptureWarning(CamkitWarning):
+    """An explainer made with ``compile=True`` could not capture a call as a CUDA graph; those calls run eagerly.
+
+    The message names the reason (most often a host sync in the model's forward: ``.item()``,
+    data-dependent control flow, ``nonzero``). It is issued once per input shape.
+
+    Example:
+        >>> import camkit
+        >>> issubclass(camkit.CaptureWarning, camkit.CamkitWarning)
         True
     """
 

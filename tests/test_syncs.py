@@ -341,3 +341,52 @@ def test_cuda_attention_paths_under_sync_debug_error(cls, path):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert explanation.extras["path"] == ("blockwise" if path == "blockwise" else "whole")
+
+# --- the compiled path and detection matching ------------------------------------------
+
+
+def test_compiled_replay_makes_no_host_sync(on_device, monkeypatch):
+    """``compile=True``: the capture holds no sync (else it would fail on CUDA) and a replay adds none."""
+    from camkit.methods._core import replay
+
+    def capture(step, inputs):  # a stand-in for a CUDA graph: the step run again on replay
+        static = [t.clone() for t in inputs]
+        step(*static)
+        with record_syncs() as syncs:
+            outputs = list(step(*static))
+        assert [str(s) for s in syncs] == []
+        return replay.Captured(static, outputs, lambda: [o.copy_(n) for o, n in zip(outputs, step(*static))], None)
+
+    monkeypatch.setattr(replay, "can_capture", lambda device: True)
+    monkeypatch.setattr(replay, "capture_graph", capture)
+    x, target = torch.rand(3, 3, 8, 8, generator=torch.Generator().manual_seed(7)), torch.tensor([0, 1, 2])
+    for key in ("gradcam", "gradcam++", "xgradcam", "layercam", "hirescam"):
+        explainer = camkit.get_method(key)(TinyNet().eval(), "conv2", compile=True)
+        explainer.explain(x, target)
+        with record_syncs() as syncs:
+            explanation = explainer.explain(x, target)
+        assert [str(s) for s in syncs] == [] and len(explainer._graphs) == 1, key
+        assert explanation.maps.shape == (3, 8, 8)
+
+
+def test_detection_matching_reads_one_flag_per_batch(on_device):
+    """Matching torchvision's detections to reference boxes: one read per batch (is any reference unmatched?).
+
+    The images' lists are padded on the device (their lengths are host-side shapes), not walked one by one.
+    """
+    dets = [
+        {"boxes": torch.tensor([[0.0, 0.0, 4.0, 4.0], [4.0, 4.0, 8.0, 8.0]]), "scores": torch.tensor([0.9, 0.4]),
+         "labels": torch.tensor([1, 2])},
+        {"boxes": torch.tensor([[1.0, 1.0, 5.0, 5.0]]), "scores": torch.tensor([0.7]), "labels": torch.tensor([2])},
+        {"boxes": torch.tensor([[2.0, 2.0, 6.0, 6.0], [0.0, 0.0, 3.0, 3.0], [4.0, 4.0, 8.0, 8.0]]),
+         "scores": torch.tensor([0.6, 0.5, 0.3]), "labels": torch.tensor([1, 2, 2])},
+    ]
+    refs = torch.tensor([[4.0, 4.0, 8.0, 8.0], [1.0, 1.0, 5.0, 5.0], [4.0, 4.0, 8.0, 8.0]])
+    target = camkit.DetectionTarget(refs, labels=torch.tensor([2, 2, 2]))
+    with record_syncs() as syncs:
+        scores = target(dets)
+    assert [(s.op, s.where.split(" ")[-1]) for s in syncs] == [("aten._local_scalar_dense.default", "(_matched)")]
+    assert scores.tolist() == pytest.approx([0.4, 0.7, 0.3])
+    assert target.picked().tolist() == [[1], [0], [2]]
+    gone = target.for_rows(torch.tensor([0, 1, 2]))([dets[0], {k: v[:0] for k, v in dets[1].items()}, dets[2]])
+    assert gone.tolist() == pytest.approx([0.4, 0.0, 0.3])

@@ -23,6 +23,13 @@
 # in .whl/ for the comparison) into $OUT/metrics. A stage that fails or runs out does not stop the next
 # one; the exit status is that of the first failing stage. BENCH_ARGS adds arguments to the benchmark
 # runner (for instance `--cases gradcam,gpu,vit` to fit the cases that matter on a GPU into one call).
+#
+# What the GPU-only parts cost: test-gpu runs every `cuda`-marked test (the compiled path's CUDA
+# graphs among them: tiny models, a few seconds). In bench, case 8 (gpu) times the five gradient
+# CAMs at batch 1, 8 and 64 on resnet50, convnext_tiny and vit_b_16 (Grad-CAM also compiled, beside
+# a graph-replayed forward) and starts no new configuration after 150 s (OVERHEAD_BUDGET_S in
+# benchmarks/case_gpu.py; the rows left out say so); the detection case runs Faster R-CNN at batch 2
+# and 8, YOLOv8n at batch 8 and RetinaNet at batch 4 (3 timed repeats each).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}

@@ -31,8 +31,10 @@ from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pad_sequence
 
 from .._internal.checks import per_sample
+from .._internal.syncs import to_device
 from ..errors import InvalidTargetError, OutputSelectionError
 from ..hooks import HookScope
 from .outputs import (
@@ -332,22 +334,27 @@ class DetectionTarget:
                 f"the detector kept no detection in image(s) {empty}: lower {threshold_hint(model)} so that its "
                 "post-processing keeps the object you want to explain."
             )
-        scores, best, picks = [], [], []
-        for b, det in enumerate(output):
-            if det["scores"].shape[0] == 0:  # nothing kept: the detection is gone (for_rows)
-                best.append(refs.new_full(refs.shape[1:2], -1.0))
-                picks.append(torch.zeros(refs.shape[1], dtype=torch.long, device=device))
-                scores.append(det["scores"].new_zeros(refs.shape[1]))
-                continue
-            iou = box_iou(det["boxes"].detach(), refs[b])  # [N_refs, D]
-            if wanted is not None:
-                iou = torch.where(det["labels"][None] == wanted[b][:, None], iou, torch.full_like(iou, -1.0))
-            j = iou.argmax(dim=1)
-            picks.append(j)
-            best.append(iou.gather(1, j[:, None])[:, 0])
-            scores.append(det["scores"][j])
-        self._local.picked, self._local.picked_labels = torch.stack(picks), None
-        return self._shape(self._matched(torch.stack(scores), torch.stack(best), "kept detection (of that label)"))
+        # Every image's detections padded to the longest list (the lengths are known on the host): one IoU
+        # table [B, N, D] and one argmax for the batch; padded rows are never picked.
+        counts = [int(det["scores"].shape[0]) for det in output]
+        if max(counts) == 0:  # nothing kept anywhere
+            best = refs.new_full(refs.shape[:2], -1.0)
+            picks = torch.zeros(refs.shape[:2], dtype=torch.long, device=device)
+            self._local.picked, self._local.picked_labels = picks, None
+            scores = torch.stack([det["scores"].new_zeros(refs.shape[1]) for det in output])
+            return self._shape(self._matched(scores, best, "kept detection (of that label)"))
+        boxes = pad_sequence([det["boxes"].detach() for det in output], batch_first=True)  # [B, D, 4]
+        kept = pad_sequence([det["scores"] for det in output], batch_first=True)  # [B, D], attached
+        real = torch.arange(boxes.shape[1], device=device) < to_device(torch.tensor(counts), device)[:, None]
+        allowed = real[:, None]
+        if wanted is not None:
+            labels = pad_sequence([det["labels"].detach() for det in output], batch_first=True)
+            allowed = allowed & (labels[:, None] == wanted[:, :, None])
+        iou = torch.where(allowed, box_iou(boxes[:, None], refs), -1.0)  # [B, N, D]
+        j = iou.argmax(dim=2)  # [B, N]: the first best, as image by image
+        self._local.picked, self._local.picked_labels = j, None
+        scores = kept.gather(1, j)
+        return self._shape(self._matched(scores, iou.gather(2, j[..., None])[..., 0], "kept detection (of that label)"))
 
     def _candidates(self, candidates: Tensor, output: Any, model: nn.Module | None) -> Tensor:
         if model is not None and type(model).__name__ == "OBBModel":

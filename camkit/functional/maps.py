@@ -121,7 +121,7 @@ def flat_maps(maps: Tensor, rtol: float = FLAT_RTOL, *, spatial_dims: int = 2) -
     axes = _spatial(maps, spatial_dims)
     high = maps.amax(dim=axes)
     low = maps.amin(dim=axes)
-    scale = torch.maximum(high.abs(), low.abs())
+    scale = torch.maximum(high, -low)  # max(|high|, |low|), as low <= high
     return (high - low) <= rtol * scale
 
 

@@ -33,7 +33,7 @@ from torch import Tensor
 from .._internal import syncs as _syncs
 from ..errors import InvalidTargetError, OutputSelectionError
 
-__all__ = ["OutputSelector", "Target", "given_classes", "resolve_target", "select_output"]
+__all__ = ["OutputSelector", "Target", "check_class_range", "given_classes", "resolve_target", "select_output"]
 
 Target = Union[None, int, Sequence[int], Tensor, Callable[[Tensor], Tensor]]
 OutputSelector = Union[None, int, str, Callable[[Any], Tensor]]
@@ -141,12 +141,30 @@ def _check_classes(index: Tensor, classes: int) -> Tensor | None:
     if index.numel() == 0:
         return None
     if _syncs.reads_are_free(index):
-        low, high = int(index.min()), int(index.max())
-        if low < 0 or high >= classes:
-            bad = low if low < 0 else high
-            raise InvalidTargetError(f"target class {bad} is out of range for an output with {classes} classes")
+        check_class_range(index, classes)
         return None
     return (index >= 0) & (index < classes)
+
+
+def check_class_range(index: Tensor, classes: int) -> None:
+    """Raise :class:`~camkit.errors.InvalidTargetError` for a class index outside ``[0, classes)``; reads ``index`` on the host.
+
+    Example:
+        >>> import torch
+        >>> from camkit.targets.classes import check_class_range
+        >>> check_class_range(torch.tensor([0, 3]), classes=4)
+        >>> check_class_range(torch.tensor([0, 4]), classes=4)
+        Traceback (most recent call last):
+        ...
+        camkit.errors.InvalidTargetError: target class 4 is out of range for an output with 4 classes
+    """
+    values = index.flatten().tolist()  # one read of the host's memory rather than two reductions
+    if not values:
+        return
+    low, high = min(values), max(values)
+    if low < 0 or high >= classes:
+        bad = low if low < 0 else high
+        raise InvalidTargetError(f"target class {bad} is out of range for an output with {classes} classes")
 
 
 def _plain_target(target: Any) -> Any:

@@ -5,26 +5,29 @@ activations and gradients).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
+from torch.nn.parameter import is_lazy
 
 from ..._internal import syncs as _syncs
 from ..._internal.checks import BATCH_SHAPES
 from ...detection import narrowed_scores
-from ...errors import InvalidInputError
+from ...errors import CaptureWarning, InvalidInputError
 from ...explanation import Explanation
 from ...functional.concepts import channel_relevance
 from ...functional.perturbation import eigen_projection
-from ...hooks import LayerCapture
+from ...hooks import HookScope, LayerCapture
 from ...layers.auto import auto_layer, default_score
 from ...layers.families.torchvision import transform_window
 from ...layers.layout import conv_ranks, layer_grid, prefix_token_hint
 from ...layers.names import LayerSpec
 from ...layers.resolve import resolve_layers
-from ...targets.classes import OutputSelector, Target, select_output
+from ...targets.classes import OutputSelector, Target, check_class_range, given_classes, select_output
+from . import replay as _replay
 from .binding import InputIndex
 from .explainer import Explainer
 from .output import make_explanation
@@ -185,6 +188,19 @@ class GradientCAM(CAMExplainer):
     anchor (on the window around it, or the level's whole map where a group norm spans it): the
     same score and gradient. Subclasses implement :meth:`raw_map`.
 
+    ``compile=True`` (opt-in, for repeated calls of one shape: audits, the explorer): on a CUDA
+    device the whole call (the forward with the layer's activation kept, the target's score, the
+    gradient at the layer, the weights, the map and its finishing) is captured once per input
+    shape, target kind (top-1 or given classes) and set of weights as a CUDA graph and then
+    replayed, which removes the kernel-launch cost that dominates small batches; maps equal the
+    eager path's. A model whose forward reads values on the host (data-dependent control flow,
+    ``.item()``, ``nonzero``) cannot be captured: a :class:`~camkit.CaptureWarning` says so once
+    per shape and those calls run eagerly. Calls with a callable or [B, K] target, ``inputs=`` or
+    ``kwargs=``, ``keep_mode=True``, and every call on another device, run eagerly too (on the
+    CPU, ``torch.compile`` of this step was measured: minutes to compile for no gain). The
+    replay runs the model as captured: hooks added to it afterwards do not run, and parameters
+    replaced (not updated in place) start a new capture. At most four captures are kept.
+
     Example:
         >>> import torch
         >>> from torch import nn
@@ -199,6 +215,30 @@ class GradientCAM(CAMExplainer):
     """
 
     family: ClassVar[str | None] = "CAM (gradient)"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: LayerSpec = None,
+        *,
+        call: int = -1,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        reshape: Reshape | None = None,
+        input_index: InputIndex = 0,
+        eigen_smooth: bool = False,
+        compile: bool = False,
+    ) -> None:
+        super().__init__(
+            model, layer, call=call, output=output, keep_mode=keep_mode, reshape=reshape, input_index=input_index,
+            eigen_smooth=eigen_smooth,
+        )
+        if compile and type(self)._explain is not GradientCAM._explain:
+            raise InvalidInputError(f"{type(self).__name__} has no compiled path; drop compile=True")
+        self.compile = bool(compile)
+        self._graphs = _replay.StepGraphs()
+        self._classes_seen: dict[Hashable, int] = {}
+
     #: When True, ``extras["channel_relevance"]`` holds each channel's relevance at the (first)
     #: layer from the same pass: ``A * dS/dA`` summed over positions, float32 [B, C] ([B, K, C] for
     #: [B, K] targets), what :meth:`camkit.ConceptRelevance.relevance` gives with its gradient rule.
@@ -232,6 +272,65 @@ class GradientCAM(CAMExplainer):
         return self._reduce(cast(Tensor, contributions))
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
+        if self.compile:
+            replayed = self._replayed(x, target)
+            if replayed is not None:
+                return replayed
+        return self._explain_eager(x, target)
+
+    def _replayed(self, x: Tensor, target: Target) -> Explanation | None:
+        """The call replayed from the CUDA graph captured for its input's shape; ``None``: the eager path runs.
+
+        Captured: a CUDA input with ``None``, an int or B class indices as the target, the model run
+        as ``model(x)`` in eval mode. Anything else runs eagerly, as does a step whose capture failed
+        (warned once per input shape).
+        """
+        if not _replay.can_capture(x.device) or self.keep_mode or self.record_relevance or self._call is not None:
+            return None
+        classes = None if target is None else given_classes(target, x.shape[0])
+        if target is not None and (classes is None or classes.dim() != 1):
+            return None  # a callable target, [B, K] classes, or a target the eager path refuses
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        if any(is_lazy(t) for t in tensors):
+            return None  # a lazy module not yet run: its weights have no memory to key the capture on
+        weights = tuple(t.data_ptr() for t in tensors)
+        key = (tuple(x.shape), x.dtype, x.device, classes is None, weights)
+        # Classes given on the host (ints, a list, a CPU tensor) are checked there, as on the eager path.
+        on_device = isinstance(target, Tensor) and not _syncs.reads_are_free(target)
+        host = None if classes is None or on_device else classes
+        if classes is not None and classes.device != x.device:
+            classes = _syncs.to_device(classes, x.device)
+        inputs = (x,) if classes is None else (x, classes)
+        tried = self._graphs.failed(key) is not None
+        captured = self._graphs.get(key, lambda *static: self._step(key, *static), inputs)
+        if captured is None:
+            if not tried:
+                warnings.warn(
+                    f"{type(self).__name__}(compile=True) could not capture its call on {list(x.shape)} inputs as a CUDA "
+                    f"graph ({self._graphs.failed(key)}); calls of that shape run eagerly. A model whose forward reads "
+                    "values on the host (.item(), data-dependent control flow, nonzero) cannot be captured.",
+                    CaptureWarning,
+                    stacklevel=4,
+                )
+            return None
+        if host is not None:
+            check_class_range(host, self._classes_seen[key])
+        maps, flat, scores, chosen, *raws = captured.run(*inputs)
+        raw: Tensor | tuple[Tensor, ...] = raws[0] if len(raws) == 1 else tuple(raws)
+        return Explanation(maps, raw, chosen, scores, flat, self.key, self._names())
+
+    def _step(self, key: Hashable, x: Tensor, classes: Tensor | None = None) -> tuple[Tensor, ...]:
+        """The eager call on static inputs, as the tensors a replay refreshes; records the class count."""
+        def count(module: nn.Module, args: Any, out: Any) -> None:
+            self._classes_seen[key] = select_output(out, self.output).shape[-1]
+
+        with HookScope() as hooks:
+            hooks.forward(self.model, count)
+            explanation = self._explain_eager(x, classes)
+        raws = explanation.raw if isinstance(explanation.raw, tuple) else (explanation.raw,)
+        return (explanation.maps, explanation.flat, explanation.scores, cast(Tensor, explanation.target), *raws)
+
+    def _explain_eager(self, x: Tensor, target: Target) -> Explanation:
         layers = self.layers(x)
         names = [name for name, _ in layers]
         with (

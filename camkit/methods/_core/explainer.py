@@ -5,6 +5,7 @@ The math lives in :mod:`camkit.functional`; hook handling in :mod:`camkit.hooks`
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -256,7 +257,9 @@ def _warn_if_not_finite(explanation: Explanation) -> None:
     maps = explanation.maps
     if maps.numel() == 0 or not _syncs.reads_are_free(maps):
         return
-    if bool(torch.isfinite(maps).all()):
+    # One reduction first: a NaN or an infinity among the maps would carry into their sum (the exact
+    # test runs only when the sum is not finite, which an overflow of finite values could also make).
+    if math.isfinite(maps.sum().item()) or bool(torch.isfinite(maps).all()):
         return
     # one text per method, so that Python's filter shows it once per calling line, not once per batch of an audit
     warnings.warn(

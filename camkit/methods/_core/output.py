@@ -122,7 +122,7 @@ def make_explanation(
     maps, flat = finish_maps(raws, tuple(x.shape[2:]), batch=x.shape[0], names=layers, window=window)
     maps, flat = maps.to(x.device), flat.to(x.device)
     if not _syncs.reads_are_free(x):
-        bad = ~torch.isfinite(x).flatten(1).all(dim=1)
+        bad = x.mul(0).flatten(1).sum(dim=1).isnan()  # 0 * v is NaN exactly where v is NaN or infinite
         shape = (-1,) + (1,) * (maps.dim() - 1)
         maps = maps.masked_fill(bad.view(shape), float("nan"))
         flat = flat & ~bad.view((-1,) + (1,) * (flat.dim() - 1))
