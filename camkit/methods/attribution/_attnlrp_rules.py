@@ -1,0 +1,211 @@
+"""AttnLRP's rules as autograd nodes: each op keeps its value, its backward carries the rule.
+
+camkit keeps, for every tensor ``a`` of the forward pass, a modified gradient ``g`` whose
+product ``a * g`` is the relevance of ``a`` (the gradient x input form of LRP). A rule then
+only changes how ``g`` crosses one op:
+
+* :func:`uniform`: the uniform rule of a product of ``n`` factors that all depend on the input
+  (the attention products ``q k^T`` and ``A v``, a gate times its branch): each factor's gradient
+  divided by ``n``, so each gets ``1/n`` of the product's relevance and the total is conserved.
+* :func:`identity_rule`: an elementwise non-linearity ``y = f(x)`` passes its relevance as a
+  linear map would (``R_x = R_y``): the gradient times ``f(x) / x``.
+* :func:`layer_norm_identity` and :func:`rms_norm_identity`: a normalisation with its
+  normalising factor (the standard deviation, the root mean square) held constant: the map is
+  then linear in ``x`` (centred and scaled) and conserves relevance up to its shift.
+* :func:`generalized_gamma`: the generalised gamma rule of a linear layer or convolution (for
+  inputs of either sign): on an output ``z_j > 0`` the contributions of the positive inputs
+  through ``w + gamma * w+`` and of the negative ones through ``w + gamma * w-`` (the bias as
+  ``b + gamma * b+``); on ``z_j < 0`` the mirror image. It equals the gamma rule on
+  non-negative inputs, and the epsilon rule at ``gamma = 0``.
+
+The softmax needs no node: its own gradient times its input is AttnLRP's softmax rule
+``R_x = x * (R_s - s * sum(R_s))``, relevance in the amount ``sum(x * s) * sum(R_s)`` staying
+with the softmax's bias term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...functional.propagation import stabilize
+
+__all__ = [
+    "generalized_gamma",
+    "identity_rule",
+    "layer_norm_identity",
+    "rms_norm_identity",
+    "traced",
+    "uniform",
+]
+
+
+def traced(t: Any) -> bool:
+    """Whether ``t`` is a tensor computed from the explained input (on the graph, not a parameter leaf)."""
+    return isinstance(t, Tensor) and t.requires_grad and t.grad_fn is not None
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """``x`` in value (a view, no copy); the gradient times a constant factor."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, factor: float) -> Tensor:
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return grad * ctx.factor, None
+
+
+def uniform(factors: Sequence[Any]) -> list[Any]:
+    """The factors of a product, those computed from the input with their gradient divided by their count.
+
+    Example:
+        >>> import torch
+        >>> from camkit.methods.attribution._attnlrp_rules import uniform
+        >>> a = torch.tensor([2.0], requires_grad=True)
+        >>> x, y = uniform([a * 1, a * 3])  # both on the graph: each gets half of the product's relevance
+        >>> (g,) = torch.autograd.grad((x * y).sum(), a)
+        >>> (a * g).item(), (x * y).item()  # relevance of a: 6 + 6 = the product's 12
+        (12.0, 12.0)
+    """
+    count = sum(traced(f) for f in factors)
+    if count < 2:
+        return list(factors)
+    return [_ScaleGradient.apply(f, 1.0 / count) if traced(f) else f for f in factors]
+
+
+class _IdentityRule(torch.autograd.Function):
+    """``f(x)`` in value; the gradient times ``f(x) / x`` (zero where ``x`` is zero)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        y = fn(x)
+        zero = x == 0
+        ctx.save_for_backward(torch.where(zero, 0.0, y / torch.where(zero, 1.0, x)))
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        (ratio,) = ctx.saved_tensors
+        return grad * ratio, None
+
+
+def identity_rule(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+    """``fn(x)`` whose relevance passes to ``x`` unchanged, element by element (AttnLRP's identity rule).
+
+    Example:
+        >>> import torch
+        >>>         >>> from camkit.methods.attribution._attnlrp_rules import identity_rule
+        >>> x = torch.tensor([-1.0, 2.0], requires_grad=True)
+        >>> y = identity_rule(x * 1, F.silu)
+        >>> (g,) = torch.autograd.grad(y.sum(), x)
+        >>> torch.allclose(x * g, y)  # R_x = R_y = y * 1
+        True
+    """
+    out: Tensor = _IdentityRule.apply(x, fn)
+    return out
+
+
+def _dims(shape: Sequence[int]) -> tuple[int, ...]:
+    return tuple(range(-len(shape), 0))
+
+
+class _LayerNormIdentity(torch.autograd.Function):
+    """Layer norm in value; in the backward the standard deviation is a constant, the centring is not."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, shape: tuple[int, ...], weight: Tensor | None, bias: Tensor | None,
+                eps: float) -> Tensor:  # fmt: skip
+        w = None if weight is None else weight.detach()
+        y, _, rstd = torch.native_layer_norm(x, shape, w, None if bias is None else bias.detach(), eps)
+        ctx.save_for_backward(rstd, w)
+        ctx.dims = _dims(shape)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        rstd, w = ctx.saved_tensors
+        g = grad * rstd if w is None else grad * w * rstd
+        return g - g.mean(dim=ctx.dims, keepdim=True), None, None, None, None
+
+
+def layer_norm_identity(x: Tensor, shape: Sequence[int], weight: Tensor | None, bias: Tensor | None,
+                        eps: float) -> Tensor:  # fmt: skip
+    """``F.layer_norm`` in value; relevance through ``(x - mean) / std * w`` with ``std`` held constant.
+
+    Example:
+        >>> import torch
+        >>>         >>> from camkit.methods.attribution._attnlrp_rules import layer_norm_identity
+        >>> x = torch.tensor([[1.0, 2.0, 6.0]], requires_grad=True)
+        >>> y = layer_norm_identity(x * 1, (3,), None, None, 1e-5)
+        >>> (g,) = torch.autograd.grad(y[0, 2], x)  # no bias: the input keeps y's relevance
+        >>> torch.allclose((x * g).sum(), y[0, 2]), torch.allclose(y, F.layer_norm(x, (3,)))
+        (True, True)
+    """
+    out: Tensor = _LayerNormIdentity.apply(x, tuple(shape), weight, bias, float(eps))
+    return out
+
+
+def rms_norm_identity(x: Tensor, shape: Sequence[int], weight: Tensor | None, eps: float | None) -> Tensor:
+    """``F.rms_norm`` in value; relevance through ``x * w / rms(x)`` with ``rms(x)`` held constant.
+
+    Example:
+        >>> import torch
+        >>> from camkit.methods.attribution._attnlrp_rules import rms_norm_identity
+        >>> x = torch.tensor([[3.0, -4.0]], requires_grad=True)
+        >>> y = rms_norm_identity(x * 1, (2,), None, 0.0)
+        >>> (g,) = torch.autograd.grad(y[0, 0], x)
+        >>> (x * g).tolist(), round(y[0, 0].item(), 4)
+        ([[0.8485, -0.0]], 0.8485)
+    """
+    dims = _dims(shape)
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    factor = torch.rsqrt(x.detach().pow(2).mean(dim=dims, keepdim=True) + eps)
+    out = x * factor
+    return out if weight is None else out * weight.detach()
+
+
+def generalized_gamma(
+    z: Tensor,
+    run: Callable[[Tensor, Tensor, Tensor | None], Tensor],
+    a: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    gamma: float,
+    epsilon: float,
+) -> Tensor:
+    """``z`` in value; the gradient of the generalised gamma rule of the layer ``run`` at input ``a``.
+
+    ``run(input, weight, bias)`` recomputes the layer (``F.linear`` or a convolution with its
+    other arguments bound). ``z`` is the layer's true output; the relevance ``R_j = z_j g_j`` of each
+    output is shared in proportion to the rule's contributions, stabilised by ``epsilon``.
+
+    Example:
+        >>> import torch
+        >>>         >>> from camkit.methods.attribution._attnlrp_rules import generalized_gamma
+        >>> a = torch.tensor([[1.0, -1.0]], requires_grad=True)
+        >>> w = torch.tensor([[2.0, 1.0]])
+        >>> z = F.linear(a * 1, w)  # z = 1: a+ through w + 0.5 w+ = 3, a- through w + 0.5 w- = 1 (w- = 0)
+        >>> out = generalized_gamma(z, F.linear, a * 1, w, None, 0.5, 0.0)
+        >>> (g,) = torch.autograd.grad(out.sum(), a)
+        >>> (a * g).tolist()  # contributions 3 and -1.5 over their sum 1.5, times R = 1
+        [[2.0, -1.0]]
+    """
+    w_up, w_down = weight + gamma * weight.clamp(min=0), weight + gamma * weight.clamp(max=0)
+    b_up = b_down = None
+    if bias is not None:
+        b_up, b_down = bias + gamma * bias.clamp(min=0), bias + gamma * bias.clamp(max=0)
+    a_pos, a_neg = a.clamp(min=0), a.clamp(max=0)
+    up = run(a_pos, w_up, b_up) + run(a_neg, w_down, None)  # shares of outputs z > 0
+    down = run(a_pos, w_down, b_down) + run(a_neg, w_up, None)  # shares of outputs z < 0
+    value = z.detach()
+    zero = torch.zeros((), dtype=value.dtype, device=value.device)
+    rule = up * torch.where(value > 0, value / stabilize(up.detach(), epsilon), zero)
+    rule = rule + down * torch.where(value < 0, value / stabilize(down.detach(), epsilon), zero)
+    return rule + (value - rule.detach())
+
