@@ -29,6 +29,9 @@ def _bias_free(model: nn.Module) -> nn.Module:
         for module in model.modules():
             if isinstance(module, nn.Embedding):  # position embeddings are added to the tokens
                 module.weight.zero_()
+            table = getattr(module, "position_embeddings", None)  # VideoMAE's fixed sinusoids: a plain tensor
+            if isinstance(table, torch.Tensor) and not isinstance(table, nn.Parameter):
+                table.zero_()
     return model.double().eval()
 
 
@@ -92,24 +95,24 @@ _IMAGE = (3, 32, 32)
 FAMILIES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], Any]] = {
     "torchvision-vit": (_torchvision, _IMAGE, None),
     "timm-vit-fused": (_timm("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2,
-                             reg_tokens=2), _IMAGE, None),  # fmt: skip
+                             reg_tokens=2), _IMAGE, None),
     "timm-deit-distilled": (_timm("deit_tiny_distilled_patch16_224", img_size=32, patch_size=8, embed_dim=16,
-                                  depth=2, num_heads=2), _IMAGE, None),  # fmt: skip
+                                  depth=2, num_heads=2), _IMAGE, None),
     "timm-swin": (_timm("swin_tiny_patch4_window7_224", img_size=32, window_size=4, embed_dim=8, depths=(1, 1),
-                        num_heads=(1, 2)), _IMAGE, None),  # fmt: skip
+                        num_heads=(1, 2)), _IMAGE, None),
     "hf-vit": (_hf("ViTConfig", "ViTForImageClassification", **_VIT), _IMAGE, "logits"),
     "hf-vit-eager": (_hf("ViTConfig", "ViTForImageClassification", attn_implementation="eager", **_VIT), _IMAGE,
-                     "logits"),  # fmt: skip
+                     "logits"),
     "hf-deit": (_hf("DeiTConfig", "DeiTForImageClassificationWithTeacher", **_VIT), _IMAGE, "logits"),
     "hf-clip-vision": (_hf("CLIPVisionConfig", "CLIPVisionModelWithProjection", projection_dim=8,
                            **{k: v for k, v in _VIT.items() if k != "num_labels"}), _IMAGE, "image_embeds"),
     "hf-dinov2": (_hf("Dinov2Config", "Dinov2ForImageClassification", **_DINO), _IMAGE, "logits"),
     "hf-dinov2-registers": (_hf("Dinov2WithRegistersConfig", "Dinov2WithRegistersForImageClassification",
-                                num_register_tokens=2, **_DINO), _IMAGE, "logits"),  # fmt: skip
+                                num_register_tokens=2, **_DINO), _IMAGE, "logits"),
     "hf-siglip": (_hf("SiglipVisionConfig", "SiglipVisionModel", **{k: v for k, v in _VIT.items()
                                                                       if k != "num_labels"}), _IMAGE, "pooler_output"),
     "hf-swin": (_hf("SwinConfig", "SwinForImageClassification", image_size=32, patch_size=4, embed_dim=8,
-                    depths=[1, 1], num_heads=[1, 2], window_size=2, num_labels=4), _IMAGE, "logits"),  # fmt: skip
+                    depths=[1, 1], num_heads=[1, 2], window_size=2, num_labels=4), _IMAGE, "logits"),
     "hf-videomae": (_videomae, (3, 4, 16, 16), "logits"),  # a video [B, C, T, H, W]
     "signal-transformer": (_Signal, (2, 16), None),
 }

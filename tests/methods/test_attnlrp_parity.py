@@ -12,11 +12,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from attnlrp_helpers import lxt_relevance, torchvision_vit
 from torch import Tensor, nn
 
 import camkit
-
-from attnlrp_helpers import lxt_relevance, torchvision_vit
 
 pytest.importorskip("lxt")
 pytest.importorskip("zennit")

@@ -100,7 +100,8 @@ def identity_rule(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
 
     Example:
         >>> import torch
-        >>>         >>> from camkit.methods.attribution._attnlrp_rules import identity_rule
+        >>> import torch.nn.functional as F
+        >>> from camkit.methods.attribution._attnlrp_rules import identity_rule
         >>> x = torch.tensor([-1.0, 2.0], requires_grad=True)
         >>> y = identity_rule(x * 1, F.silu)
         >>> (g,) = torch.autograd.grad(y.sum(), x)
@@ -140,7 +141,8 @@ def layer_norm_identity(x: Tensor, shape: Sequence[int], weight: Tensor | None, 
 
     Example:
         >>> import torch
-        >>>         >>> from camkit.methods.attribution._attnlrp_rules import layer_norm_identity
+        >>> import torch.nn.functional as F
+        >>> from camkit.methods.attribution._attnlrp_rules import layer_norm_identity
         >>> x = torch.tensor([[1.0, 2.0, 6.0]], requires_grad=True)
         >>> y = layer_norm_identity(x * 1, (3,), None, None, 1e-5)
         >>> (g,) = torch.autograd.grad(y[0, 2], x)  # no bias: the input keeps y's relevance
@@ -160,8 +162,8 @@ def rms_norm_identity(x: Tensor, shape: Sequence[int], weight: Tensor | None, ep
         >>> x = torch.tensor([[3.0, -4.0]], requires_grad=True)
         >>> y = rms_norm_identity(x * 1, (2,), None, 0.0)
         >>> (g,) = torch.autograd.grad(y[0, 0], x)
-        >>> (x * g).tolist(), round(y[0, 0].item(), 4)
-        ([[0.8485, -0.0]], 0.8485)
+        >>> [round(v, 4) for v in (x * g)[0].tolist()], round(y[0, 0].item(), 4)
+        ([0.8485, -0.0], 0.8485)
     """
     dims = _dims(shape)
     eps = torch.finfo(x.dtype).eps if eps is None else eps
@@ -187,14 +189,15 @@ def generalized_gamma(
 
     Example:
         >>> import torch
-        >>>         >>> from camkit.methods.attribution._attnlrp_rules import generalized_gamma
+        >>> import torch.nn.functional as F
+        >>> from camkit.methods.attribution._attnlrp_rules import generalized_gamma
         >>> a = torch.tensor([[1.0, -1.0]], requires_grad=True)
         >>> w = torch.tensor([[2.0, 1.0]])
-        >>> z = F.linear(a * 1, w)  # z = 1: a+ through w + 0.5 w+ = 3, a- through w + 0.5 w- = 1 (w- = 0)
+        >>> z = F.linear(a * 1, w)  # z = 1 > 0: 1 * (2 + 0.5 * 2) = 3 and -1 * (1 + 0.5 * 0) = -1
         >>> out = generalized_gamma(z, F.linear, a * 1, w, None, 0.5, 0.0)
         >>> (g,) = torch.autograd.grad(out.sum(), a)
-        >>> (a * g).tolist()  # contributions 3 and -1.5 over their sum 1.5, times R = 1
-        [[2.0, -1.0]]
+        >>> (a * g).tolist()  # the contributions over their sum 2, times R = z = 1
+        [[1.5, -0.5]]
     """
     w_up, w_down = weight + gamma * weight.clamp(min=0), weight + gamma * weight.clamp(max=0)
     b_up = b_down = None

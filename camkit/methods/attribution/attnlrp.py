@@ -152,7 +152,7 @@ class _AttnLRPMode(TorchFunctionMode):
         return func(*uniform(args), **kwargs)
 
     def _linear(self, a: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        return self._layer("linear", F.linear, (a, weight, bias), {})  # type: ignore[no-any-return]
+        return self._layer("linear", F.linear, (a, weight, bias), {})
 
     def _layer(self, kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         z = func(*args, **kwargs)
