@@ -214,3 +214,60 @@ def test_fused_and_unfused_attention_give_the_same_map() -> None:
             for block in model.blocks:
                 block.attn.fused_attn = True
         assert torch.allclose(fused, eager, rtol=1e-9, atol=1e-12)
+
+
+class _HandRMSNorm(nn.Module):
+    """RMS norm written out as LLaMA-style code does (``rsqrt`` of the mean square), not ``F.rms_norm``."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(d) + 0.5)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class _Gated(nn.Module):
+    """RMS norm, a gated MLP ``down(silu(gate(u)) * up(u))`` with a residual, mean pooling and a head; no biases."""
+
+    def __init__(self, norm: nn.Module, d: int = 4) -> None:
+        super().__init__()
+        self.norm = norm
+        self.gate, self.up = nn.Linear(d, 6, bias=False), nn.Linear(d, 6, bias=False)
+        self.down, self.head = nn.Linear(6, d, bias=False), nn.Linear(d, 3, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.transpose(1, 2)
+        u = self.norm(h)
+        return self.head((h + self.down(F.silu(self.gate(u)) * self.up(u))).mean(dim=1))
+
+
+def _no_bias(a: Tensor, layer: nn.Linear, r: Tensor) -> Tensor:
+    return torch.einsum("ni,ji,nj->ni", a, layer.weight, r / (a @ layer.weight.T))
+
+
+@pytest.mark.parametrize("norm", ["module", "by hand"])
+def test_gated_mlp_and_rms_norm_by_hand(norm: str) -> None:
+    torch.manual_seed(0)
+    model = _Gated(nn.RMSNorm(4, eps=1e-6) if norm == "module" else _HandRMSNorm(4)).double().eval()
+    if norm == "module":
+        with torch.no_grad():
+            model.norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(1, 4, 3, dtype=torch.float64)
+    with torch.no_grad():
+        h = x[0].T
+        u = model.norm(h)
+        g, p = model.gate(u), model.up(u)
+        m = F.silu(g) * p
+        y = model.down(m)
+        pooled = (h + y).mean(dim=0)
+        score = model.head(pooled)[1]
+        r_sum = (h + y) / 3 / pooled * (pooled * model.head.weight[1])  # head and mean pooling, R = score
+        r_h, r_y = _add(h, y, r_sum)
+        r_m = _no_bias(m, model.down, r_y)
+        # the product: half to each factor; SiLU: identity; RMS norm: elementwise, identity
+        r_u = _no_bias(u, model.gate, r_m / 2) + _no_bias(u, model.up, r_m / 2)
+        hand = (r_h + r_u).T
+    e = camkit.AttnLRP(model, epsilon=0.0).explain(x, target=1)
+    assert torch.allclose(e.raw[0], hand, rtol=1e-9, atol=1e-12), (e.raw[0] - hand).abs().max()
+    assert torch.allclose(hand.sum(), score)  # no biases: conserved

@@ -34,6 +34,7 @@ from torch import Tensor
 from ...functional.propagation import stabilize
 
 __all__ = [
+    "gamma_linear",
     "generalized_gamma",
     "identity_rule",
     "layer_norm_identity",
@@ -212,3 +213,60 @@ def generalized_gamma(
     rule = rule + down * torch.where(value < 0, value / stabilize(down.detach(), epsilon), zero)
     return rule + (value - rule.detach())
 
+
+
+def _gamma_weights(weight: Tensor, gamma: float) -> tuple[Tensor, Tensor]:
+    return weight + gamma * weight.clamp(min=0), weight + gamma * weight.clamp(max=0)
+
+
+class _GammaLinear(torch.autograd.Function):
+    """``F.linear`` in value; the generalised gamma rule's gradient, the boosted weights rebuilt in the backward.
+
+    Keeping the rule's four products on the graph would hold two boosted copies of every weight
+    matrix until the backward; this node keeps the input, the weight itself and one factor per output.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, a: Tensor, weight: Tensor, bias: Tensor | None, gamma: float, epsilon: float) -> Tensor:
+        w, b = weight.detach(), None if bias is None else bias.detach()
+        run = torch.nn.functional.linear
+        z = run(a, w, b)
+        w_up, w_down = _gamma_weights(w, gamma)
+        b_up = b_down = None
+        if b is not None:
+            b_up, b_down = b + gamma * b.clamp(min=0), b + gamma * b.clamp(max=0)
+        a_pos, a_neg = a.clamp(min=0), a.clamp(max=0)
+        positive = z > 0
+        denominator = torch.where(positive, run(a_pos, w_up, b_up) + run(a_neg, w_down),
+                                  run(a_pos, w_down, b_down) + run(a_neg, w_up))  # fmt: skip
+        factor = torch.where(z == 0, 0.0, z / stabilize(denominator, epsilon))
+        ctx.save_for_backward(a, w, factor, positive)
+        ctx.gamma = gamma
+        return z
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        a, w, factor, positive = ctx.saved_tensors
+        w_up, w_down = _gamma_weights(w, ctx.gamma)
+        g = grad * factor
+        g_up, g_down = torch.where(positive, g, 0.0), torch.where(positive, 0.0, g)
+        from_pos = g_up @ w_up + g_down @ w_down  # what the positive inputs pass
+        from_neg = g_up @ w_down + g_down @ w_up
+        zero = torch.zeros((), dtype=g.dtype, device=g.device)
+        return torch.where(a > 0, from_pos, torch.where(a < 0, from_neg, zero)), None, None, None, None
+
+
+def gamma_linear(a: Tensor, weight: Tensor, bias: Tensor | None, gamma: float, epsilon: float) -> Tensor:
+    """``F.linear(a, weight, bias)`` whose gradient is :func:`generalized_gamma`'s, in the memory of one linear layer.
+
+    Example:
+        >>> import torch
+        >>> from camkit.methods.attribution._attnlrp_rules import gamma_linear
+        >>> a = torch.tensor([[1.0, -1.0]], requires_grad=True)
+        >>> out = gamma_linear(a * 1, torch.tensor([[2.0, 1.0]]), None, 0.5, 0.0)
+        >>> (g,) = torch.autograd.grad(out.sum(), a)
+        >>> out.tolist(), (a * g).tolist()  # as generalized_gamma's example
+        ([[1.0]], [[1.5, -0.5]])
+    """
+    out: Tensor = _GammaLinear.apply(a, weight, bias, gamma, epsilon)
+    return out

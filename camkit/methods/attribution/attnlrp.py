@@ -61,7 +61,15 @@ from .._core.binding import InputIndex
 from ..registry import register_method
 from ._activations import match_activation, unruled_name, warn_unruled
 from ._attnlrp_attention import multi_head_attention, sdpa
-from ._attnlrp_rules import generalized_gamma, identity_rule, layer_norm_identity, rms_norm_identity, traced, uniform
+from ._attnlrp_rules import (
+    gamma_linear,
+    generalized_gamma,
+    identity_rule,
+    layer_norm_identity,
+    rms_norm_identity,
+    traced,
+    uniform,
+)
 from .pixel import GradientAttribution, score_gradients
 
 __all__ = ["AttnLRP"]
@@ -116,9 +124,9 @@ class _AttnLRPMode(TorchFunctionMode):
             return sdpa(args, kwargs, self.lrp.attention)
         if func is F.multi_head_attention_forward:
             return multi_head_attention(args, kwargs, self.lrp.attention, self._linear)
-        if func is F.layer_norm:
+        if func is F.layer_norm or func is torch.layer_norm:
             return self._norm(layer_norm_identity, func, args, kwargs, ("weight", "bias", "eps"), 1e-5)
-        if func is F.rms_norm:
+        if func is F.rms_norm or func is torch.rms_norm:
             return self._norm(rms_norm_identity, func, args, kwargs, ("weight", "eps"), None)
         if _lookup(_DIVISIONS, func) and len(args) >= 2 and traced(args[0]) and _statistic(args[1]):
             return func(args[0], args[1].detach(), *args[2:], **kwargs)
@@ -166,6 +174,8 @@ class _AttnLRPMode(TorchFunctionMode):
         gamma = self.lrp.conv_gamma if kind == "conv" else self.lrp.gamma
         if self.lrp.rule == "epsilon" or gamma == 0:
             return relevance_gradient(z, [(1.0, z)], self.lrp.epsilon)
+        if kind == "linear" and not call and not rest:  # the bulk of a transformer: the weights rebuilt in backward
+            return gamma_linear(a, weight, bias, gamma, self.lrp.epsilon)
 
         def run(inp: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
             out: Tensor = func(inp, w.detach(), None if b is None else b.detach(), *rest, **call)
