@@ -133,3 +133,33 @@ def test_multihead_attention_options() -> None:
             assert torch.isfinite(e.raw).all()
             # the input is the query only: CP holds the attention weights constant, so nothing reaches it
             assert (e.raw.abs().amax() > 0) == (attention == "attnlrp")
+
+
+def test_a_learned_query_is_no_factor_of_the_input() -> None:
+    """A query computed from parameters alone (SigLIP's pooling probe repeated over the batch) is on the graph,
+    but ``q k^T`` is then linear in the keys: the keys keep all the relevance, as with a constant query."""
+    torch.manual_seed(0)
+
+    class Pool(nn.Module):
+        def __init__(self, learned: bool) -> None:
+            super().__init__()
+            probe = torch.randn(1, 1, 8, dtype=torch.float64)
+            if learned:
+                self.probe = nn.Parameter(probe)
+            else:
+                self.register_buffer("probe", probe)
+            self.attn = nn.MultiheadAttention(8, 2, batch_first=True).double()
+            self.head = nn.Linear(8, 3).double()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            tokens = x.transpose(1, 2)
+            q = self.probe.repeat(tokens.shape[0], 1, 1)
+            return self.head(self.attn(q, tokens, tokens, need_weights=False)[0][:, 0])
+
+    learned, constant = Pool(True).eval(), Pool(False).eval()
+    constant.load_state_dict(learned.state_dict())
+    x = torch.randn(2, 8, 5, dtype=torch.float64)
+    for attention in ("attnlrp", "cp"):
+        a = camkit.AttnLRP(learned, attention).explain(x, target=1).raw
+        b = camkit.AttnLRP(constant, attention).explain(x, target=1).raw
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)

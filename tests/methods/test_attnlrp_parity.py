@@ -52,7 +52,7 @@ def test_gamma_on_attention_projections_is_where_lxt_differs(monkeypatch: pytest
     ref = lxt_relevance(model, x, 2, conv_gamma=0.25, gamma=0.05)
     explainer = camkit.AttnLRP(model, "cp", "gamma", conv_gamma=0.25, gamma=0.05)
     assert _gap(explainer.explain(x, target=2).raw, ref) > 1e-2
-    monkeypatch.setattr(attnlrp._AttnLRPMode, "_linear", lambda self, a, w, b: F.linear(a, w, b))
+    monkeypatch.setattr(attnlrp._AttnLRPMode, "_linear", lambda self, a, w, b, dependent: F.linear(a, w, b))
     assert _gap(explainer.explain(x, target=2).raw, ref) < 1e-5
 
 

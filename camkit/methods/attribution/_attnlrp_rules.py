@@ -25,6 +25,7 @@ with the softmax's bias term.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from torch import Tensor
 from ...functional.propagation import stabilize
 
 __all__ = [
+    "InputTags",
     "gamma_linear",
     "generalized_gamma",
     "identity_rule",
@@ -45,8 +47,52 @@ __all__ = [
 
 
 def traced(t: Any) -> bool:
-    """Whether ``t`` is a tensor computed from the explained input (on the graph, not a parameter leaf)."""
+    """Whether ``t`` is a tensor on the graph (not a leaf): the default test of :func:`uniform`."""
     return isinstance(t, Tensor) and t.requires_grad and t.grad_fn is not None
+
+
+class InputTags:
+    """Which tensors of one forward were computed from the explained input, held weakly by identity.
+
+    A tensor computed from parameters alone (a class token repeated over the batch, a learned query)
+    is on the graph too, but a product with it is a linear map of the input, not a product of two
+    input-dependent factors: the rules ask :meth:`depends`, not whether a tensor requires a gradient.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Tensor]] = {}
+
+    def add(self, t: Tensor) -> None:
+        key, refs = id(t), self._refs
+
+        def forget(_: object) -> None:  # the tensor is gone: its id may be reused
+            refs.pop(key, None)
+
+        refs[key] = weakref.ref(t, forget)
+
+    def tagged(self, t: Any) -> bool:
+        if not isinstance(t, Tensor):
+            return False
+        ref = self._refs.get(id(t))
+        return ref is not None and ref() is t
+
+    def depends(self, t: Any) -> bool:
+        """Computed from the input, and still carrying its gradient (not detached)."""
+        return self.tagged(t) and t.requires_grad
+
+    def follow(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """Tag ``out`` (and an argument changed in place) when any argument of the call is tagged."""
+        from torch.utils._pytree import tree_leaves
+
+        if not any(self.tagged(a) for a in tree_leaves((args, kwargs))):
+            return
+        for t in tree_leaves(out):
+            if isinstance(t, Tensor):
+                self.add(t)
+        name = getattr(func, "__name__", "")
+        in_place = name == "__setitem__" or name.startswith("__i") or (name.endswith("_") and not name.endswith("__"))
+        if in_place and args and isinstance(args[0], Tensor):
+            self.add(args[0])
 
 
 class _ScaleGradient(torch.autograd.Function):
@@ -62,8 +108,10 @@ class _ScaleGradient(torch.autograd.Function):
         return grad * ctx.factor, None
 
 
-def uniform(factors: Sequence[Any]) -> list[Any]:
+def uniform(factors: Sequence[Any], depends: Callable[[Any], bool] = traced) -> list[Any]:
     """The factors of a product, those computed from the input with their gradient divided by their count.
+
+    ``depends`` says which factors are computed from the input (by default: any tensor on the graph).
 
     Example:
         >>> import torch
@@ -74,10 +122,11 @@ def uniform(factors: Sequence[Any]) -> list[Any]:
         >>> (a * g).item(), (x * y).item()  # relevance of a: 6 + 6 = the product's 12
         (12.0, 12.0)
     """
-    count = sum(traced(f) for f in factors)
+    flags = [depends(f) for f in factors]
+    count = sum(flags)
     if count < 2:
         return list(factors)
-    return [_ScaleGradient.apply(f, 1.0 / count) if traced(f) else f for f in factors]
+    return [_ScaleGradient.apply(f, 1.0 / count) if flag else f for f, flag in zip(factors, flags)]
 
 
 class _IdentityRule(torch.autograd.Function):

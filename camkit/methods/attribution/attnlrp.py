@@ -62,12 +62,12 @@ from ..registry import register_method
 from ._activations import match_activation, unruled_name, warn_unruled
 from ._attnlrp_attention import multi_head_attention, sdpa
 from ._attnlrp_rules import (
+    InputTags,
     gamma_linear,
     generalized_gamma,
     identity_rule,
     layer_norm_identity,
     rms_norm_identity,
-    traced,
     uniform,
 )
 from .pixel import GradientAttribution, score_gradients
@@ -97,21 +97,28 @@ def _lookup(table: Any, func: Callable[..., Any]) -> Any:
         return None
 
 
-def _statistic(t: Any) -> bool:
-    """A per-row statistic of the input (last axis of size 1), such as a norm's standard deviation."""
-    return traced(t) and t.dim() >= 1 and t.shape[-1] == 1
-
-
 class _AttnLRPMode(TorchFunctionMode):
-    def __init__(self, explainer: AttnLRP) -> None:
+    def __init__(self, explainer: AttnLRP, x: Tensor) -> None:
         super().__init__()
         self.lrp = explainer
         self.unruled: set[str] = set()
+        self.tags = InputTags()  # what the explained input reaches
+        self.tags.add(x)
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        out = self._dispatch(func, args, kwargs)
+        self.tags.follow(func, args, kwargs, out)
+        return out
+
+    def _statistic(self, t: Any) -> bool:
+        """A per-row statistic of the input (last axis of size 1), such as a norm's standard deviation."""
+        return self.tags.depends(t) and t.dim() >= 1 and t.shape[-1] == 1
+
+    def _dispatch(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        depends = self.tags.depends
         kind = _lookup(_LAYERS, func)
         if kind is not None:
             return self._layer(kind, func, args, kwargs)
@@ -121,18 +128,18 @@ class _AttnLRPMode(TorchFunctionMode):
             out = func(*args, **kwargs)
             return out.detach() if self.lrp.attention == "cp" and out.dim() >= 3 else out
         if func is F.scaled_dot_product_attention:
-            return sdpa(args, kwargs, self.lrp.attention)
+            return sdpa(args, kwargs, self.lrp.attention, depends)
         if func is F.multi_head_attention_forward:
-            return multi_head_attention(args, kwargs, self.lrp.attention, self._linear)
+            return multi_head_attention(args, kwargs, self.lrp.attention, self._linear, depends)
         if func is F.layer_norm or func is torch.layer_norm:
             return self._norm(layer_norm_identity, func, args, kwargs, ("weight", "bias", "eps"), 1e-5)
         if func is F.rms_norm or func is torch.rms_norm:
             return self._norm(rms_norm_identity, func, args, kwargs, ("weight", "eps"), None)
-        if _lookup(_DIVISIONS, func) and len(args) >= 2 and traced(args[0]) and _statistic(args[1]):
+        if _lookup(_DIVISIONS, func) and len(args) >= 2 and depends(args[0]) and self._statistic(args[1]):
             return func(args[0], args[1].detach(), *args[2:], **kwargs)
         if _lookup(_RSQRT, func):
             out = func(*args, **kwargs)
-            return out.detach() if _statistic(out) else out
+            return out.detach() if args and self._statistic(args[0]) else out
         if _lookup(_REFUSED, func):
             raise InvalidInputError(
                 f"AttnLRP has no rule for {getattr(func, '__name__', func)} in camkit; explain a model without "
@@ -141,11 +148,12 @@ class _AttnLRPMode(TorchFunctionMode):
         return self._other(func, args, kwargs)
 
     def _other(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if _lookup(_IN_PLACE_PRODUCTS, func) and sum(traced(a) for a in args) >= 2:
+        depends = self.tags.depends
+        if _lookup(_IN_PLACE_PRODUCTS, func) and sum(depends(a) for a in args) >= 2:
             self.unruled.add("in-place product")
         activation = match_activation(func, args, kwargs)
         if activation is not None:
-            if activation.name in _PASSING or not traced(activation.x):
+            if activation.name in _PASSING or not depends(activation.x):
                 return func(*args, **kwargs)
             return identity_rule(activation.x, activation.fn)  # an in-place call returns the result out of place
         name = unruled_name(func)
@@ -156,20 +164,24 @@ class _AttnLRPMode(TorchFunctionMode):
     def _product(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if func is torch.einsum:
             operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else list(args[1:])
-            return func(args[0], *uniform(operands), **kwargs)
-        return func(*uniform(args), **kwargs)
+            return func(args[0], *uniform(operands, self.tags.depends), **kwargs)
+        return func(*uniform(args, self.tags.depends), **kwargs)
 
-    def _linear(self, a: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        return self._layer("linear", F.linear, (a, weight, bias), {})
+    def _linear(self, a: Tensor, weight: Tensor, bias: Tensor | None, dependent: bool) -> Tensor:
+        return self._layer("linear", F.linear, (a, weight, bias), {}, dependent)
 
-    def _layer(self, kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _layer(
+        self, kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+        dependent: bool | None = None,
+    ) -> Any:  # fmt: skip
         z = func(*args, **kwargs)
         call = dict(kwargs)
         for name, value in zip(("input", "weight", "bias"), args):
             call[name] = value
         rest = args[3:]
         a, weight, bias = call.pop("input", None), call.pop("weight", None), call.pop("bias", None)
-        if not isinstance(z, Tensor) or not isinstance(weight, Tensor) or not traced(a):
+        dependent = self.tags.depends(a) if dependent is None else dependent and a.requires_grad
+        if not isinstance(z, Tensor) or not isinstance(weight, Tensor) or not dependent:
             return z
         gamma = self.lrp.conv_gamma if kind == "conv" else self.lrp.gamma
         if self.lrp.rule == "epsilon" or gamma == 0:
@@ -195,7 +207,7 @@ class _AttnLRPMode(TorchFunctionMode):
     ) -> Any:
         call = dict(zip(("input", "normalized_shape", *names), args), **kwargs)
         x = call.get("input")
-        if not traced(x):
+        if not self.tags.depends(x):
             return func(*args, **kwargs)
         params = [call.get(name) for name in names[:-1]]
         return rule(x, tuple(call["normalized_shape"]), *params, call.get("eps", eps))
@@ -284,7 +296,7 @@ class AttnLRP(GradientAttribution):
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         x = x.detach()
         leaf = x.clone().requires_grad_(True)
-        mode = _AttnLRPMode(self)
+        mode = _AttnLRPMode(self, leaf)
         with torch.enable_grad():
             with mode:
                 raw_out = self._call_model(leaf.clone())
