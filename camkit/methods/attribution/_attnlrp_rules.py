@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_leaves
 
 from ...functional.propagation import stabilize
 
@@ -82,8 +83,6 @@ class InputTags:
 
     def follow(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """Tag ``out`` (and an argument changed in place) when any argument of the call is tagged."""
-        from torch.utils._pytree import tree_leaves
-
         if not any(self.tagged(a) for a in tree_leaves((args, kwargs))):
             return
         for t in tree_leaves(out):
