@@ -61,6 +61,7 @@ FACTORIES: dict[str, Callable[[nn.Module], camkit.Explainer]] = {
         m, torch.linspace(-1, 1, 2 * 3 * 8 * 8).view(2, 3, 8, 8), samples=6, stdev=0.1, seed=0, max_batch=5
     ),
     "lrp": lambda m: camkit.LRP(m, "epsilongammabox"),
+    "attnlrp": lambda m: camkit.AttnLRP(m, rule="gamma"),
     "refinecam": lambda m: camkit.RefineCAM(m, ["conv1", "conv2"]),
     "segeigencam": lambda m: camkit.SegEigenCAM(m, "conv2"),
     "sscam": lambda m: camkit.SSCAM(m, "conv2", samples=2, std=0.5, seed=0, batch_size=7),

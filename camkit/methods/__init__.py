@@ -6,6 +6,7 @@ from ._core.explainer import Explainer
 from .attention import AttentionExplainer, AttentionRollout, CheferRollout, LeGrad
 from .attribution import (
     LRP,
+    AttnLRP,
     ConceptReferences,
     ConceptRelevance,
     Deconvolution,
@@ -63,6 +64,7 @@ __all__ = [
     "AblationCAM",
     "AttentionExplainer",
     "AttentionRollout",
+    "AttnLRP",
     "AugSmooth",
     "CAMExplainer",
     "CheferRollout",

@@ -1,7 +1,8 @@
 """Attributions to the input or a layer: gradients (pixel, guided, integrated, GradientShap, layer
-attributions) and relevance propagation (DeepLift, LRP, concept relevance) with their rule helpers.
+attributions) and relevance propagation (DeepLift, LRP, AttnLRP, concept relevance) with their rule helpers.
 """
 
+from .attnlrp import AttnLRP
 from .concepts import ConceptReferences, ConceptRelevance
 from .deeplift import DeepLift, DeepLiftShap
 from .gradientshap import GradientShap
@@ -18,6 +19,7 @@ from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGra
 
 __all__ = [
     "LRP",
+    "AttnLRP",
     "ConceptReferences",
     "ConceptRelevance",
     "Deconvolution",

@@ -24,6 +24,7 @@ Every rule is written for any rank: an input [B, C, *S] may be a signal [B, C, T
 [B, C, H, W] or a volume or a video [B, C, D, H, W].
 * **Other non-linearities** (sigmoid, tanh, GELU, SiLU, softmax, layer norm, ...): no rule;
   their plain gradient is used and one :class:`~camkit.errors.NoRuleWarning` per call names them.
+  On a model with attention the one warning says to use :class:`~camkit.AttnLRP` instead.
 * **Transposed convolutions**: refused with :class:`~camkit.errors.InvalidInputError`.
 
 Rules (``rule=``): ``"epsilon"``, ``"gamma"``, ``"zplus"``, ``"alphabeta"`` (on every
@@ -70,6 +71,7 @@ _CONVS = {F.conv1d: "conv", F.conv2d: "conv", F.conv3d: "conv", F.linear: "linea
 _REFUSED = {F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d, F.bilinear}
 # Elementwise activations whose own gradient is LRP's rule (f(z) = f'(z) z).
 _PASSING = {"relu", "leaky_relu"}
+_ATTENTION = {"softmax", "scaled_dot_product_attention", "multi_head_attention_forward"}
 
 
 class _EpsilonBatchNorm(torch.autograd.Function):
@@ -135,6 +137,8 @@ class _LRPMode(TorchFunctionMode):
                 f"LRP has no rule for {getattr(func, '__name__', func)} in camkit; explain a model without "
                 "transposed convolutions (or use camkit.IntegratedGradients / camkit.DeepLift)."
             )
+        if func is F.multi_head_attention_forward:  # its inner calls are hidden from the mode
+            self.unruled.add("multi_head_attention_forward")
         activation = match_activation(func, args, kwargs)
         if activation is not None and activation.name not in _PASSING:
             self.unruled.add(activation.name)
@@ -350,9 +354,13 @@ class LRP(GradientAttribution):
             else:
                 classes, scores = resolve_target(target, select_output(raw_out, self.output), batch=x.shape[0])
             raw = _relevance(scores, leaf, mode.bounds)
-        warn_unruled(
-            "LRP", mode.unruled, "their plain gradient is used, so relevance is not conserved through them."
-        )
+        if mode.unruled & _ATTENTION:  # one warning that names the method with rules for transformers
+            warn_unruled("LRP", {"attention"}, "use camkit.AttnLRP(model), whose rules cover attention, layer norm "
+                         "and GELU and conserve relevance through them.")  # fmt: skip
+        else:
+            warn_unruled(
+                "LRP", mode.unruled, "their plain gradient is used, so relevance is not conserved through them."
+            )
         scores = scores.detach()
         size = tuple(x.shape[2:])
         maps, flat = self.maps_from_raw(raw, size)
