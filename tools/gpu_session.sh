@@ -2,10 +2,11 @@
 # Everything camkit checks on a GPU, in one call of a GPU machine (see docs/guide/gpu.md).
 #
 #   bash tools/gpu_session.sh                # all stages
-#   STAGES="bench" bash tools/gpu_session.sh # some stages: env test-gpu suite bench
+#   STAGES="bench" bash tools/gpu_session.sh # some stages: env test-gpu suite audit-bench bench
 #
 # Run from the repository root. Results go to $OUT (default ./gpu-session), at most two
-# folders down: env.txt, test-gpu.log, suite.log, bench.log, bench/RESULTS.md, bench/results.png.
+# folders down: env.txt, test-gpu.log, suite.log, audit-bench.log, audit-bench/RESULTS.md, bench.log,
+# bench/RESULTS.md, bench/results.png.
 #
 # Packages the machine lacks (the anchors grad-cam, captum, torchcam, and grad-cam's ttach)
 # travel as wheels in .whl/ (downloaded beforehand on a machine with pip access, see
@@ -14,7 +15,11 @@
 # in the subprocesses the benchmarks start.
 #
 # Each stage has its own time limit (seconds; the machine allows 600 per command):
-# TEST_GPU_S (60), SUITE_S (180), BENCH_S (330). A stage that fails or runs out does not stop
+# TEST_GPU_S (60), SUITE_S (150), AUDIT_BENCH_S (150), BENCH_S (210). The audit-bench stage runs
+# the audit's cases on CUDA with 3 repeats: the whole process of a 64-image audit beside a bare
+# script (case audit_start) and the strategies' share of an 8,192-image audit's explain time
+# (case strategies); it comes before the bench stage, whose cases may not all fit in its limit.
+# A stage that fails or runs out does not stop
 # the next one; the exit status is that of the first failing stage. BENCH_ARGS adds arguments to
 # the benchmark runner (for instance `--cases gradcam,gpu,vit` to fit the cases that matter on a
 # GPU into one call).
@@ -22,7 +27,7 @@ set -u -o pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 OUT=${OUT:-$PWD/gpu-session}
-STAGES=${STAGES:-"env test-gpu suite bench"}
+STAGES=${STAGES:-"env test-gpu suite audit-bench bench"}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
@@ -68,7 +73,9 @@ esac
 XDIST=()
 if "$PY" -c "import xdist" 2>/dev/null; then XDIST=(-n 8); fi
 stage test-gpu "${TEST_GPU_S:-60}" make test-gpu PY="$PY"
-stage suite "${SUITE_S:-180}" "$PY" -m pytest -q "${XDIST[@]}"
+stage suite "${SUITE_S:-150}" "$PY" -m pytest -q "${XDIST[@]}"
+stage audit-bench "${AUDIT_BENCH_S:-150}" "$PY" -m benchmarks --device cuda --cases audit_start,strategies --repeats 3 \
+    --out "$OUT/audit-bench"
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
-stage bench "${BENCH_S:-330}" "$PY" -m benchmarks --device cuda --out "$OUT/bench" ${BENCH_ARGS:-}
+stage bench "${BENCH_S:-210}" "$PY" -m benchmarks --device cuda --out "$OUT/bench" ${BENCH_ARGS:-}
 exit $status
