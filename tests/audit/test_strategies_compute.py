@@ -84,7 +84,7 @@ def test_spectral_clusters_restore_torch_threads_and_leave_inputs_alone():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_spectral_clusters_on_cuda_equal_the_cpu():
-    feats, _ = _blobs((60, 40, 30), 64, seed=6, spread=0.5)
+    feats, _ = _blobs((800, 500, 300), 64, seed=6, spread=0.5)  # above 1,500 images: clustered on the device
     cpu = spectral_clusters(feats, seed=0)
     gpu = spectral_clusters(feats, seed=0, device="cuda")
     assert gpu.count == cpu.count and np.array_equal(gpu.labels, cpu.labels)

@@ -217,7 +217,8 @@ def find_strategies(
         max_clusters: the most strategies a class may get.
         min_images: a class with fewer images gets one strategy, and says why.
         prototypes: images kept per strategy.
-        device: where the clustering computes (a ``torch.device`` or its name; default the CPU).
+        device: where a class of more than 1,500 images is clustered (a ``torch.device`` or its name;
+            default the CPU); smaller classes are clustered on the CPU.
 
     Returns:
         :class:`Strategies`.

@@ -7,9 +7,9 @@ embedding. The number of clusters is where the Laplacian's smallest eigenvalues 
 eigengap: the first gap at least half the largest); k-means on the embedding's rows then
 assigns the images. Everything is seeded: the same features give the same clusters.
 
-The arithmetic is torch's, on the device asked for (float32 matrix products; the eigenproblem in
-float64): the graph is built on at most :data:`SAMPLE` images, so it is a dense matrix of at
-most 64 MB, and neighbours are searched in blocks of rows, so memory stays bounded whatever the
+The arithmetic is torch's, for a class of more than ``_DENSE`` images on the device asked for
+(float32 matrix products; the eigenproblem in float64): the graph is built on at most
+:data:`SAMPLE` images, so it is a dense matrix of at most 64 MB, and neighbours are searched in blocks of rows, so memory stays bounded whatever the
 number of images. On the CPU a class is clustered on one intra-op thread (torch's setting is
 restored after): its operations are small, so handing them to more threads costs more than it
 saves, and on a busy machine the threads only wait for each other. The eigenproblem is solved
@@ -203,8 +203,11 @@ def spectral_clusters(
 ) -> Clustering:
     """Cluster ``features`` [N, D] spectrally; the number of clusters from the eigengap (1 to ``max_clusters``).
 
-    ``device``: where the features, the graph and its eigenproblem are computed (default the
-    CPU); k-means on the embedding's few columns runs on the CPU. The result holds host arrays.
+    ``device``: where a class of more than ``_DENSE`` (1,500) images is clustered (its features,
+    graph and eigenproblem; default the CPU). Smaller classes are clustered on the CPU whatever
+    the device: there the work is milliseconds, less than a GPU's first call of its solver
+    library costs. k-means on the embedding's few columns runs on the CPU. The result holds host
+    arrays.
 
     Example:
         >>> import numpy as np
@@ -219,7 +222,7 @@ def spectral_clusters(
     """
     if max_clusters < 1:
         raise InvalidInputError(f"max_clusters must be at least 1, got {max_clusters}")
-    x = _tensor(features, device)
+    x = _tensor(features, device if len(features) > _DENSE else "cpu")
     with _one_thread(x.device):
         return _cluster(_prepare(x, seed) if len(x) else torch.zeros(0, 1), max_clusters, neighbors, min_images, seed)
 
