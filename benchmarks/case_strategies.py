@@ -8,12 +8,22 @@
   vectors (64 channels, the demo layer's) of 10 classes of 10,000, each class a mix of three
   planted groups, timed once; against the demo's explain time per image times 100,000
   (extrapolated, not run). Goal: at most 10%.
+* **An audit's share** (resnet18 224x224, 384 images, batch 16 on the CPU; resnet50, 8,192
+  images, batch 64 on CUDA; random weights, seeded random inputs made batch by batch on the
+  device): the audit's explain pass without strategies (Grad-CAM at ``layer4`` with the
+  predicted class, maps to the host) and with them (each channel's relevance recorded in the same
+  pass, maps downsampled and vectors to the host, as :class:`camkit.audit.stages.ExplainStage`
+  does), interleaved, and :func:`~camkit.audit.strategies.find_strategies` on those features
+  (classes: the predictions) on the device. The strategies' share is, round by round, (the
+  features' extra time + ``find_strategies``) / the pass without them. Goal: at most 10%. On
+  CUDA a row also times ``find_strategies`` on the CPU, to show where the clustering is faster.
 * **Concept relevance on resnet50** (random weights, batch 8, 224x224, ``layer4``):
   ``ConceptRelevance.relevance`` (each channel's relevance, [B, 2048]) against ``GradCAM``, side
   by side; also Grad-CAM recording the relevance in its own pass (what the audit does) and one
   conditional map per image (a backward down to the input). Goal: relevance at most 1.3x Grad-CAM.
 
-Smoke mode: 40 demo images, 2,000 synthetic images, resnet18 at 64x64, batch 2.
+Smoke mode: 40 demo images, 2,000 synthetic images, resnet18 at 64x64, batch 2; the audit's share
+on 32 images of 64x64.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import torch
 import camkit
 
 from ._harness import (
+    BenchmarkError,
     Context,
     Goal,
     Ratio,
@@ -67,6 +78,76 @@ def _synthetic(n: int, classes: int = 10, channels: int = 64, seed: int = 0) -> 
     return labels, maps.astype(np.float16), vectors.astype(np.float16)
 
 
+def _share_config(ctx: Context) -> tuple[str, int, int, int]:
+    """(model, size, images, batch) of the audit's-share block."""
+    if ctx.smoke:
+        return "resnet18", 64, 32, 16
+    return ("resnet50", 224, 8192, 64) if ctx.device.type == "cuda" else ("resnet18", 224, 384, 16)
+
+
+def _audit_share(ctx: Context) -> list[Row | Goal]:
+    """The strategies' share of an audit's explain time (see the module docstring)."""
+    from camkit.audit.strategies import find_strategies
+    from camkit.audit.strategies.store import downsample_maps
+    from camkit.runs.explaining import explain_batch
+    from camkit.runs.targeting import chooser, parse_target
+
+    name, size, count, batch = _share_config(ctx)
+    net = build_model(name, ctx.device).eval()
+    plain, recording = camkit.GradCAM(net, "layer4"), camkit.GradCAM(net, "layer4")
+    recording.record_relevance = True
+    choose = chooser(parse_target("pred"))
+    kept: dict[str, np.ndarray] = {}
+
+    def explain_pass(features: bool) -> None:
+        gen = torch.Generator(ctx.device).manual_seed(0)
+        maps, vectors, classes = [], [], []
+        for start in range(0, count, batch):
+            x = torch.randn(min(batch, count - start), 3, size, size, generator=gen, device=ctx.device)
+            out = explain_batch(recording if features else plain, x, choose)
+            if not features:
+                out.maps.float().cpu()
+                continue
+            out.maps.float().cpu()  # the overlays' maps, as without strategies
+            maps.append(downsample_maps(torch.nan_to_num(out.maps.detach().float(), nan=0.0)).cpu().numpy())
+            if out.relevance is None:
+                raise BenchmarkError("Grad-CAM recorded no channel relevance")
+            vectors.append(torch.nan_to_num(out.relevance.detach().float()).half().cpu().numpy())
+            classes.append(out.classes.cpu().numpy())
+        if features:
+            kept.update(maps=np.concatenate(maps), vectors=np.concatenate(vectors), classes=np.concatenate(classes))
+
+    def strategies(device: torch.device) -> None:
+        if "maps" not in kept:
+            raise BenchmarkError("find_strategies timed before an explain pass gave it features")
+        find_strategies([str(int(c)) for c in kept["classes"]], kept["maps"].astype(np.float32),
+                        kept["vectors"].astype(np.float32), device=device)  # fmt: skip
+
+    warm = torch.randn(2, 3, size, size, device=ctx.device)
+    explain_batch(plain, warm, choose), explain_batch(recording, warm, choose)
+    ctx.log(f"  {TITLE}: audit's share, {name} {size}x{size}, {count} images, batch {batch}")
+    names = {"plain": f"explain {count} images (no strategies)", "features": f"explain {count} images + features",
+             "strategies": f"find_strategies on {count} images ({ctx.device.type})"}  # fmt: skip
+    fns = {names["plain"]: lambda: explain_pass(False), names["features"]: lambda: explain_pass(True),
+           names["strategies"]: lambda: strategies(ctx.device)}  # fmt: skip
+    if ctx.device.type != "cpu":
+        names["host"] = f"find_strategies on {count} images (cpu)"
+        fns[names["host"]] = lambda: strategies(torch.device("cpu"))
+    timings = ctx.time(fns, repeats=1 if ctx.smoke else min(ctx.repeats, 3), warmup=0)
+    plain_t, feat_t, strat_t = (timings[names[k]].samples for k in ("plain", "features", "strategies"))
+    shares = [(f - p + s) / p for p, f, s in zip(plain_t, feat_t, strat_t)]
+    share = Ratio(float(np.median(shares)), min(shares), max(shares))
+    sizes = np.bincount(np.unique(kept["classes"], return_inverse=True)[1])
+    note = f"{len(sizes)} predicted classes, the largest {int(sizes.max())} images"
+    rows: list[Row | Goal] = list(rows_for_timings(TITLE, timings, reference=names["plain"], model=f"{name} {size}px",
+                                                   batch=batch, device=ctx.device, camkit=names["strategies"]))  # fmt: skip
+    rows.append(Row(TITLE, "strategies' share (features' extra time + find_strategies)", f"{name} {size}px", batch,
+                    ctx.device.type, ratio=share, ratio_to=names["plain"], note=note))  # fmt: skip
+    rows.append(goal_at_most(TITLE, f"strategies at most 10% of the audit's explain time ({name} {size}px, {count} "
+                             f"images, {ctx.device.type})", share, GOAL_SHARE))  # fmt: skip
+    return rows
+
+
 def run(ctx: Context) -> list[Row | Goal]:
     from camkit.audit.strategies import find_strategies
     from camkit.audit.strategies.store import downsample_maps
@@ -83,18 +164,22 @@ def run(ctx: Context) -> list[Row | Goal]:
     features: dict[str, np.ndarray] = {}
 
     def explain() -> None:
-        maps, vectors = [], []
+        maps: list[np.ndarray] = []
+        vectors: list[np.ndarray] = []
         for i in range(0, demo_n, 50):
             out = explain_batch(explainer, x[i : i + 50], choose)
+            if out.relevance is None:
+                raise BenchmarkError("Grad-CAM recorded no channel relevance")
             maps.append(downsample_maps(out.maps).cpu().numpy())
-            vectors.append(out.relevance.half().cpu().numpy() if out.relevance is not None else None)
+            vectors.append(out.relevance.half().cpu().numpy())
         features["maps"], features["vectors"] = np.concatenate(maps), np.concatenate(vectors)
 
     explain()
     names = [str(int(c)) for c in y]
 
     def strategies() -> None:
-        find_strategies(names, features["maps"].astype(np.float32), features["vectors"].astype(np.float32))
+        find_strategies(names, features["maps"].astype(np.float32), features["vectors"].astype(np.float32),
+                        device=ctx.device)
 
     ctx.log(f"  {TITLE}: demo, {demo_n} images")
     explain_name, strat_name = f"explain {demo_n} demo images (audit's pass)", f"strategies of {demo_n} images"
@@ -107,7 +192,7 @@ def run(ctx: Context) -> list[Row | Goal]:
     labels, maps, vectors = _synthetic(scale_n)
     ctx.log(f"  {TITLE}: {scale_n} synthetic images, 10 classes")
     start = time.perf_counter()
-    found = find_strategies(labels, maps.astype(np.float32), vectors.astype(np.float32))
+    found = find_strategies(labels, maps.astype(np.float32), vectors.astype(np.float32), device=ctx.device)
     took = time.perf_counter() - start
     per_image = timings[explain_name].median / demo_n
     share = took / (per_image * scale_n)
@@ -139,4 +224,4 @@ def run(ctx: Context) -> list[Row | Goal]:
                              camkit="ConceptRelevance.relevance")  # fmt: skip
     rows.append(goal_at_most(TITLE, f"concept relevance at most {GOAL_CONCEPTS}x Grad-CAM ({name}, batch {batch})",
                              paired_ratio(t["ConceptRelevance.relevance"], t["GradCAM"]), GOAL_CONCEPTS))  # fmt: skip
-    return rows
+    return rows + _audit_share(ctx)

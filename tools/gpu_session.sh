@@ -2,11 +2,11 @@
 # Everything camkit checks on a GPU, in one call of a GPU machine (see docs/guide/gpu.md).
 #
 #   bash tools/gpu_session.sh                # all stages
-#   STAGES="bench" bash tools/gpu_session.sh # some stages: env test-gpu suite bench-attention bench metrics
+#   STAGES="bench" bash tools/gpu_session.sh # some stages: env test-gpu bench-attention bench audit-bench metrics suite
 #
 # Run from the repository root. Results go to $OUT (default ./gpu-session), at most two
-# folders down: env.txt, test-gpu.log, suite.log, bench-attention.log, bench-attention/RESULTS.md,
-# bench.log, bench/RESULTS.md, bench/results.png.
+# folders down: env.txt, test-gpu.log, <stage>.log and <stage>/RESULTS.md for each benchmark stage
+# (bench-attention, bench, audit-bench, metrics), bench/results.png.
 #
 # Packages the machine lacks (the anchors grad-cam, captum, torchcam, and grad-cam's ttach)
 # travel as wheels in .whl/ (downloaded beforehand on a machine with pip access, see
@@ -15,26 +15,29 @@
 # in the subprocesses the benchmarks start.
 #
 # Each stage has its own time limit (seconds; the machine allows 600 per command):
-# TEST_GPU_S (60), SUITE_S (150), BENCH_ATTN_S (90), BENCH_S (180), METRICS_S (90). The attention stage
-# runs the ViT case alone (CheferRollout and LeGrad on both paths beside torchcam's LeGrad, vit_b_16 and
-# vit_l_16 at batch 8 and 32, memory by CUDA's counter in the same process) before the other cases, so
-# that a long benchmark stage cannot starve it. The stage `metrics` runs the Quantus-family metric cases
-# (camkit.metrics and every camkit.compat.quantus class beside Quantus and their floors; quantus's wheel
-# in .whl/ for the comparison) into $OUT/metrics. A stage that fails or runs out does not stop the next
-# one; the exit status is that of the first failing stage. BENCH_ARGS adds arguments to the benchmark
-# runner (for instance `--cases gradcam,gpu,vit` to fit the cases that matter on a GPU into one call).
-#
-# What the GPU-only parts cost: test-gpu runs every `cuda`-marked test (the compiled path's CUDA
-# graphs among them: tiny models, a few seconds). In bench, case 8 (gpu) times the five gradient
-# CAMs at batch 1, 8 and 64 on resnet50, convnext_tiny and vit_b_16 (Grad-CAM also compiled, beside
-# a graph-replayed forward) and starts no new configuration after 150 s (OVERHEAD_BUDGET_S in
-# benchmarks/case_gpu.py; the rows left out say so); the detection case runs Faster R-CNN at batch 2
-# and 8, YOLOv8n at batch 8 and RetinaNet at batch 4 (3 timed repeats each).
+# TEST_GPU_S (60), BENCH_ATTN_S (120), BENCH_S (180), AUDIT_BENCH_S (120), METRICS_S (90): 570 s in all,
+# so that the default stages fit in one 10-minute command. `suite` (SUITE_S, 150: the whole test suite on
+# the GPU machine) is not among the default stages; name it in STAGES to run it.
+# - bench-attention: the attention methods' cases alone (case vit: CheferRollout and LeGrad on both paths
+#   beside torchcam's LeGrad, vit_b_16 and vit_l_16 at batch 8 and 32, memory by CUDA's counter in the
+#   same process; case attnlrp: AttnLRP beside LXT and a no-grad forward).
+# - bench: the GPU cases of Grad-CAM (case gpu: the five gradient CAMs at batch 1, 8 and 64 on resnet50,
+#   convnext_tiny and vit_b_16, Grad-CAM also compiled beside a graph-replayed forward; it starts no new
+#   configuration after 150 s, OVERHEAD_BUDGET_S in benchmarks/case_gpu.py, and the rows left out say
+#   so) and the detectors (case detection: Faster R-CNN at batch 2 and 8, YOLOv8n at batch 8 and
+#   RetinaNet at batch 4, with the floor of the backward the score needs). BENCH_CASES replaces the list.
+# - audit-bench: the whole process of a 64-image audit beside a bare script (case audit_start) and the
+#   strategies' share of an 8,192-image audit's explain time (case strategies).
+# - metrics: camkit.metrics and every camkit.compat.quantus class beside Quantus and their floors
+#   (quantus's wheel in .whl/ for the comparison).
+# test-gpu runs every `cuda`-marked test (the compiled path's CUDA graphs among them: tiny models, a few
+# seconds). A stage that fails or runs out does not stop the next one; the exit status is that of the
+# first failing stage. BENCH_ARGS adds arguments to the bench stage's runner.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 OUT=${OUT:-$PWD/gpu-session}
-STAGES=${STAGES:-"env test-gpu suite bench-attention bench metrics"}
+STAGES=${STAGES:-"env test-gpu bench-attention bench audit-bench metrics"}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
@@ -80,10 +83,14 @@ esac
 XDIST=()
 if "$PY" -c "import xdist" 2>/dev/null; then XDIST=(-n 8); fi
 stage test-gpu "${TEST_GPU_S:-60}" make test-gpu PY="$PY"
-stage suite "${SUITE_S:-180}" "$PY" -m pytest -q "${XDIST[@]}"
+stage audit-bench "${AUDIT_BENCH_S:-120}" "$PY" -m benchmarks --device cuda --cases audit_start,strategies --repeats 3 \
+    --out "$OUT/audit-bench"
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
-stage bench-attention "${BENCH_ATTN_S:-90}" "$PY" -m benchmarks --device cuda --cases vit --out "$OUT/bench-attention"
-stage bench "${BENCH_S:-180}" "$PY" -m benchmarks --device cuda --out "$OUT/bench" ${BENCH_ARGS:-}
+stage bench-attention "${BENCH_ATTN_S:-120}" "$PY" -m benchmarks --device cuda --cases vit,attnlrp \
+    --out "$OUT/bench-attention"
+stage bench "${BENCH_S:-180}" "$PY" -m benchmarks --device cuda --cases "${BENCH_CASES:-gpu,detection}" \
+    --out "$OUT/bench" ${BENCH_ARGS:-}
 stage metrics "${METRICS_S:-90}" "$PY" -m benchmarks --device cuda --cases metrics,quantus_compat --repeats 3 \
     --out "$OUT/metrics"
+stage suite "${SUITE_S:-150}" "$PY" -m pytest -q "${XDIST[@]}"
 exit $status

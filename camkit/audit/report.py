@@ -225,14 +225,16 @@ def _cell(value: Any) -> str:
 
 
 def write_outputs(
-    out: Path, keys: Sequence[str], columns: Sequence[str], meta: dict[str, Any], *, strategies: bool = False
+    out: Path, keys: Sequence[str], columns: Sequence[str], meta: dict[str, Any], *, strategies: bool = False,
+    device: Any = None,
 ) -> dict[str, Any]:
     """Merge the parts of ``out`` into ``results.csv``, ``summary.json`` and ``report.html`` (each atomically).
 
     ``keys`` gives the rows' order (the dataset's); a key in no part is left out. Returns the summary.
     With ``strategies``, each class's strategies are found from the parts' sidecars
     (:func:`camkit.audit.strategies.store.merge_strategies`): rows get ``strategy`` and
-    ``concept_strategy``, the summary a ``strategies`` section, the report its section.
+    ``concept_strategy``, the summary a ``strategies`` section, the report its section; their
+    clustering runs on ``device`` (a ``torch.device``; default the CPU).
     """
     from ..runs.files import atomic_write, file_mode
     from ..runs.outdir import iter_part_rows
@@ -247,7 +249,9 @@ def write_outputs(
         from .strategies.render import render_strategies
         from .strategies.store import merge_strategies
 
-        found, covered, slim, section = merge_strategies(out, lines, keys, str(meta.pop("concepts_note", "") or ""))
+        found, covered, slim, section = merge_strategies(
+            out, lines, keys, str(meta.pop("concepts_note", "") or ""), device=device
+        )
         if found is not None:
             names = dict(zip(covered, zip(found.names("maps"), found.names("concepts") if found.concepts else [""] * len(covered))))
         strategies_html = render_strategies(out, found, covered, slim, section)

@@ -142,7 +142,8 @@ def _audit(cfg: RunConfig, model: str | nn.Module, load: dict[str, Any], ctx: Di
     overlays = {"format": cfg.overlay_format, "quality": cfg.overlay_quality, "size": "model input"}
     extra = {"concepts_note": note} if note else {}
     return finish_run(cfg, dataset, loaded.describe(), mapping, ctx, dataset.kind, overlays, extra,
-                      started=started, todo=len(run.todo), corrupt=run.corrupt, count=run.covered)  # fmt: skip
+                      started=started, todo=len(run.todo), corrupt=run.corrupt, count=run.covered,
+                      device=loaded.device)  # fmt: skip
 
 
 def _run_shard(cfg: RunConfig, dataset: Dataset, shard: list[int], loaded: LoadedModel, mapping: LabelMapping,

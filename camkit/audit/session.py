@@ -51,10 +51,11 @@ def start_run(cfg: RunConfig, dataset: Dataset, fingerprint: dict[str, Any], ctx
 
 def finish_run(cfg: RunConfig, dataset: Dataset, model: dict[str, Any], mapping: LabelMapping, ctx: DistContext,
                kind: str, overlays: dict[str, Any], extra: dict[str, Any], *, started: float, todo: int,
-               corrupt: list[str], count: int) -> dict[str, Any]:  # fmt: skip
+               corrupt: list[str], count: int, device: torch.device | None = None) -> dict[str, Any]:  # fmt: skip
     """Wait for every rank, then (rank 0) write run.json's metadata, results.csv and the report; the summary.
 
-    ``model`` is the loaded model's description, ``kind`` the data's, ``extra`` keys that follow ``overlays``.
+    ``model`` is the loaded model's description, ``kind`` the data's, ``extra`` keys that follow ``overlays``;
+    the strategies are clustered on ``device`` (the model's; default the CPU).
     """
     from .report import write_outputs
 
@@ -72,5 +73,5 @@ def finish_run(cfg: RunConfig, dataset: Dataset, model: dict[str, Any], mapping:
         }  # fmt: skip
         keys = [r.key for r in dataset.records[:count]]
         columns = base_columns(dataset.regions, cfg.faithfulness, cfg.strategies)
-        summary = write_outputs(cfg.out, keys, columns, meta, strategies=cfg.strategies)
+        summary = write_outputs(cfg.out, keys, columns, meta, strategies=cfg.strategies, device=device)
     return dict(ctx.broadcast(summary))

@@ -38,14 +38,32 @@ def _load_commands() -> None:
                 raise
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on a command line: its first word that is not an option (``None`` if none).
+
+    Example:
+        >>> from camkit.cli import chosen_command
+        >>> chosen_command(["audit", "data", "--model", "demo"]), chosen_command(["--version"])
+        ('audit', None)
+    """
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``camkit`` parser; with ``command`` (a known subcommand) only that one's options are added.
+
+    Every subcommand stays listed, with its help line; its options, whose defaults and help may
+    need the modules that implement it (``camkit evaluate`` lists its metrics), are built for
+    the command being run only, so ``camkit audit`` never imports the evaluation.
+    """
     _load_commands()
     parser = argparse.ArgumentParser(prog="camkit", description="See what PyTorch image models look at.")
     parser.add_argument("--version", action="version", version=f"camkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, add_arguments, _) in sorted(COMMANDS.items()):
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
-        add_arguments(command_parser)
+        if command not in COMMANDS or command == name:
+            add_arguments(command_parser)
         command_parser.add_argument(
             "--debug", action="store_true", help="on an error, show the full Python traceback instead of one line"
         )
@@ -68,8 +86,9 @@ def error_line(err: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(chosen_command(words))
+    args = parser.parse_args(words)
     if args.command is None:
         parser.print_help()
         return 2

@@ -203,6 +203,7 @@ def find_strategies(
     max_clusters: int = 6,
     min_images: int = MIN_IMAGES,
     prototypes: int = 4,
+    device: Any = None,
 ) -> Strategies:
     """Each class's strategies from its maps and/or its concept relevance vectors.
 
@@ -216,6 +217,8 @@ def find_strategies(
         max_clusters: the most strategies a class may get.
         min_images: a class with fewer images gets one strategy, and says why.
         prototypes: images kept per strategy.
+        device: where a class of more than 1,500 images is clustered (a ``torch.device`` or its name;
+            default the CPU); smaller classes are clustered on the CPU.
 
     Returns:
         :class:`Strategies`.
@@ -250,7 +253,9 @@ def find_strategies(
             feats = np.asarray(array[pos], dtype=np.float32).reshape(len(pos), -1)
             if kind == "maps":
                 feats = np.clip(feats, 0, None)
-            clustering = spectral_clusters(feats, max_clusters=max_clusters, min_images=min_images, seed=seed)
+            clustering = spectral_clusters(
+                feats, max_clusters=max_clusters, min_images=min_images, seed=seed, device=device
+            )
             found[kind][cls] = _describe_class(cls, kind, pos, clustering, maps, vectors, right, conf, prototypes)
     ranking = _rank(found)
     return Strategies([str(c) for c in classes], found["maps"], found["concepts"], ranking)

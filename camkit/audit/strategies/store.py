@@ -98,14 +98,15 @@ def _stack(arrays: list[np.ndarray | None], slots: list[int]) -> np.ndarray | No
 
 
 def strategies_of_run(
-    parts: Sequence[Path], rows: dict[str, dict[str, Any]], keys: Sequence[str], *, labelled: bool, seed: int = 0
+    parts: Sequence[Path], rows: dict[str, dict[str, Any]], keys: Sequence[str], *, labelled: bool, seed: int = 0,
+    device: Any = None,
 ) -> tuple[Strategies | None, list[str], int]:
     """The strategies of a finished run: ``(strategies, the keys they cover in order, images left out)``.
 
     ``rows`` maps each key to its row (``label``, ``prediction_name``, ``correct``,
     ``confidence``, ``error``); classes are the labels when the run has labels, else the
     predictions (as in the summary's ``per_class``). Images that failed, or whose sidecar is
-    missing, are left out.
+    missing, are left out. ``device``: where the clustering runs (see :func:`find_strategies`).
     """
     ok = [k for k in keys if k in rows and not rows[k].get("error")]
     row_of, maps, vectors = read_features(parts, set(ok))
@@ -123,18 +124,18 @@ def strategies_of_run(
         maps[order].astype(np.float32) if maps is not None else None,
         vectors[order].astype(np.float32) if vectors is not None else None,
         correct=[rows[k].get("correct") for k in covered], confidence=[rows[k].get("confidence") for k in covered],
-        seed=seed,
+        seed=seed, device=device,
     )  # fmt: skip
     return found, covered, len(ok) - len(covered)
 
 
 def merge_strategies(
-    out: Path, lines: dict[str, str], keys: Sequence[str], note: str = ""
+    out: Path, lines: dict[str, str], keys: Sequence[str], note: str = "", *, device: Any = None
 ) -> tuple[Strategies | None, list[str], dict[str, dict[str, Any]], dict[str, Any]]:
     """At the merge: the run's strategies from its parts' rows (``lines``: key -> JSON line) and sidecars.
 
     Returns ``(strategies, covered keys, slim rows by key, the summary's "strategies" section)``;
-    the section says why when there are none.
+    the section says why when there are none. ``device``: where the clustering runs.
     """
     import json
 
@@ -147,7 +148,7 @@ def merge_strategies(
         rows[key] = {k: row.get(k) for k in ("key", "label", "prediction_name", "correct", "confidence", "overlay", "error")}
     labelled = any(r.get("label") for r in rows.values())
     parts = sorted((out / "parts").glob("*.jsonl"))
-    found, covered, left_out = strategies_of_run(parts, rows, keys, labelled=labelled)
+    found, covered, left_out = strategies_of_run(parts, rows, keys, labelled=labelled, device=device)
     section: dict[str, Any] = {"classes_from": "label" if labelled else "prediction", "images": len(covered),
                                "left_out": left_out}  # fmt: skip
     if note:
