@@ -99,7 +99,7 @@ def _composite(rule: str, canonizers: list):
     if rule == "epsilonalpha2beta1":
         return EpsilonAlpha2Beta1(**kw)
     one = {"epsilon": Epsilon(EPS), "gamma": Gamma(stabilizer=EPS), "zplus": ZPlus(EPS), "alphabeta": AlphaBeta(stabilizer=EPS)}
-    return LayerMapComposite(layer_map_base(EPS) + [(Convolution, one[rule]), (nn.Linear, one[rule])], canonizers=canonizers)
+    return LayerMapComposite([*layer_map_base(EPS), (Convolution, one[rule]), (nn.Linear, one[rule])], canonizers=canonizers)
 
 
 def zennit_lrp(name: str, model: nn.Module, rule: str, x: Tensor, target: Tensor) -> Tensor:
