@@ -1,4 +1,4 @@
-"""Case 18: DeepLift and LRP against plain saliency, with captum's DeepLift and LRP beside.
+"""Case 18: DeepLift and LRP against plain saliency, with captum's DeepLift and LRP and zennit's LRP beside.
 
 Times, side by side on one model and batch, interleaved: ``camkit.Saliency`` (the
 reference: one forward and one input-gradient backward), ``camkit.DeepLift`` (baseline 0:
@@ -25,6 +25,13 @@ Captum's LRP does run on ResNets but has no rule for the in-place ``out += ident
 their blocks (it wants an ``Addition_Module``): the gradient of the sum hands each summand
 the *whole* relevance, so relevance is duplicated at every block and its maps disagree
 with camkit's (``tests/methods/test_propagation.py`` shows the duplication on a small residual net).
+
+zennit (the LRP anchor camkit's maps equal, ``tests/methods/test_lrp_zennit.py``), when installed,
+explains with its canonizer for the model (``ResNetCanonizer`` here) and the epsilon rule
+(``epsilon`` and ``stabilizer`` 1e-9, beside camkit's LRP epsilon) and the ``EpsilonPlus``
+composite (defaults, beside camkit's ``"epsilonplus"``), on its own deep copy; each call registers
+and removes zennit's hooks and canonizers (``with Gradient(...)``), as a call of camkit's does its
+own set-up. Its rows come from rounds of their own, as captum's do.
 
 Configurations: ``--smoke`` resnet18 at 64x64, batch 2; default resnet18 at 224x224, batch 4;
 ``--full`` resnet50 at 224x224, batch 8.
@@ -73,6 +80,54 @@ def _captum_label(name: str) -> str:
     return f"captum {version} {name}" if version else f"captum {name}"
 
 
+def _zennit_label(name: str) -> str:
+    version = package_version("zennit")
+    return f"zennit {version} {name}" if version else f"zennit {name}"
+
+
+def _zennit_fns(model: nn.Module, x: Tensor, classes: Tensor) -> dict[str, Callable[[], Any]]:
+    """zennit's LRP epsilon and EpsilonPlus with the model's canonizer, each on its own deep copy."""
+    from zennit.attribution import Gradient
+    from zennit.canonizers import SequentialMergeBatchNorm
+    from zennit.composites import EpsilonPlus, LayerMapComposite, layer_map_base
+    from zennit.rules import Epsilon
+    from zennit.torchvision import ResNetCanonizer, VGGCanonizer
+    from zennit.types import Convolution
+
+    def canonizers() -> list[Any]:
+        name = type(model).__name__.lower()
+        return [ResNetCanonizer() if "resnet" in name else VGGCanonizer() if "vgg" in name else SequentialMergeBatchNorm()]
+
+    def start(out: Tensor) -> Tensor:  # the relevance starts as the target score, as camkit's does
+        return out * torch.nn.functional.one_hot(classes, out.shape[1]).to(out)
+
+    def epsilon() -> Any:
+        rule = Epsilon(1e-9)
+        return LayerMapComposite([*layer_map_base(1e-09), (Convolution, rule), (nn.Linear, rule)], canonizers=canonizers())
+
+    def explain(twin: nn.Module, composite: Callable[[], Any]) -> Callable[[], Tensor]:
+        def call() -> Tensor:
+            with Gradient(twin, composite()) as attributor:
+                return attributor(x, start)[1]
+
+        return call
+
+    return {
+        _zennit_label("LRP epsilon"): explain(copy.deepcopy(model), epsilon),
+        _zennit_label("LRP EpsilonPlus"): explain(copy.deepcopy(model), lambda: EpsilonPlus(canonizers=canonizers())),
+    }
+
+
+def _pairs() -> list[tuple[str, str]]:
+    """(anchor, the camkit method it matches)."""
+    return [
+        (_captum_label("DeepLift"), DEEPLIFT),
+        (_captum_label("LRP"), LRP),
+        (_zennit_label("LRP epsilon"), LRP),
+        (_zennit_label("LRP EpsilonPlus"), LRP_PLUS),
+    ]
+
+
 def _prepare(ctx: Context, model: nn.Module, x: Tensor, classes: Tensor) -> dict[str, Callable[[], Any]]:
     saliency, deeplift = camkit.Saliency(model), camkit.DeepLift(model)
     lrp, lrp_plus = camkit.LRP(model, "epsilon", epsilon=1e-9), camkit.LRP(model, "epsilonplus")
@@ -90,6 +145,8 @@ def _prepare(ctx: Context, model: nn.Module, x: Tensor, classes: Tensor) -> dict
         base = torch.zeros_like(x)
         fns[_captum_label("DeepLift")] = lambda: deeplift_c.attribute(x, base, target=classes)
         fns[_captum_label("LRP")] = lambda: lrp_c.attribute(x, target=classes)
+    if ctx.available("zennit"):
+        fns.update(_zennit_fns(model, x, classes))
     return fns
 
 
@@ -97,16 +154,12 @@ def _anchor_rows(
     ctx: Context, fns: dict[str, Callable[[], Any]], diffs: dict[str, float], name: str, batch: int
 ) -> list[Row]:
     """captum's rows, from rounds of their own beside camkit's Saliency and the camkit method each matches."""
-    pairs = [
-        (theirs, ours)
-        for theirs, ours in ((_captum_label("DeepLift"), DEEPLIFT), (_captum_label("LRP"), LRP))
-        if theirs in fns and ours in fns
-    ]
+    pairs = [(theirs, ours) for theirs, ours in _pairs() if theirs in fns and ours in fns]
     if not pairs or SALIENCY not in fns:
         return []
-    ctx.log("    captum, in rounds of its own with camkit's Saliency, DeepLift and LRP epsilon:")
+    ctx.log("    the anchors, in rounds of their own with camkit's Saliency, DeepLift and LRP:")
     timings = ctx.time(
-        {impl: fns[impl] for impl in (SALIENCY, DEEPLIFT, LRP, *(theirs for theirs, _ in pairs)) if impl in fns}
+        {impl: fns[impl] for impl in (SALIENCY, DEEPLIFT, LRP, LRP_PLUS, *(theirs for theirs, _ in pairs)) if impl in fns}
     )
     notes = {
         _captum_label("LRP"): "no rule for the blocks' out += identity: relevance duplicated at each (see docstring)"
@@ -159,7 +212,7 @@ def run(ctx: Context) -> list[Row | Goal]:
         fns[impl] = fn
     diffs: dict[str, float] = {}
     size2 = (size, size)
-    for theirs, ours in ((_captum_label("DeepLift"), DEEPLIFT), (_captum_label("LRP"), LRP)):
+    for theirs, ours in _pairs():
         if theirs in outputs and ours in outputs:
             diffs[theirs] = max_abs_diff(pixel_maps(outputs[ours], size2)[0], pixel_maps(outputs[theirs], size2)[0])
             ctx.log(f"    max |{ours} - {theirs}| maps = {diffs[theirs]:.2e}")

@@ -556,11 +556,12 @@ def test_propagation_methods_on_device(device):
 class ParityCNN(nn.Module):
     """conv-bn-relu-conv-relu-avgpool-linear in captum's favourite form (leaf modules only, no nn.Flatten)."""
 
-    def __init__(self, relu: str = "module", bias: bool = True, bias_sign: float = 0.0) -> None:
+    def __init__(self, relu: str = "module", bias: bool = True, bias_sign: float = 0.0, norm: bool = True) -> None:
         super().__init__()
         torch.manual_seed(11)
         self.relu_kind = relu
         self.conv1 = nn.Conv2d(3, 6, 3, padding=1, bias=bias)
+        self.norm = norm
         self.bn = nn.BatchNorm2d(6)
         self.relu1 = nn.ReLU(inplace=relu == "inplace")
         self.conv2 = nn.Conv2d(6, 8, 3, padding=1, bias=bias)
@@ -577,11 +578,13 @@ class ParityCNN(nn.Module):
                     layer.bias.copy_(bias_sign * (layer.bias.abs() + 0.05))
 
     def forward(self, x: Tensor) -> Tensor:
+        x = self.conv1(x)
+        x = self.bn(x) if self.norm else x
         if self.relu_kind == "functional":
-            x = F.relu(self.bn(self.conv1(x)))
+            x = F.relu(x)
             x = F.relu(self.conv2(x))
         else:
-            x = self.relu1(self.bn(self.conv1(x)))
+            x = self.relu1(x)
             x = self.relu2(self.conv2(x))
         return self.fc(torch.flatten(self.pool(x), 1))
 
@@ -831,29 +834,41 @@ def test_lrp_epsilon_matches_captum(relu):
     assert _close(ours, theirs.detach())
 
 
-def _captum_lrp(model: nn.Module, rule_factory, x: Tensor) -> Tensor:
+def _captum_lrp(model: nn.Module, rule_factory, x: Tensor, target: Tensor = PARITY_T) -> Tensor:
     captum_attr = pytest.importorskip("captum.attr")
     twin = copy.deepcopy(model)
     for layer in (twin.conv1, twin.conv2, twin.fc):
         layer.rule = rule_factory()
-    return captum_attr.LRP(twin).attribute(x.clone(), target=PARITY_T).detach()
+    return captum_attr.LRP(twin).attribute(x.clone(), target=target).detach()
 
 
-def test_lrp_gamma_matches_captum_except_for_positive_biases():
+def test_lrp_gamma_matches_captum_except_for_positive_biases_and_batch_norm():
     pytest.importorskip("captum.attr")
     from captum.attr._utils.lrp_rules import GammaRule
 
-    x = PARITY_X
+    # On non-negative inputs and positive scores: elsewhere camkit's gamma is the generalised rule
+    # (as zennit's), which favours the contributions of the output's sign; captum's favours a w+.
+    x = PARITY_X.abs()
+
+    def both(model: nn.Module) -> tuple[Tensor, Tensor]:
+        with torch.no_grad():  # positive scores: the last layer without bias, its sign turned where needed
+            if model.fc.bias is not None:
+                model.fc.bias.zero_()
+            model.fc.weight.mul_(torch.where(model(x).max(dim=0).values > 0, 1.0, -1.0).unsqueeze(1))
+        target = model(x).argmax(dim=1)
+        assert (model(x).max(dim=1).values > 0).all()
+        ours = _raw(camkit.LRP(model, "gamma", gamma=0.25, stabilizer=1e-9).explain(x, target))
+        return ours, _captum_lrp(model, lambda: GammaRule(gamma=0.25), x, target)
+
     for bias, sign in ((False, 0.0), (True, -1.0)):
-        model = ParityCNN(bias=bias, bias_sign=sign).eval()
-        ours = _raw(camkit.LRP(model, "gamma", gamma=0.25, epsilon=1e-9).explain(x, PARITY_T))
-        assert _close(ours, _captum_lrp(model, lambda: GammaRule(gamma=0.25), x))
+        assert _close(*both(ParityCNN(bias=bias, bias_sign=sign, norm=False).eval()))
     # captum scales the weights only; the gamma rule (Montavon et al. 2019, zennit) treats the
     # bias as the weight of a constant input and scales its positive part too: with positive
     # biases the two differ.
-    model = ParityCNN(bias=True, bias_sign=1.0).eval()
-    ours = _raw(camkit.LRP(model, "gamma", gamma=0.25, epsilon=1e-9).explain(x, PARITY_T))
-    assert not _close(ours, _captum_lrp(model, lambda: GammaRule(gamma=0.25), x), tol=1e-2)
+    assert not _close(*both(ParityCNN(bias=True, bias_sign=1.0, norm=False).eval()), tol=1e-2)
+    # camkit merges the batch norm into the convolution before it and applies the rule to the
+    # merged layer (as zennit does); captum applies the epsilon rule to the batch norm on its own.
+    assert not _close(*both(ParityCNN(bias=False).eval()), tol=1e-2)
 
 
 def test_lrp_alpha1beta0_matches_captum_except_for_negative_inputs_and_biases():
@@ -862,14 +877,14 @@ def test_lrp_alpha1beta0_matches_captum_except_for_negative_inputs_and_biases():
 
     x = PARITY_X.abs()
     for bias, sign in ((False, 0.0), (True, 1.0)):
-        model = ParityCNN(bias=bias, bias_sign=sign).eval()
-        ours = _raw(camkit.LRP(model, "alphabeta", alpha=1.0, beta=0.0, epsilon=1e-9).explain(x, PARITY_T))
+        model = ParityCNN(bias=bias, bias_sign=sign, norm=False).eval()
+        ours = _raw(camkit.LRP(model, "alphabeta", alpha=1.0, beta=0.0, stabilizer=1e-9).explain(x, PARITY_T))
         assert _close(ours, _captum_lrp(model, Alpha1_Beta0_Rule, x))
     # captum clamps the weights and keeps the whole bias in the denominator, so a negative bias
     # (a negative contribution) enters the positive part's normaliser, and a negative input times
     # a negative weight (a positive contribution) is dropped; camkit splits contributions by sign.
-    model = ParityCNN(bias=True, bias_sign=-1.0).eval()
-    ours = _raw(camkit.LRP(model, "alphabeta", alpha=1.0, beta=0.0, epsilon=1e-9).explain(x, PARITY_T))
+    model = ParityCNN(bias=True, bias_sign=-1.0, norm=False).eval()
+    ours = _raw(camkit.LRP(model, "alphabeta", alpha=1.0, beta=0.0, stabilizer=1e-9).explain(x, PARITY_T))
     assert not _close(ours, _captum_lrp(model, Alpha1_Beta0_Rule, x), tol=1e-2)
 
 

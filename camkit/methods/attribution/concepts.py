@@ -168,6 +168,8 @@ class ConceptRelevance(CAMExplainer):
             hooks.forward(module, hook, own_thread=True, prepend=True)
             with mode if mode is not None else nullcontext():
                 raw_out = self._call_model(leaf if mode is None else leaf.clone())
+            if mode is not None:
+                mode.finish()
             if self.output is None and getattr(target, "takes_model_output", False) and not isinstance(raw_out, Tensor):
                 classes, scores = resolve_target(target, raw_out, batch=x.shape[0])
             else:

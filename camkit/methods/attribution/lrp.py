@@ -9,9 +9,16 @@ product ``a * g`` is the relevance of ``a``; the attribution is ``x * g`` at the
   calls, not the modules): the chosen rule, via
   :func:`camkit.functional.relevance_gradient`. The layer's output keeps its value; only
   its backward changes. Nothing of the model is replaced, hooked or patched.
-* **Batch norm in eval mode** (``nn.BatchNorm1d/2d/3d``, all one ``F.batch_norm`` call): the epsilon rule, treating it as the per-channel affine map
-  it is (what captum does); its shift absorbs relevance like a bias does. Batch norm with
-  batch statistics (training mode) has no rule (warned; plain gradient).
+* **Batch norm in eval mode** (``nn.BatchNorm1d/2d/3d``, all one ``F.batch_norm`` call): where it
+  reads the output of a convolution or linear layer, the two are one layer for LRP, as the network
+  computes them: the rule applies to ``W' = s W``, ``b' = s (b - running_mean) + bias`` with
+  ``s = weight / sqrt(running_var + eps)`` (the merged parameters are computed inside the rule; the
+  model's parameters are never changed). This is what zennit's canonizers do to the modules; captum
+  instead applies the epsilon rule to the batch norm on its own, which gives other maps wherever the
+  statistics are not the identity. A batch norm that no such layer feeds (DenseNet's, after a
+  concatenation) passes relevance through unchanged (zennit's pass rule); only where its input is
+  exactly zero is that relevance lost, as a bias absorbs relevance. Batch norm with batch statistics
+  (training mode) has no rule (warned; plain gradient).
 * **ReLU and leaky ReLU, every spelling, in place or not**: their own gradient is exactly
   LRP's rule for them (relevance passes unchanged, since ``f(z) = f'(z) z``), so no
   interception is needed and none can be missed.
@@ -31,13 +38,21 @@ Rules (``rule=``): ``"epsilon"``, ``"gamma"``, ``"zplus"``, ``"alphabeta"`` (on 
 convolution and linear layer), and the composites ``"epsilonplus"`` (z+ on convolutions, epsilon on linear layers),
 ``"epsilongammabox"`` (z-box on the first convolution or linear layer called, gamma on the
 other convolutions, epsilon on linear layers) and ``"epsilonalpha2beta1"`` (alpha=2,
-beta=1 on convolutions, epsilon on linear layers), as zennit names them.
+beta=1 on convolutions, epsilon on linear layers), as zennit names them. ``epsilon`` stabilises the
+epsilon rule, ``stabilizer`` the others, as in zennit. With zennit 0.5.1's canonizers on torchvision's
+VGG, ResNet and DenseNet, the maps equal zennit's within 1e-5 of their scale (float64, same
+``epsilon`` and ``stabilizer``); the differences that remain: zennit's merged-away batch norm still
+divides by ``sqrt(1 + eps)``; zennit stabilises average pools and ResNet's sums by ``stabilizer``
+where camkit shares them exactly (about ``stabilizer / |z|`` there); zennit shares relevance evenly
+over a functional ``F.adaptive_avg_pool2d`` (DenseNet's), where camkit shares it by contribution.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
 import torch
@@ -48,11 +63,21 @@ from torch.overrides import TorchFunctionMode
 from ..._internal import syncs as _syncs
 from ...errors import InvalidInputError
 from ...explanation import Explanation
-from ...functional.propagation import epsilon_scale, gamma_params, relevance_gradient, split_by_sign
+from ...functional.propagation import gamma_params, relevance_gradient, split_by_sign
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from .._core.binding import InputIndex
 from ..registry import register_method
 from ._activations import match_activation, unruled_name, warn_unruled
+from ._canonize import (
+    Attach,
+    AttachEpsilon,
+    EpsilonBatchNorm,
+    PassBatchNorm,
+    batch_norm_call,
+    batch_norm_value,
+    is_metadata,
+    merged_params,
+)
 from .pixel import GradientAttribution, score_gradients
 
 __all__ = ["LRP", "LRPRule"]
@@ -74,35 +99,6 @@ _PASSING = {"relu", "leaky_relu"}
 _ATTENTION = {"softmax", "scaled_dot_product_attention", "multi_head_attention_forward"}
 
 
-class _EpsilonBatchNorm(torch.autograd.Function):
-    """Batch norm with running statistics whose backward follows the epsilon rule at its output."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        x: Tensor,
-        mean: Tensor,
-        var: Tensor,
-        weight: Tensor | None,
-        bias: Tensor | None,
-        bn_eps: float,
-        epsilon: float,
-    ) -> Tensor:
-        w = None if weight is None else weight.detach()
-        b = None if bias is None else bias.detach()
-        z = F.batch_norm(x, mean, var, w, b, False, 0.0, bn_eps)
-        slope = torch.rsqrt(var.detach().to(z.dtype) + bn_eps)
-        if w is not None:
-            slope = slope * w.to(z.dtype)
-        ctx.save_for_backward(epsilon_scale(z, epsilon), slope.view(1, -1, *([1] * (z.dim() - 2))))
-        return z
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        scale, slope = ctx.saved_tensors
-        return (grad * scale).mul_(slope), None, None, None, None, None, None
-
-
 def _known_non_negative(a: Tensor) -> bool:
     """Whether ``a`` has no negative entry, checked only where reading a value costs no device sync."""
     return _syncs.reads_are_free(a) and not bool((a < 0).any())
@@ -115,6 +111,20 @@ def _lookup(table: Any, func: Callable[..., Any]) -> Any:
         return None
 
 
+@dataclass
+class _Pending:
+    """A convolution's or linear layer's output whose rule waits for the next call (a batch norm may merge it)."""
+
+    out: Tensor | None  # what the model got: the layer's output, without a graph until its rule is attached
+    z: Tensor  # the same values; under the epsilon rule it carries the layer's plain gradient
+    run: Callable[[Tensor, Tensor, Tensor | None], Tensor]  # the layer with other parameters
+    kind: str
+    a: Tensor
+    weight: Tensor
+    bias: Tensor | None
+    rule: str
+
+
 class _LRPMode(TorchFunctionMode):
     def __init__(self, explainer: LRP) -> None:
         super().__init__()
@@ -122,11 +132,19 @@ class _LRPMode(TorchFunctionMode):
         self.layers = 0
         self.bounds: list[tuple[Tensor, Tensor]] = []  # z-box leaves (low, high), in call order
         self.unruled: set[str] = set()
+        self.pending: _Pending | None = None
+        self.merged: list[tuple[weakref.ref[Tensor], _Pending]] = []  # layer outputs a batch norm took
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        if (self.pending is not None or self.merged) and not is_metadata(func):
+            if func is F.batch_norm and self.pending is not None:
+                merged = self._merge(batch_norm_call(args, kwargs))
+                if merged is not None:
+                    return merged
+            self._settle_pending(args, kwargs)
         kind = _lookup(_CONVS, func)
         if kind is not None:
             return self._layer(kind, func, args, kwargs)
@@ -149,69 +167,119 @@ class _LRPMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _layer(self, kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        z = func(*args, **kwargs)
+        """Run the layer; its rule is attached at the next call, unless a batch norm merges it first."""
         call = dict(kwargs)
-        names = ("input", "weight", "bias")
-        for name, value in zip(names, args):
+        for name, value in zip(("input", "weight", "bias"), args):
             call[name] = value
         rest = args[3:]
         a, weight, bias = call.pop("input", None), call.pop("weight", None), call.pop("bias", None)
-        if not isinstance(a, Tensor) or not isinstance(weight, Tensor) or not isinstance(z, Tensor):
-            return z
+        if not isinstance(a, Tensor) or not isinstance(weight, Tensor) or not a.requires_grad:
+            return func(*args, **kwargs)
         first = self.layers == 0
         self.layers += 1
-        if not a.requires_grad:
-            return z
         rule = self.lrp._rule_for(kind, first)
+        with torch.set_grad_enabled(rule == "epsilon"):  # only the epsilon rule uses the plain gradient
+            z = func(*args, **kwargs)
+        if not isinstance(z, Tensor):
+            return z
 
         def run(inp: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
             out: Tensor = func(inp, w, b, *rest, **call)
             return out
 
-        lrp = self.lrp
-        if rule == "epsilon":
-            parts = [(1.0, z)]
-        elif rule == "gamma":
-            w_g, b_g = gamma_params(weight, bias, lrp.gamma)
-            parts = [(1.0, run(a, w_g, b_g))]
-        elif rule in ("zplus", "alphabeta"):
-            w_pos, w_neg = split_by_sign(weight)
-            if _known_non_negative(a):  # after a ReLU: the a- terms are zero, skip their convolutions
-                a_pos, a_neg = a, None
-            else:
-                a_pos, a_neg = split_by_sign(a)
+        out = z.detach().clone() if rule == "epsilon" else z
+        self.pending = _Pending(out, z, run, kind, a, weight, bias, rule)
+        return out
 
-            def both(first: Tensor, second: Tensor) -> Tensor:
-                out = run(a_pos, first, None)
-                return out if a_neg is None else out + run(a_neg, second, None)
+    def _settle_pending(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Attach the waiting layer's rule; and a merged layer's own rule where its output is read again."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            self._attach(pending, pending.out)
+        if self.merged:
+            seen = [*args, *kwargs.values()]
+            seen += [v for value in seen if isinstance(value, (list, tuple)) for v in value]
+            alive = []
+            for ref, pending in self.merged:
+                out = ref()
+                if out is not None and any(value is out for value in seen):
+                    self._attach(pending, out)
+                elif out is not None:
+                    alive.append((ref, pending))
+            self.merged = alive
 
-            positive = both(w_pos, w_neg)
-            if rule == "zplus":
-                parts = [(1.0, positive)]
+    def finish(self) -> None:
+        """After the model's forward: attach every rule still waiting (its output may be the model's)."""
+        self._settle_pending((), {})
+        for ref, pending in self.merged:
+            out = ref()
+            if out is not None:
+                self._attach(pending, out)
+        self.merged = []
+
+    def _attach(self, pending: _Pending, out: Tensor | None) -> None:
+        if out is None:
+            return
+        with torch.enable_grad():
+            if pending.rule == "epsilon":
+                AttachEpsilon.apply(out, pending.z, self.lrp.epsilon)
             else:
-                negative = both(w_neg, w_pos)
-                if bias is not None:
-                    b_pos, b_neg = split_by_sign(bias)
-                    shape = (-1,) + (1,) * (z.dim() - 2) if kind == "conv" else (-1,)
-                    positive = positive + b_pos.view(shape)
-                    negative = negative + b_neg.view(shape)
-                parts = [(lrp.alpha, positive), (-lrp.beta, negative)]
-        else:  # zbox
+                parts = self._parts(pending, pending.weight, pending.bias, pending.z)
+                Attach.apply(out, relevance_gradient(pending.z, parts, self.lrp.stabilizer))
+
+    def _merge(self, bn: dict[str, Any]) -> Tensor | None:
+        """The batch norm merged into the layer whose output it takes: that layer's rule with merged parameters."""
+        pending = self.pending
+        if pending is None or bn.get("input") is not pending.out or bn.get("training", False):
+            return None
+        mean, var = bn.get("running_mean"), bn.get("running_var")
+        channels = pending.weight.shape[0]
+        if not (isinstance(mean, Tensor) and isinstance(var, Tensor) and mean.numel() == var.numel() == channels):
+            return None
+        if pending.z.dim() < 2 or pending.z.shape[1] != channels or (pending.kind == "linear" and pending.z.dim() != 2):
+            return None
+        self.pending = None
+        with torch.enable_grad():
+            if pending.rule == "epsilon":
+                y = EpsilonBatchNorm.apply(pending.z, bn, self.lrp.epsilon)
+            else:
+                value = batch_norm_value(pending.z, bn)
+                weight, bias = merged_params(pending.weight, pending.bias, bn)
+                y = relevance_gradient(value, self._parts(pending, weight, bias, value), self.lrp.stabilizer)
+        if pending.out is not None:
+            self.merged.append((weakref.ref(pending.out), pending))
+            pending.out = None  # the record must not keep the output alive
+        return y
+
+    def _parts(self, pending: _Pending, weight: Tensor, bias: Tensor | None, z: Tensor) -> list[tuple[float, Tensor]]:
+        """The rule's terms for :func:`relevance_gradient`: the layer recomputed with modified inputs or parameters."""
+        lrp, run, a, rule = self.lrp, pending.run, pending.a, pending.rule
+        if rule == "zbox":
             low, high = lrp._box(a)
             self.bounds.append((low, high))
             w_pos, w_neg = split_by_sign(weight)
-            parts = [(1.0, run(a, weight, None) - run(low, w_pos, None) - run(high, w_neg, None))]
-        return relevance_gradient(z, parts, lrp.epsilon)
+            return [(1.0, run(a, weight, None) - run(low, w_pos, None) - run(high, w_neg, None))]
+        a_pos, a_neg = (a, None) if _known_non_negative(a) else split_by_sign(a)  # after a ReLU: no a- terms
+
+        def both(w_for_pos: Tensor, b: Tensor | None, w_for_neg: Tensor) -> Tensor:
+            out = run(a_pos, w_for_pos, b)
+            return out if a_neg is None else out + run(a_neg, w_for_neg, None)
+
+        if rule == "gamma":  # the generalised gamma rule: outputs of either sign keep their sign
+            w_up, b_up = gamma_params(weight, bias, lrp.gamma)
+            w_down = weight + lrp.gamma * weight.clamp_max(0)
+            b_down = None if bias is None else bias + lrp.gamma * bias.clamp_max(0)
+            return [(1.0, torch.where(z > 0, both(w_up, b_up, w_down), both(w_down, b_down, w_up)))]
+        w_pos, w_neg = split_by_sign(weight)
+        b_pos, b_neg = (None, None) if bias is None else split_by_sign(bias)
+        positive = both(w_pos, b_pos, w_neg)
+        if rule == "zplus":
+            return [(1.0, positive)]
+        return [(lrp.alpha, positive), (-lrp.beta, both(w_neg, b_neg, w_pos))]
 
     def _batch_norm(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Batch norm with running statistics: the epsilon rule, in one autograd node where it can be.
-
-        The node computes the layer's output itself, so no copy of it is needed (a node that
-        returned its input would be a view that the in-place ReLU after it may not change), and
-        its backward is the rule's factor times the per-channel slope ``weight / sqrt(var + eps)``.
-        """
-        names = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
-        call = dict(zip(names, args), **kwargs)
+        """A batch norm no layer's output feeds: relevance passes through it unchanged (training mode: no rule)."""
+        call = batch_norm_call(args, kwargs)
         if call.get("training", False):
             self.unruled.add("batch_norm (training mode)")
             return func(*args, **kwargs)
@@ -220,12 +288,8 @@ class _LRPMode(TorchFunctionMode):
             isinstance(x, Tensor) and isinstance(mean, Tensor) and isinstance(var, Tensor)
             and x.requires_grad and x.dim() >= 2 and x.is_floating_point()
         ):  # fmt: skip
-            eps = float(call.get("eps", 1e-5))
-            return _EpsilonBatchNorm.apply(x, mean, var, call.get("weight"), call.get("bias"), eps, self.lrp.epsilon)
-        z = func(*args, **kwargs)
-        if not isinstance(z, Tensor) or not z.requires_grad:
-            return z
-        return relevance_gradient(z, [(1.0, z)], self.lrp.epsilon)
+            return PassBatchNorm.apply(x, call)
+        return func(*args, **kwargs)
 
 
 @register_method("lrp")
@@ -238,10 +302,13 @@ class LRP(GradientAttribution):
 
     * ``"epsilon"``: ``R_i = sum_j a_i w_ij / s(z_j) R_j``; conserves relevance as
       ``epsilon -> 0`` on layers without bias.
-    * ``"gamma"``: the epsilon rule with ``w + gamma * max(w, 0)`` (bias likewise) in
-      numerator and denominator.
-    * ``"zplus"``: only positive contributions ``(a_i w_ij)^+``, bias ignored; conserves
-      relevance wherever a unit has a positive contribution.
+    * ``"gamma"`` (generalised): a unit with ``z_j > 0`` shares by its contributions with
+      ``w + gamma * max(w, 0)`` for ``a_i > 0`` and ``w + gamma * min(w, 0)`` for ``a_i < 0`` (the
+      bias as the weight of the input 1); one with ``z_j < 0`` the other way round, so that the
+      denominator keeps the output's sign. On non-negative inputs and positive outputs it is
+      Montavon et al.'s gamma rule.
+    * ``"zplus"``: only positive contributions ``(a_i w_ij)^+`` (a positive bias among them in the
+      denominator); conserves relevance wherever a unit has a positive contribution.
     * ``"alphabeta"``: ``alpha`` times the positive contributions' share minus ``beta`` times
       the negative ones' (bias split by sign into both); needs ``alpha - beta = 1``. A unit
       without negative contributions passes ``alpha`` times its relevance (as in zennit).
@@ -250,8 +317,10 @@ class LRP(GradientAttribution):
       assumes the first layer reads the image itself or a flattened view of it (normalise
       outside the model).
 
-    See :mod:`camkit.methods.attribution.lrp` for the composites, which layers get which rule, and how
-    every ReLU spelling is handled. ``raw`` is the relevance of each input value [B, C, *S]
+    A batch norm is merged into the convolution or linear layer before it (the rule applies to
+    the merged layer, as in zennit) or, where none precedes it, passes relevance through. See
+    :mod:`camkit.methods.attribution.lrp` for the composites, which layers get which rule, how
+    every ReLU spelling is handled, and how the maps compare with zennit's and captum's. ``raw`` is the relevance of each input value [B, C, *S]
     for an input of any rank [B, C, *S] ([B, K, C, *S] for [B, K] targets), ``maps`` [B, *S]
     its normalised ``max_c |raw|``; ``extras["delta"]`` is ``sum(raw) - score`` per input
     (zero where relevance is conserved).
@@ -259,7 +328,9 @@ class LRP(GradientAttribution):
     Args:
         model: the model to explain.
         rule: a rule or composite name (default ``"epsilon"``).
-        epsilon: the stabiliser (default ``1e-6``; it is in the units of the layer outputs).
+        epsilon: the epsilon rule's stabiliser (default ``1e-6``; in the units of the layer outputs).
+        stabilizer: the stabiliser of the other rules' denominators (default ``1e-6``), zennit's
+            ``stabilizer``.
         gamma: the gamma rule's weight on positive parameters (default ``0.25``).
         alpha, beta: the alpha-beta rule's weights (default ``2`` and ``1``).
         low, high: the z-box rule's input bounds: numbers or tensors broadcasting to the first
@@ -290,6 +361,7 @@ class LRP(GradientAttribution):
         rule: LRPRule = "epsilon",
         *,
         epsilon: float = 1e-6,
+        stabilizer: float = 1e-6,
         gamma: float = 0.25,
         alpha: float = 2.0,
         beta: float = 1.0,
@@ -304,7 +376,7 @@ class LRP(GradientAttribution):
             raise InvalidInputError(
                 f"rule must be one of {', '.join(repr(r) for r in (*_RULES, *_COMPOSITES))}, got {rule!r}"
             )
-        for name, value in (("epsilon", epsilon), ("gamma", gamma), ("beta", beta)):
+        for name, value in (("epsilon", epsilon), ("stabilizer", stabilizer), ("gamma", gamma), ("beta", beta)):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
         if not math.isclose(alpha - beta, 1.0, abs_tol=1e-9):
@@ -312,7 +384,8 @@ class LRP(GradientAttribution):
                 f"the alpha-beta rule needs alpha - beta = 1 to conserve relevance, got alpha={alpha}, beta={beta}"
             )
         self.rule = rule
-        self.epsilon, self.gamma, self.alpha, self.beta = float(epsilon), float(gamma), float(alpha), float(beta)
+        self.epsilon, self.stabilizer = float(epsilon), float(stabilizer)
+        self.gamma, self.alpha, self.beta = float(gamma), float(alpha), float(beta)
         self.low, self.high = low, high
 
     def _rule_for(self, kind: str, first: bool) -> str:
@@ -349,6 +422,7 @@ class LRP(GradientAttribution):
         with torch.enable_grad():
             with mode:
                 raw_out = self._call_model(leaf.clone())
+            mode.finish()
             if self.output is None and getattr(target, "takes_model_output", False) and not isinstance(raw_out, Tensor):
                 classes, scores = resolve_target(target, raw_out, batch=x.shape[0])
             else:
