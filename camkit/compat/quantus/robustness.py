@@ -23,6 +23,7 @@ from camkit import metrics
 from camkit.errors import InvalidInputError
 from camkit.hooks import HookScope
 
+from ._base import is_default
 from .localisation import rows, single_channel
 from .randomisation import _Randomisation
 
@@ -39,7 +40,7 @@ __all__ = [
 
 
 def _only_defaults(name: str, **given: Any) -> None:
-    custom = sorted(key for key, value in given.items() if value is not None)
+    custom = sorted(key for key, value in given.items() if not is_default(name, key, value))
     if custom:
         raise InvalidInputError(
             f"camkit.compat.quantus.{name} supports Quantus's default {', '.join(custom)} only; "
