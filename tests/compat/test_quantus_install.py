@@ -45,9 +45,9 @@ def test_install_aliases_quantus_paths_to_camkit_and_names_what_it_lacks() -> No
         assert not real, real
         # the parts camkit does not translate raise an error that names them
         try:
-            from quantus.functions.perturb_func import baseline_replacement_by_indices
+            from quantus.helpers.utils import get_baseline_value
         except cq.NotTranslatedError as error:
-            assert "quantus.functions.perturb_func.baseline_replacement_by_indices" in str(error), error
+            assert "quantus.helpers.utils.get_baseline_value" in str(error), error
             assert isinstance(error, ImportError)
         else:
             raise SystemExit("no error")

@@ -14,7 +14,7 @@ quantus.metrics.faithfulness import PixelFlipping`` load this package (see :func
 """
 
 import importlib
-from types import ModuleType
+from typing import Any
 
 from ._base import Metric, quantus_baseline
 from ._evaluate import MetricFailedError, evaluate
@@ -121,7 +121,7 @@ _FUNCTION_MODULES = (
 )  # fmt: skip
 
 
-def __getattr__(name: str) -> ModuleType:
+def __getattr__(name: str) -> Any:
     if name == "explain":
         from .functions.explanation_func import explain
 

@@ -329,7 +329,8 @@ class AddAxis(nn.Module):
         self.model = model
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.model(x[:, 0])  # type: ignore[no-any-return]
+        out: Tensor = self.model(x[:, 0])
+        return out
 
 
 def _infer_channel_first(shape: tuple[int, ...]) -> bool:

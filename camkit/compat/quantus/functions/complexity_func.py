@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-__all__ = ["discrete_entropy", "entropy", "gini_coeffiient"]
+# No __all__, as in Quantus: a star import of this module also gives ``np``, which scripts
+# written for Quantus (and its own tests) rely on.
 
 
 def _flat(a: np.ndarray, x: np.ndarray) -> np.ndarray:

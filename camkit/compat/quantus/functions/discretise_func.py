@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["floating_points", "rank", "sign", "top_n_sign"]
+# No __all__, as in Quantus: a star import of this module also gives ``np``, which scripts
+# written for Quantus (and its own tests) rely on.
 
 
 def floating_points(a: np.ndarray, **kwargs: Any) -> int:

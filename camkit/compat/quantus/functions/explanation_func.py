@@ -24,7 +24,8 @@ from camkit.errors import InvalidInputError
 
 from .._base import AddAxis
 
-__all__ = ["METHODS", "explain"]
+# No __all__, as in Quantus: a star import of this module also gives ``np``, which scripts written
+# for Quantus (and its own tests) rely on.
 
 
 def _zero_or(kwargs: dict[str, Any], x: Tensor) -> Tensor:
@@ -34,7 +35,8 @@ def _zero_or(kwargs: dict[str, Any], x: Tensor) -> Tensor:
 
 def _raw(explainer: camkit.Explainer, x: Tensor, y: Tensor) -> Tensor:
     raw = explainer.explain(x, y).raw
-    assert raw is not None
+    if not isinstance(raw, Tensor):
+        raise InvalidInputError(f"{type(explainer).__name__} gave no single raw map for these inputs")
     return raw
 
 
@@ -53,8 +55,7 @@ def _gradcam(model: nn.Module, x: Tensor, y: Tensor, kwargs: dict[str, Any]) -> 
     layer = dict(kwargs.get("xai_lib_kwargs") or {}).get("layer")
     if layer is None:
         raise InvalidInputError('method="LayerGradCam" needs xai_lib_kwargs={"layer": <the module>}')
-    raw = camkit.GradCAM(model, layer).explain(x, y).raw
-    assert raw is not None
+    raw = _raw(camkit.GradCAM(model, layer), x, y)
     return raw[:, None] if raw.dim() == x.dim() - 1 else raw
 
 

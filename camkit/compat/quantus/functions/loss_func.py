@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["mse"]
+# No __all__, as in Quantus: a star import of this module also gives ``np``, which scripts
+# written for Quantus (and its own tests) rely on.
 
 
 def mse(a: np.ndarray, b: np.ndarray, batched: bool = False, **kwargs: Any) -> Any:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["freedman_diaconis_rule", "rice_rule", "scotts_rule", "square_root_choice", "sturges_formula"]
+# No __all__, as in Quantus: a star import of this module also gives ``np``, which scripts
+# written for Quantus (and its own tests) rely on.
 
 
 def _axes(a_batch: np.ndarray) -> int:

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["denormalise", "normalise_by_average_second_moment_estimate", "normalise_by_max", "normalise_by_negative"]
+# No __all__, as in Quantus: a star import of this module also gives ``np``, which scripts
+# written for Quantus (and its own tests) rely on.
 
 
 def _axes(a: np.ndarray, normalise_axes: Sequence[int] | None) -> tuple[int, ...]:

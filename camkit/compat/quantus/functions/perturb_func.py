@@ -17,24 +17,8 @@ import numpy as np
 
 from .._install import NotTranslatedError
 
-__all__ = [
-    "baseline_replacement_by_blur",
-    "baseline_replacement_by_indices",
-    "baseline_replacement_by_mask",
-    "baseline_replacement_by_shift",
-    "batch_baseline_replacement_by_indices",
-    "batch_gaussian_noise",
-    "batch_uniform_noise",
-    "batched_translation",
-    "gaussian_noise",
-    "no_perturbation",
-    "noisy_linear_imputation",
-    "perturb_batch",
-    "rotation",
-    "translation_x_direction",
-    "translation_y_direction",
-    "uniform_noise",
-]
+# No __all__, as in Quantus: ``from quantus.functions.perturb_func import *`` also gives ``np``, which
+# scripts written for Quantus rely on.
 
 
 def batch_baseline_values(value: Any, arr: np.ndarray, shape: tuple[int, ...], **kwargs: Any) -> np.ndarray:

@@ -7,26 +7,13 @@ row per sample ([B, F]) and one value per row back. :func:`call_batched` is that
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, List, Union  # noqa: F401, UP035  (List, Union: a star import gives them, as Quantus's)
 
 import numpy as np
 from scipy import spatial, stats
 
-__all__ = [
-    "abs_difference",
-    "call_batched",
-    "correlation_kendall_tau",
-    "correlation_pearson",
-    "correlation_spearman",
-    "cosine",
-    "difference",
-    "distance_chebyshev",
-    "distance_euclidean",
-    "distance_manhattan",
-    "lipschitz_constant",
-    "squared_difference",
-    "ssim",
-]
+# No __all__, as in Quantus: a star import of this module also gives ``np``, which scripts
+# written for Quantus (and its own tests) rely on.
 
 
 def _rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
