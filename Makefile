@@ -28,13 +28,16 @@ test-slow: $(STAMP)
 test-heavy: $(STAMP)
 	$(PY) -m pytest -q -n auto -m "heavy and not slow"
 
-# pytorch-grad-cam's and torchcam's own test files (../shared/peer-suites, beside the checkout) run
+# pytorch-grad-cam's, torchcam's and Quantus's own test files (../shared/peer-suites, beside the checkout) run
 # against the originals at the versions those files belong to and against camkit's compat layers
 # (tools/peer_suites.py); skipped with a message where ../shared/peer-suites is absent.
 # PEER_ARGS passes options: `make peer-suites PEER_ARGS="--suite torchcam"`; `--ci --jobs 2` is the default (two runs at a time, one torch thread each on 2 CPUs).
 PEER_ARGS ?= --ci --jobs 2
 peer-suites: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt grad-cam==1.5.7 torchcam==0.5.0
+# Quantus's tests need pytest 7 (pytest-lazy-fixture breaks on 8+): their own folder, first on PYTHONPATH for those runs only
+	test -f $(VENV)/peer-quantus/pytest_lazyfixture.py || $(PY) -m pip install -q --target $(VENV)/peer-quantus \
+		pytest==7.4.4 pytest-lazy-fixture==0.6.3 pytest-mock==3.10.0
 	$(PY) tools/peer_suites.py $(PEER_ARGS)
 
 demo: $(STAMP)

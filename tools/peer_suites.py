@@ -51,6 +51,13 @@ class Suite:
     exceptions: dict[str, str] = field(default_factory=dict)
     #: ``--ci``: a pytest -k expression selecting the cases CI runs (None: every test)
     ci_keyword: str | None = None
+    #: a folder under the interpreter's prefix (the venv) holding the pytest and plugins this suite's
+    #: files are written for, put first on PYTHONPATH for its runs (None: the venv's pytest)
+    pytest_home: str | None = None
+    #: pytest plugins loaded with -p for this suite; with ``pytest_home`` only these load (no autoload)
+    plugins: tuple[str, ...] = ()
+    #: files and folders of the suite's folder linked into the working directory (tests read them relative to it)
+    links: tuple[str, ...] = ()
 
 
 SUITES = {
@@ -102,6 +109,49 @@ SUITES = {
 }
 
 
+# Quantus 0.6.0's tests: written for pytest 7 with pytest-lazy-fixture 0.6.3 (which pytest 8 and later
+# break) and pytest-mock 3.10.0, installed by `make peer-suites` into <venv>/peer-quantus and put first
+# on PYTHONPATH for these runs only; tools/peer_quantus.py stands in for TensorFlow (not installed).
+SUITES["quantus"] = Suite(
+    "quantus",
+    "quantus-0.6.0",
+    "quantus",
+    "camkit.compat.quantus",
+    "quantus",
+    "0.6.0",
+    {
+        **{
+            f"tests/metrics/test_robustness_metrics.py::test_return_nan_when_prediction_changes[{case}]": (
+                "the mock_prediction_changed fixture replaces Quantus's private model wrappers' predict "
+                "(quantus.helpers.model.pytorch_model.PyTorchModel and tf_model.TensorFlowModel), which camkit's "
+                "metrics never call (they run the nn.Module itself); it errors on the original too without "
+                "TensorFlow. What it checks (NaN when a perturbation changes the class) is tested in "
+                "tests/compat/test_quantus_robustness.py"
+            )
+            for case in (
+                "AvgSensitivity-load_1d_3ch_conv_model-almost_uniform_1d_no_abatch-params3",
+                "AvgSensitivity-load_mnist_model-load_mnist_images-params2",
+                "LocalLipschitzEstimate-load_1d_3ch_conv_model-almost_uniform_1d_no_abatch-params1",
+                "LocalLipschitzEstimate-load_mnist_model-load_mnist_images-params0",
+                "MaxSensitivity-load_1d_3ch_conv_model-almost_uniform_1d_no_abatch-params5",
+                "MaxSensitivity-load_mnist_model-load_mnist_images-params4",
+            )
+        },
+        "tests/metrics/test_robustness_metrics.py::test_return_nan_when_prediction_changes_continuity": (
+            "replaces Quantus's private PyTorchModel.predict through mock_prediction_changed (see above)"
+        ),
+    },
+    # CI: the axiomatic, complexity and localisation metrics but Focus (its mosaics are built by Quantus's
+    # mosaic_func, which camkit does not translate) and AUC (one case compares floats exactly): 122 cases,
+    # about 25 s a run on 2 cores
+    "(test_axiomatic_metrics or test_complexity_metrics or test_localisation_metrics) and not test_focus "
+    "and not test_auc",
+    pytest_home="peer-quantus",
+    plugins=("pytest_lazyfixture", "pytest_mock", "peer_quantus"),
+    links=("tests", "tutorials"),
+)
+
+
 def peer_root(explicit: str | None) -> Path | None:
     """Where the peer suites are: ``--peer-dir``, ``$CAMKIT_PEER_SUITES``, or ``shared/peer-suites`` beside the checkout.
 
@@ -123,15 +173,26 @@ def peer_root(explicit: str | None) -> Path | None:
     return None
 
 
-def _workdir() -> Path:
-    """A temporary working directory with ``examples/both.png`` (an RGB photograph, written as OpenCV reads it)."""
+def _workdir(suite: Suite | None = None, base: Path | None = None) -> Path:
+    """A temporary working directory with ``examples/both.png`` (an RGB photograph, written as OpenCV reads it).
+
+    It also holds links to the ``suite.links`` of the suite's folder ``base``.
+    """
     import cv2
     from skimage import data
 
     work = Path(tempfile.mkdtemp(prefix="camkit-peer-"))
     (work / "examples").mkdir()
     cv2.imwrite(str(work / "examples" / "both.png"), cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR))
+    if suite is not None and base is not None:
+        for name in suite.links:
+            (work / name).symlink_to(base / name)
     return work
+
+
+def pytest_home(suite: Suite) -> Path | None:
+    """The folder of the suite's own pytest (``<venv>/<pytest_home>``), or None when the suite uses the venv's."""
+    return Path(sys.prefix) / suite.pytest_home if suite.pytest_home else None
 
 
 def run_once(suite: Suite, base: Path, files: list[str], keyword: str | None, compat: bool, timeout: float,
@@ -140,17 +201,22 @@ def run_once(suite: Suite, base: Path, files: list[str], keyword: str | None, co
 
     ``threads``: the run's torch (OpenMP) threads; ``None`` leaves torch's default.
     """
-    work = _workdir()
+    work = _workdir(suite, base)
     report = work / "outcomes.json"
     tests = [str(base / "tests" / f) for f in files] if files else [str(base / "tests")]
-    command = [sys.executable, "-m", "pytest", "-p", "peer_plugin", "-p", "no:cacheprovider", "-q",
-               "--rootdir", str(base), "-W", "ignore", *tests]
+    plugins = [option for name in suite.plugins for option in ("-p", name)]
+    command = [sys.executable, "-m", "pytest", "-p", "peer_plugin", *plugins, "-p", "no:cacheprovider", "-q",
+               "--rootdir", str(base), "-W", "ignore", "--continue-on-collection-errors", *tests]
     if keyword:
         command += ["-k", keyword]
     if workers > 1:
-        command += ["-n", str(workers)]
+        command += ["-p", "xdist"] * (suite.pytest_home is not None) + ["-n", str(workers)]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tools"), str(ROOT), str(base), env.get("PYTHONPATH", "")])
+    home = pytest_home(suite)
+    first = [str(home)] if home is not None else []
+    env["PYTHONPATH"] = os.pathsep.join([*first, str(ROOT / "tools"), str(ROOT), str(base), env.get("PYTHONPATH", "")])
+    if home is not None:
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the venv's plugins are written for its newer pytest
     env["CAMKIT_PEER_REPORT"] = str(report)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["TQDM_DISABLE"] = "1"
@@ -244,7 +310,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{suite.name}: {suite.distribution} {installed} is installed, the tests are {suite.version}'s: "
                   f"skipped (pip install {suite.distribution}=={suite.version}, or `make peer-suites`)")
             continue
-        files = [f for f in args.files if (base / "tests" / f).is_file()] if args.files else []
+        home = pytest_home(suite)
+        if home is not None and not home.is_dir():
+            print(f"{suite.name}: its pytest is not installed at {home}: skipped (`make peer-suites`)")
+            continue
+        files = [f for f in args.files if (base / "tests" / f).exists()] if args.files else []
         if args.files and not files:
             print(f"{suite.name}: none of {args.files} is in this suite: skipped")
             continue

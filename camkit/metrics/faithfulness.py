@@ -127,6 +127,7 @@ def faithfulness_correlation(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    similarity: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> Tensor:
     """Faithfulness correlation (Bhatt et al. 2020), per sample.
 
@@ -143,6 +144,8 @@ def faithfulness_correlation(
         subsets: the subsets themselves, LongTensor [B, runs, subset_size] of feature indices
             (then ``runs``, ``subset_size`` and ``generator`` are not used).
         generator: draws the subsets (drawn on its device, which may be the input's; the draw does not depend on ``chunk_size``).
+        similarity: ``f(sums, drops) -> [B]`` on the [B, runs] rows, in place of Pearson's
+            correlation (``None``).
 
     Returns:
         Correlations [B] (NaN where a map or the score changes are constant).
@@ -183,7 +186,7 @@ def faithfulness_correlation(
     )
     assert clean is not None  # run_plan(clean=True) always scores the clean inputs
     sums = features.values.gather(1, subsets.flatten(1)).view(batch, runs, -1).sum(dim=2)
-    return _nan_rows(pearson(sums, clean[:, None] - scores), features).to(x.dtype)
+    return _nan_rows((similarity or pearson)(sums, clean[:, None] - scores), features).to(x.dtype)
 
 
 def faithfulness_estimate(
@@ -198,6 +201,7 @@ def faithfulness_estimate(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    similarity: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> Tensor:
     """Faithfulness estimate (Alvarez-Melis and Jaakkola 2018), per sample.
 
@@ -207,7 +211,8 @@ def faithfulness_estimate(
     ``f(x) - f(x_group)``. Higher is better. Cost: ``B * ceil(F / features_in_step)`` forward
     passes plus ``B``.
 
-    Args and Returns: as :func:`pixel_flipping`, one correlation per sample [B].
+    Args and Returns: as :func:`pixel_flipping`, one correlation per sample [B]; ``similarity``:
+    ``f(sums, drops) -> [B]`` on the [B, steps] rows, in place of Pearson's correlation (``None``).
 
     Example:
         >>> import torch
@@ -237,7 +242,7 @@ def faithfulness_estimate(
     groups = torch.div(order, step, rounding_mode="floor")
     sums = torch.zeros(x.shape[0], count, dtype=features.values.dtype, device=x.device)
     sums.scatter_add_(1, groups, features.values)
-    return _nan_rows(pearson(sums, clean[:, None] - scores), features).to(x.dtype)
+    return _nan_rows((similarity or pearson)(sums, clean[:, None] - scores), features).to(x.dtype)
 
 
 def monotonicity(
@@ -308,6 +313,7 @@ def monotonicity_correlation(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    similarity: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> Tensor:
     """Monotonicity correlation (Nguyen and Martinez 2020), per sample.
 
@@ -328,6 +334,8 @@ def monotonicity_correlation(
             first ones); then ``samples``, ``low``, ``high`` and ``generator`` are not used.
         eps: smallest ``|f(x)|`` the variance is divided by.
         generator: draws the replacement values (CPU generator).
+        similarity: ``f(sums, variances) -> [B]`` on the [B, P] float64 rows, in place of
+            Spearman's rank correlation (``None``).
 
     Returns:
         Correlations [B].
@@ -362,7 +370,8 @@ def monotonicity_correlation(
     groups = torch.div(order, step, rounding_mode="floor")
     sums = torch.zeros(x.shape[0], count, dtype=torch.float64, device=x.device)
     sums.scatter_add_(1, groups, features.values.double())
-    return _nan_rows(spearman_rows(sums, variance), features).to(x.dtype)
+    correlate = spearman_rows if similarity is None else similarity
+    return _nan_rows(correlate(sums, variance), features).to(x.dtype)
 
 
 def _uniform_fill(

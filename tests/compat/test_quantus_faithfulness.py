@@ -162,7 +162,7 @@ def test_compat_errors():
     with pytest.raises(InvalidInputError, match="a_batch"):
         cq.PixelFlipping()(model=small_net(), x_batch=np.zeros((1, 1, 6, 6), np.float32), y_batch=np.zeros(1))
     with pytest.raises(InvalidInputError, match="correlation_pearson"):
-        cq.FaithfulnessEstimate(similarity_func=quantus.similarity_func.correlation_spearman)
+        cq.SensitivityN(similarity_func=quantus.similarity_func.correlation_spearman)
 
 
 def test_compat_leaves_the_model_and_arrays_as_they_were(batch):

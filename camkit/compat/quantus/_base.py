@@ -31,7 +31,45 @@ from torch import Tensor, nn
 from camkit import Explainer
 from camkit.errors import InvalidInputError
 
-__all__ = ["Metric", "quantus_baseline"]
+__all__ = ["DEFAULTS", "AddAxis", "Metric", "is_default", "quantus_baseline", "quantus_similarity"]
+
+#: Quantus 0.6.0's default functions, by metric and keyword: passing one is the same as leaving it unset
+DEFAULTS: dict[str, dict[str, str]] = {
+    **{name: {"perturb_func": "batch_baseline_replacement_by_indices"} for name in (
+        "Completeness", "NonSensitivity", "FaithfulnessEstimate", "SensitivityN", "MonotonicityCorrelation",
+        "RegionPerturbation", "PixelFlipping", "Monotonicity", "FaithfulnessCorrelation", "Infidelity", "Selectivity",
+    )},
+    "IROF": {"perturb_func": "baseline_replacement_by_mask"},
+    "ROAD": {"perturb_func": "noisy_linear_imputation"},
+    "InputInvariance": {"perturb_func": "baseline_replacement_by_shift"},
+    "Continuity": {"perturb_func": "batched_translation"},
+    "LocalLipschitzEstimate": {"perturb_func": "batch_gaussian_noise", "similarity_func": "lipschitz_constant",
+                               "norm_numerator": "distance_euclidean", "norm_denominator": "distance_euclidean"},
+    **{name: {"perturb_func": "batch_uniform_noise", "similarity_func": "difference", "norm_numerator": "fro_norm",
+              "norm_denominator": "fro_norm"} for name in ("MaxSensitivity", "AvgSensitivity")},
+    **{name: {"perturb_func": "batch_uniform_noise"} for name in (
+        "RelativeInputStability", "RelativeOutputStability", "RelativeRepresentationStability",
+    )},
+    **{name: {"similarity_func": "correlation_spearman"} for name in ("MPRT", "SmoothMPRT", "EfficientMPRT")},
+    "RandomLogit": {"similarity_func": "ssim"},
+}  # fmt: skip
+for _name, _extra in {"FaithfulnessEstimate": "correlation_pearson", "SensitivityN": "correlation_pearson",
+                      "FaithfulnessCorrelation": "correlation_pearson", "MonotonicityCorrelation": "correlation_spearman"}.items():
+    DEFAULTS[_name]["similarity_func"] = _extra
+DEFAULTS["Infidelity"]["loss_func"] = "mse"
+DEFAULTS["Consistency"] = {"discretise_func": "top_n_sign"}
+DEFAULTS["EfficientMPRT"]["complexity_func"] = "discrete_entropy"
+
+
+def is_default(metric: str, keyword: str, value: Any) -> bool:
+    """Whether ``value`` is None or Quantus's default function for ``keyword`` of ``metric`` (by name).
+
+    Example:
+        >>> from camkit.compat.quantus.functions.perturb_func import batch_baseline_replacement_by_indices
+        >>> is_default("PixelFlipping", "perturb_func", batch_baseline_replacement_by_indices)
+        True
+    """
+    return value is None or DEFAULTS.get(metric, {}).get(keyword) == getattr(value, "__name__", 0)
 
 Result = list[Any]
 
@@ -64,6 +102,29 @@ def quantus_baseline(value: Any) -> Any:
     )
 
 
+def quantus_similarity(func: Callable[..., Any], *, keywords: bool = False) -> Callable[[Tensor, Tensor], Tensor]:
+    """A Quantus similarity function as ``f(a, b) -> [B]`` on tensors, called as Quantus calls it.
+
+    Quantus flattens each sample's values to a row and calls ``func(rows_a, rows_b, batched=True)``
+    (``func(a=rows_a, b=rows_b, batched=True)`` with ``keywords=True``) on numpy arrays.
+
+    Example:
+        >>> import torch
+        >>> from camkit.compat.quantus.functions.similarity_func import correlation_spearman
+        >>> f = quantus_similarity(correlation_spearman)
+        >>> f(torch.tensor([[[1.0, 2.0], [3.0, 4.0]]]), torch.tensor([[[1.0, 5.0], [6.0, 9.0]]])).tolist()
+        [1.0]
+    """
+
+    def call(a: Tensor, b: Tensor) -> Tensor:
+        rows_a = a.detach().reshape(a.shape[0], -1).cpu().double().numpy()
+        rows_b = b.detach().reshape(b.shape[0], -1).cpu().double().numpy()
+        values = func(a=rows_a, b=rows_b, batched=True) if keywords else func(rows_a, rows_b, batched=True)
+        return torch.as_tensor(np.asarray(values, dtype=np.float64).reshape(a.shape[0]), device=a.device)
+
+    return call
+
+
 class Metric:
     """Quantus's ``Metric`` base: Quantus's constructor arguments and call on camkit's metrics.
 
@@ -81,6 +142,9 @@ class Metric:
     """
 
     softmax_default: bool = False
+    #: the order Quantus perturbs the features in when each feature is replaced once (``"descending"``
+    #: attribution), so that ``perturb_baseline="uniform"`` (one draw per sample and step) is a baseline tensor
+    uniform_order: str | None = None
 
     def __init__(
         self,
@@ -100,10 +164,17 @@ class Metric:
     ) -> None:
         if kwargs:
             raise TypeError(f"{type(self).__name__} got unknown arguments {sorted(kwargs)}")
-        if perturb_func is not None or perturb_func_kwargs:
+        self.uniform = self.uniform_order is not None and str(perturb_baseline).lower() == "uniform"
+        bounds = dict(perturb_func_kwargs or {}) if self.uniform else {}
+        self.uniform_bounds = (float(bounds.pop("uniform_low", 0.0)), float(bounds.pop("uniform_high", 1.0)))
+        if self.uniform:
+            perturb_func_kwargs = bounds  # what is left over is refused below
+        if not is_default(type(self).__name__, "perturb_func", perturb_func) or perturb_func_kwargs:
             raise InvalidInputError(
-                "camkit.compat.quantus perturbs with camkit's own functions: leave perturb_func and "
-                "perturb_func_kwargs unset and choose perturb_baseline (a number, 'black', 'white' or 'mean')"
+                f"camkit.compat.quantus computes {type(self).__name__}'s default perturbation "
+                f"({DEFAULTS.get(type(self).__name__, {}).get('perturb_func', 'none')}) only, with perturb_baseline "
+                f"(a number, 'black', 'white' or 'mean'); got perturb_func={getattr(perturb_func, '__name__', perturb_func)!r}, "
+                f"perturb_func_kwargs={perturb_func_kwargs!r}"
             )
         self.abs = abs
         self.normalise = normalise
@@ -111,7 +182,7 @@ class Metric:
             normalise_func = functools.partial(normalise_func, **normalise_func_kwargs)
         self.normalise_func = normalise_func
         self.perturb_baseline = perturb_baseline
-        self.baseline = quantus_baseline(perturb_baseline)
+        self.baseline = 0.0 if self.uniform else quantus_baseline(perturb_baseline)
         self.return_aggregate = return_aggregate
         self.aggregate_func = aggregate_func if aggregate_func is not None else np.mean
         self.default_plot_func = default_plot_func
@@ -156,8 +227,12 @@ class Metric:
         if model_predict_kwargs:
             raise InvalidInputError("model_predict_kwargs is not supported: wrap the model to pass extra arguments")
         x_all = np.asarray(x_batch)
+        self._tabular = x_all.ndim == 2  # Quantus's [B, F] features: seen as [B, 1, F], the model as AddAxis
+        if self._tabular:
+            x_all, channel_first = x_all[:, None], True
+            model = AddAxis(model) if model is not None else None
         if x_all.ndim < 3:
-            raise InvalidInputError(f"x_batch must be [B, C, *S] with 1 to 3 spatial axes, got shape {x_all.shape}")
+            raise InvalidInputError(f"x_batch must be [B, F] or [B, C, *S] with 1 to 3 spatial axes, got shape {x_all.shape}")
         if channel_first is None:
             channel_first = _infer_channel_first(x_all.shape)
         if not channel_first:
@@ -192,6 +267,28 @@ class Metric:
         self.all_evaluation_scores.extend(scores)
         return scores
 
+    def batch_baseline(self, x: Tensor, a: Tensor, step: int) -> Any:
+        """The baseline for this batch: :attr:`baseline`, or Quantus's per-step uniform draws as a tensor like ``x``.
+
+        With ``"uniform"`` Quantus draws one value per sample (``np.random.uniform(low, high, B)``) at
+        each step and writes it into that step's ``step`` features, taken in order of decreasing
+        attribution (``np.argsort(-a)``); each feature is written once, so the values form one tensor.
+        """
+        if not self.uniform:
+            return self.baseline
+        flat = a.expand_as(x).flatten(1).cpu().numpy()
+        batch, count = flat.shape[0], -(-flat.shape[1] // step)
+        order = np.argsort(-flat, axis=1)
+        draws = np.random.uniform(*self.uniform_bounds, size=(count, batch))  # one call of size B per step
+        values = np.empty(flat.shape)
+        values[np.arange(batch)[:, None], order] = draws.T[:, np.arange(flat.shape[1]) // step]
+        return torch.as_tensor(values, dtype=x.dtype, device=x.device).view_as(x)
+
+    def similarity_rows(self) -> Callable[[Tensor, Tensor], Tensor] | None:
+        """The ``similarity_func`` given, called by keyword as Quantus's faithfulness metrics call it (None: the default)."""
+        func = getattr(self, "similarity_func", None)
+        return None if func is None else quantus_similarity(func, keywords=True)
+
     def combine(self, scores: Result) -> Result:
         """The scores of all batches, one entry per sample, before aggregation (subclasses may merge them)."""
         return scores
@@ -205,7 +302,11 @@ class Metric:
         if isinstance(explain_func, Explainer):
             maps = explain_func(x, y)
             return maps[:, None]
-        out = explain_func(model=model, inputs=x.cpu().numpy(), targets=y.cpu().numpy(), **kwargs)
+        if getattr(self, "_tabular", False):  # the caller's model and [B, F] inputs, as Quantus passes them
+            inputs, model = x[:, 0].cpu().numpy(), model.model if isinstance(model, AddAxis) else model
+        else:
+            inputs = x.cpu().numpy()
+        out = explain_func(model=model, inputs=inputs, targets=y.cpu().numpy(), **kwargs)
         return _as_maps(np.asarray(out), x, True)
 
     def _preprocess(self, a: Tensor) -> Tensor:
@@ -218,6 +319,18 @@ class Metric:
         if self.abs:
             a = a.abs()
         return a
+
+
+class AddAxis(nn.Module):
+    """A model of ``[B, F]`` inputs seen as taking ``[B, 1, F]``: camkit's metrics want a channel axis."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.model(x[:, 0])
+        return out
 
 
 def _infer_channel_first(shape: tuple[int, ...]) -> bool:

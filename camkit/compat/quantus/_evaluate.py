@@ -35,7 +35,9 @@ def evaluate(
     """Evaluate methods on metrics as ``quantus.evaluate`` does, returning the same nesting.
 
     ``xai_methods`` maps a name to precomputed maps (numpy), a Quantus explain function (called
-    once with ``explain_func_kwargs`` plus ``method=name``) or a camkit explainer. The result is
+    once with ``explain_func_kwargs`` plus ``method=name``), keyword arguments for ``explain``
+    (Quantus's ``{"Saliency": {...}}``; camkit's :func:`~camkit.compat.quantus.explain`) or a
+    camkit explainer. The result is
     ``{method: {metric: agg_func(scores)}}`` (one ``call_kwargs`` entry), or
     ``{method: {metric: {call: ...}}}`` (several), or a ``pandas.DataFrame`` with
     ``return_as_df``. Differs from Quantus: a metric that fails raises
@@ -49,15 +51,23 @@ def evaluate(
     for method, value in xai_methods.items():
         extra = {**(explain_func_kwargs or {}), "method": method}
         explain_func: Any = None
-        if isinstance(value, np.ndarray):
-            a_batch = value
+        if isinstance(value, np.ndarray):  # maps given; a metric that explains again uses explain(method=name)
+            from .functions.explanation_func import METHODS, explain
+
+            a_batch, explain_func = value, explain if method in METHODS else None
         elif isinstance(value, Explainer):
             a_batch, explain_func, extra = None, value, {}
-        elif callable(value):
+        elif callable(value) or isinstance(value, Mapping):
+            if isinstance(value, Mapping):  # Quantus's {method: explain_func_kwargs}: its explain with those
+                from .functions.explanation_func import explain
+
+                extra = {**extra, **value}
+                value = explain
             a_batch, explain_func = np.asarray(value(model=model, inputs=x_batch, targets=y_batch, **extra)), value
         else:
             raise InvalidInputError(
-                f"xai_methods[{method!r}] must be maps (numpy), an explain function or a camkit explainer, "
+                f"xai_methods[{method!r}] must be maps (numpy), an explain function, explain's keyword arguments "
+                "(a dict) or a camkit explainer, "
                 f"got {type(value).__name__}"
             )
         results[method] = {}

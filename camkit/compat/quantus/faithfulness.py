@@ -44,10 +44,14 @@ class PixelFlipping(Metric):
 
     Returns each sample's curve (a list of scores), or its area (trapezoid rule over unit
     steps, as Quantus's ``calculate_auc``) with ``return_auc_per_sample=True``. Equal to Quantus
-    on the same inputs.
+    on the same inputs, ``perturb_baseline="uniform"`` included (one draw per sample and step from
+    numpy's global generator, as Quantus). Differs with ``"mean"``: Quantus takes the mean of the
+    input as perturbed so far at every step (it drifts as features are replaced); camkit each
+    sample's mean of the clean input.
     """
 
     softmax_default = True
+    uniform_order = "descending"
 
     def __init__(
         self, features_in_step: int = 1, abs: bool = False, normalise: bool = True, return_auc_per_sample: bool = False,
@@ -61,7 +65,7 @@ class PixelFlipping(Metric):
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
         curves = metrics.pixel_flipping(
-            model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.baseline,
+            model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.batch_baseline(x, a, self.features_in_step),
             softmax=softmax, chunk_size=chunk_size,
         )  # fmt: skip
         if self.return_auc_per_sample:
@@ -73,8 +77,9 @@ class FaithfulnessCorrelation(Metric):
     """Quantus's ``FaithfulnessCorrelation`` on :func:`camkit.metrics.faithfulness_correlation`.
 
     The subsets are drawn from numpy's global generator in Quantus's order (with its extra
-    ``uniform`` draw per perturbation), so after ``np.random.seed(s)`` the result equals
-    Quantus's. ``similarity_func`` must be Pearson's (the default).
+    ``uniform`` draw per perturbation when ``perturb_baseline`` is a string), so after
+    ``np.random.seed(s)`` the result equals Quantus's. A ``similarity_func`` is called as
+    Quantus calls it, ``f(a=sums, b=drops, batched=True)`` on [B, nr_runs] rows.
     """
 
     softmax_default = False
@@ -87,7 +92,7 @@ class FaithfulnessCorrelation(Metric):
             abs=abs, normalise=normalise, return_aggregate=return_aggregate, perturb_baseline=perturb_baseline,
             **kwargs,
         )  # fmt: skip
-        _check_similarity(similarity_func, "correlation_pearson")
+        self.similarity_func = similarity_func
         self.nr_runs = nr_runs
         self.subset_size = subset_size
 
@@ -98,27 +103,32 @@ class FaithfulnessCorrelation(Metric):
         runs = []
         for _ in range(self.nr_runs):
             runs.append(np.stack([np.random.choice(features, self.subset_size, replace=False) for _ in range(batch)]))
-            np.random.uniform(size=batch)  # Quantus's baseline table draws this on every perturbation
+            if isinstance(self.perturb_baseline, str):  # Quantus's table of named baselines draws this each time
+                np.random.uniform(size=batch)
         subsets = torch.as_tensor(np.stack(runs, axis=1), device=x.device)
         return _rows(
             metrics.faithfulness_correlation(
                 model, x, a.expand_as(x), y, subsets=subsets, baseline=self.baseline, softmax=softmax,
-                chunk_size=chunk_size,
+                chunk_size=chunk_size, similarity=self.similarity_rows(),
             )
         )  # fmt: skip
 
 
 class FaithfulnessEstimate(Metric):
-    """Quantus's ``FaithfulnessEstimate`` on :func:`camkit.metrics.faithfulness_estimate`; equal to Quantus."""
+    """Quantus's ``FaithfulnessEstimate`` on :func:`camkit.metrics.faithfulness_estimate`; equal to Quantus.
+
+    A ``similarity_func`` is called as Quantus calls it, ``f(a=sums, b=drops, batched=True)``.
+    """
 
     softmax_default = False
+    uniform_order = "descending"
 
     def __init__(
         self, similarity_func: Any = None, features_in_step: int = 1, abs: bool = False, normalise: bool = True,
         perturb_baseline: Any = "black", **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
-        _check_similarity(similarity_func, "correlation_pearson")
+        self.similarity_func = similarity_func
         self.features_in_step = features_in_step
 
     def evaluate(
@@ -126,8 +136,8 @@ class FaithfulnessEstimate(Metric):
     ) -> Result:
         return _rows(
             metrics.faithfulness_estimate(
-                model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.baseline,
-                softmax=softmax, chunk_size=chunk_size,
+                model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.batch_baseline(x, a, self.features_in_step),
+                softmax=softmax, chunk_size=chunk_size, similarity=self.similarity_rows(),
             )
         )  # fmt: skip
 
@@ -163,37 +173,60 @@ class Monotonicity(Metric):
 class MonotonicityCorrelation(Metric):
     """Quantus's ``MonotonicityCorrelation`` on :func:`camkit.metrics.monotonicity_correlation`.
 
-    ``perturb_baseline="uniform"`` (the default, and the only one supported here) draws, as
-    Quantus does, one value per sample and perturbation from numpy's global generator for all
-    the features of a step; after ``np.random.seed(s)`` the result equals Quantus's.
+    Every ``perturb_baseline`` Quantus's default perturbation takes here: ``"uniform"`` (the
+    default) draws, as Quantus does, one value per sample and perturbation from numpy's global
+    generator for all the features of a step (between ``perturb_func_kwargs``' ``uniform_low``
+    and ``uniform_high``, default 0 and 1), so after ``np.random.seed(s)`` the result equals
+    Quantus's; a number, ``"black"``, ``"white"`` or ``"mean"`` (each sample's minimum, maximum or
+    mean) replaces the group by that value, one forward per group (Quantus repeats the same
+    forward ``nr_samples`` times; the mean is the same). ``"random"`` and the neighbourhood
+    baselines raise, as in Quantus. ``similarity_func`` is called as Quantus calls it,
+    ``f(a=sums, b=variances, batched=True)`` on [B, P] rows.
     """
 
     softmax_default = True
 
     def __init__(
         self, similarity_func: Any = None, eps: float = 1e-5, nr_samples: int = 100, features_in_step: int = 1,
-        abs: bool = True, normalise: bool = True, perturb_baseline: Any = "uniform", **kwargs: Any,
+        abs: bool = True, normalise: bool = True, perturb_baseline: Any = "uniform",
+        perturb_func_kwargs: dict[str, Any] | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
-        if perturb_baseline != "uniform":
-            raise InvalidInputError(f"MonotonicityCorrelation supports perturb_baseline='uniform' only, got {perturb_baseline!r}")
-        super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0, **kwargs)
+        fill_kwargs = dict(perturb_func_kwargs or {})
+        unknown = sorted(set(fill_kwargs) - {"uniform_low", "uniform_high"})
+        if unknown:
+            raise InvalidInputError(f"perturb_func_kwargs takes uniform_low and uniform_high here, got {unknown}")
+        uniform = isinstance(perturb_baseline, str) and perturb_baseline.lower() == "uniform"
+        if isinstance(perturb_baseline, str) and perturb_baseline.lower() not in ("uniform", "black", "white", "mean"):
+            raise InvalidInputError(
+                f"MonotonicityCorrelation's perturbation takes perturb_baseline 'uniform', 'black', 'white', 'mean' "
+                f"or a number, as Quantus's does; got {perturb_baseline!r}"
+            )
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0 if uniform else perturb_baseline, **kwargs)
         self.perturb_baseline = perturb_baseline
-        _check_similarity(similarity_func, "correlation_spearman")
+        self.low, self.high = float(fill_kwargs.get("uniform_low", 0.0)), float(fill_kwargs.get("uniform_high", 1.0))
+        self.similarity_func = similarity_func
         self.eps = eps
         self.nr_samples = nr_samples
         self.features_in_step = features_in_step
 
+    def fill(self, x: Tensor) -> Tensor:
+        """The replacement values [B, P, samples, features_in_step] Quantus's perturbation puts in."""
+        batch, step = x.shape[0], self.features_in_step
+        count = -(-x[0].numel() // step)
+        if isinstance(self.perturb_baseline, str) and self.perturb_baseline.lower() == "uniform":
+            # one call of size B per step and sample in Quantus: the same numbers in the same order
+            draws = np.random.uniform(self.low, self.high, size=(count, self.nr_samples, batch))
+            return torch.as_tensor(draws, device=x.device).permute(2, 0, 1)[..., None].expand(-1, -1, -1, step)
+        value = self.baseline(x) if callable(self.baseline) else torch.full_like(x, float(self.baseline))
+        return value.flatten(1)[:, :1, None, None].expand(batch, count, 1, step)
+
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
-        batch, step = x.shape[0], self.features_in_step
-        count = -(-x[0].numel() // step)
-        draws = np.random.uniform(size=(count, self.nr_samples, batch))  # one call per step and sample in Quantus
-        fill = torch.as_tensor(draws, device=x.device).permute(2, 0, 1)[..., None].expand(-1, -1, -1, step)
         return _rows(
             metrics.monotonicity_correlation(
-                model, x, a.expand_as(x), y, fill=fill, features_in_step=step, eps=self.eps, softmax=softmax,
-                chunk_size=chunk_size,
+                model, x, a.expand_as(x), y, fill=self.fill(x), features_in_step=self.features_in_step, eps=self.eps,
+                softmax=softmax, chunk_size=chunk_size, similarity=self.similarity_rows(),
             )
         )  # fmt: skip
 

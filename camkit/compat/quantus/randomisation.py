@@ -22,7 +22,7 @@ from camkit import Explainer, metrics
 from camkit.errors import InvalidInputError
 from camkit.metrics.randomisation import discrete_entropy
 
-from ._base import Metric, Result
+from ._base import Metric, Result, is_default, quantus_similarity
 from .localisation import rows, single_channel
 
 __all__ = ["MPRT", "EfficientMPRT", "RandomLogit", "SmoothMPRT", "bins_by_rule"]
@@ -98,8 +98,8 @@ class MPRT(_Randomisation):
     with ``return_average_correlation`` / ``return_last_correlation``. Per layer equal to
     Quantus. Differs: Quantus's average includes the ``"original"`` entry (it skips a key
     ``"orig"`` that does not exist), an unrandomised self-check near 1 that pulls every average
-    up; camkit averages the randomised layers only. ``similarity_func`` must be Spearman's
-    (the default) or a callable ``f(a, b) -> [B]`` on tensors.
+    up; camkit averages the randomised layers only. A ``similarity_func`` is called as Quantus
+    calls it: ``f(rows_a, rows_b, batched=True)`` on the maps flattened to [B, F] numpy rows.
     """
 
     order_default = "top_down"
@@ -128,9 +128,9 @@ class MPRT(_Randomisation):
 
     def similarity(self, a: Tensor, b: Tensor) -> Tensor:
         a, b = self.prepared(a), self.prepared(b)
-        if self.similarity_func is None or getattr(self.similarity_func, "__name__", "") == "correlation_spearman":
+        if self.similarity_func is None:
             return metrics.spearman(a, b)
-        return torch.as_tensor(self.similarity_func(a, b), dtype=torch.float32, device=a.device)
+        return quantus_similarity(self.similarity_func)(a, b).float()
 
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
@@ -271,7 +271,7 @@ class EfficientMPRT(_Randomisation):
     ) -> None:  # fmt: skip
         super().__init__(abs=abs, normalise=normalise, **kwargs)
         options = dict(complexity_func_kwargs or {})
-        if complexity_func is not None:
+        if not is_default("EfficientMPRT", "complexity_func", complexity_func):
             raise InvalidInputError(
                 "camkit.compat.quantus.EfficientMPRT computes the discrete entropy only: leave complexity_func unset"
             )
@@ -363,8 +363,8 @@ class RandomLogit(_Randomisation):
     batch), so the classes are Quantus's. Differs: Quantus's default similarity is SSIM of the
     *flattened* maps (a 1-D window sliding along the rows joined end to end), with the pair's
     value range; camkit compares the maps on their own grid (:func:`camkit.metrics.ssim`, a 7x7
-    window on images) with the pair's value range. A ``similarity_func`` ``f(a, b) -> [B]`` on
-    tensors replaces it.
+    window on images) with the pair's value range. A ``similarity_func`` replaces it and is called
+    as Quantus calls it: ``f(rows_a, rows_b, batched=True)`` on the maps flattened to [B, F] rows.
     """
 
     def __init__(
@@ -376,7 +376,7 @@ class RandomLogit(_Randomisation):
 
     def similarity(self, a: Tensor, b: Tensor) -> Tensor:
         if self.similarity_func is not None:
-            return torch.as_tensor(self.similarity_func(a, b), dtype=torch.float32, device=a.device)
+            return quantus_similarity(self.similarity_func)(a, b).float()
         values = []
         for p, q in zip(a, b):  # the pair's range, as Quantus
             span = float(torch.maximum(p.max(), q.max()) - torch.minimum(p.min(), q.min()))

@@ -23,6 +23,7 @@ from camkit import metrics
 from camkit.errors import InvalidInputError
 from camkit.hooks import HookScope
 
+from ._base import is_default
 from .localisation import rows, single_channel
 from .randomisation import _Randomisation
 
@@ -39,7 +40,7 @@ __all__ = [
 
 
 def _only_defaults(name: str, **given: Any) -> None:
-    custom = sorted(key for key, value in given.items() if value is not None)
+    custom = sorted(key for key, value in given.items() if not is_default(name, key, value))
     if custom:
         raise InvalidInputError(
             f"camkit.compat.quantus.{name} supports Quantus's default {', '.join(custom)} only; "
@@ -184,15 +185,16 @@ class Continuity(_Robustness):
 class Consistency(_Robustness):
     """Quantus's ``Consistency`` on :func:`camkit.metrics.consistency`.
 
-    Labels each map by the signs of its first 5 values (Quantus's ``top_n_sign``, the only
-    ``discretise_func`` supported) and, per sample, scores the share of the other samples with
-    its label that the model puts in its class. Equal to Quantus, except for a sample whose
-    label no other sample shares: NaN (Quantus: 0, from dividing 0 by 1e-9). No re-explanation.
+    Labels each map by the signs of its first 5 values (Quantus's ``top_n_sign``) or by the
+    ``discretise_func`` given, called as Quantus calls it (on each flattened map, numpy), and,
+    per sample, scores the share of the other samples with its label that the model puts in its
+    class. Equal to Quantus, except for a sample whose label no other sample shares: NaN
+    (Quantus: 0, from dividing 0 by 1e-9). No re-explanation.
     """
 
     def __init__(self, discretise_func: Any = None, abs: bool = True, normalise: bool = True, **kwargs: Any) -> None:
-        _only_defaults("Consistency", discretise_func=discretise_func)
         super().__init__(abs=abs, normalise=normalise, **kwargs)
+        self.discretise_func = None if is_default("Consistency", "discretise_func", discretise_func) else discretise_func
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return super(_Randomisation, self).__call__(*args, **kwargs)
@@ -204,7 +206,11 @@ class Consistency(_Robustness):
             predictions = torch.cat(
                 [model(x[i : i + chunk_size]).argmax(dim=1) for i in range(0, x.shape[0], chunk_size)]
             )
-        return rows(metrics.consistency(a.flatten(1), predictions, n=5))
+        labels = None
+        if self.discretise_func is not None:
+            hashes = [self.discretise_func(row) for row in a.flatten(1).cpu().numpy()]
+            labels = torch.as_tensor(np.unique(np.array(hashes, dtype=object), return_inverse=True)[1], device=x.device)
+        return rows(metrics.consistency(a.flatten(1), predictions, n=5, labels=labels))
 
 
 def _representation(model: nn.Module, names: list[str] | None, indices: list[int] | None) -> Callable[[Tensor], Tensor]:
