@@ -1,0 +1,83 @@
+"""captum 0.9.0's ``captum.attr`` computed by camkit: the gradient, layer and perturbation methods.
+
+Each class keeps captum's constructor and ``attribute`` signature and returns captum's shapes and
+dtypes; the attribution is computed by camkit's explainer of the same method (see each class).
+Methods camkit does not compute are present by name and raise
+:class:`~camkit.compat.captum.attr.NotComputedError` when built.
+"""
+
+from ._base import (
+    Attribution,
+    GradientAttribution,
+    LayerAttribution,
+    NeuronAttribution,
+    NotComputedError,
+    PerturbationAttribution,
+)
+from ._gradient import (
+    LRP,
+    Deconvolution,
+    DeepLift,
+    DeepLiftShap,
+    GradientShap,
+    GuidedBackprop,
+    InputXGradient,
+    IntegratedGradients,
+    Saliency,
+)
+from ._layer import (
+    GuidedGradCam,
+    LayerActivation,
+    LayerConductance,
+    LayerGradCam,
+    LayerGradientXActivation,
+    LayerIntegratedGradients,
+)
+from ._missing import MISSING, missing_class
+from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
+from ._noise import SUPPORTED_NOISE_TUNNEL_TYPES, NoiseTunnel
+from ._perturbation import FeatureAblation, KernelShap, Lime, Occlusion, ShapleyValues, ShapleyValueSampling
+
+__all__ = [
+    "LRP",
+    "MISSING",
+    "SUPPORTED_NOISE_TUNNEL_TYPES",
+    "Attribution",
+    "Deconvolution",
+    "DeepLift",
+    "DeepLiftShap",
+    "FeatureAblation",
+    "GradientAttribution",
+    "GradientShap",
+    "GuidedBackprop",
+    "GuidedGradCam",
+    "InputXGradient",
+    "IntegratedGradients",
+    "KernelShap",
+    "LayerActivation",
+    "LayerAttribution",
+    "LayerConductance",
+    "LayerGradCam",
+    "LayerGradientXActivation",
+    "LayerIntegratedGradients",
+    "Lime",
+    "NeuronAttribution",
+    "NeuronDeconvolution",
+    "NeuronGradient",
+    "NeuronGuidedBackprop",
+    "NeuronIntegratedGradients",
+    "NoiseTunnel",
+    "NotComputedError",
+    "Occlusion",
+    "PerturbationAttribution",
+    "Saliency",
+    "ShapleyValueSampling",
+    "ShapleyValues",
+    "missing_class",
+]
+
+
+def __getattr__(name: str) -> type:
+    if name in MISSING:
+        return missing_class(name)
+    raise AttributeError(f"module 'captum.attr' (camkit.compat.captum.attr) has no attribute {name!r}")
