@@ -19,7 +19,15 @@ from torch import Tensor, nn
 
 from ...errors import InvalidInputError, InvalidTargetError
 
-__all__ = ["Layout", "Packed", "anchored", "as_tuple", "baselines_like", "fit_to", "flat_targets", "forward_args", "per_example"]
+__all__ = ["CaptumInputError", "CaptumTargetError", "Layout", "Packed", "anchored", "as_tuple", "baselines_like", "fit_to", "flat_targets", "forward_args", "per_example"]
+
+
+class CaptumInputError(InvalidInputError, AssertionError):
+    """Inputs or baselines captum refuses (with an ``AssertionError``, which this also is)."""
+
+
+class CaptumTargetError(InvalidTargetError, AssertionError):
+    """A target captum refuses (with an ``AssertionError``, which this also is)."""
 
 
 def as_tuple(inputs: Any) -> tuple[Any, ...]:
@@ -45,10 +53,10 @@ class Layout:
     @classmethod
     def of(cls, inputs: tuple[Tensor, ...]) -> Layout:
         if not inputs or not all(isinstance(t, Tensor) for t in inputs):
-            raise InvalidInputError("inputs must be a tensor or a tuple of tensors")
+            raise CaptumInputError("inputs must be a tensor or a tuple of tensors")
         batch = {t.shape[0] if t.dim() else None for t in inputs}
         if None in batch or len(batch) != 1:
-            raise InvalidInputError(
+            raise CaptumInputError(
                 f"every input needs the same first (batch) dimension, got shapes {[list(t.shape) for t in inputs]}"
             )
         as_is = len(inputs) == 1 and 3 <= inputs[0].dim() <= 5 and inputs[0].is_floating_point()
@@ -169,20 +177,20 @@ def baselines_like(baselines: Any, inputs: tuple[Tensor, ...]) -> tuple[Tensor, 
     else:
         items = (baselines,)
     if len(items) != len(inputs):
-        raise InvalidInputError(f"{len(items)} baselines for {len(inputs)} inputs; give one per input")
+        raise CaptumInputError(f"{len(items)} baselines for {len(inputs)} inputs; give one per input")
     out = []
     for base, x in zip(items, inputs):
         if isinstance(base, Tensor):
             try:
                 out.append(base.detach().to(x.dtype).expand_as(x))
             except RuntimeError as error:
-                raise InvalidInputError(
+                raise CaptumInputError(
                     f"baseline of shape {list(base.shape)} does not broadcast to the input {list(x.shape)}"
                 ) from error
         elif isinstance(base, (int, float)) and not isinstance(base, bool):
             out.append(torch.full_like(x.detach(), float(base)))
         else:
-            raise InvalidInputError(f"baselines must be numbers or tensors, got {type(base).__name__}")
+            raise CaptumInputError(f"baselines must be numbers or tensors, got {type(base).__name__}")
     return tuple(out)
 
 
@@ -191,7 +199,7 @@ def flat_targets(target: Any, row_shape: Sequence[int], batch: int) -> Tensor:
     size = int(torch.Size(row_shape).numel())
     if target is None:
         if size != 1:
-            raise InvalidTargetError(
+            raise CaptumTargetError(
                 f"Target not provided when necessary: the model's output row has {size} values {list(row_shape)}; "
                 "pass target= (a class, a tuple index or one per example)"
             )
@@ -202,7 +210,7 @@ def flat_targets(target: Any, row_shape: Sequence[int], batch: int) -> Tensor:
         target = target[0]
     items = target if isinstance(target, list) else [target] * batch
     if len(items) != batch:
-        raise InvalidTargetError(f"{len(items)} targets for {batch} examples; give one or one per example")
+        raise CaptumTargetError(f"{len(items)} targets for {batch} examples; give one or one per example")
     shape = tuple(row_shape) or (1,)
     flat = []
     for item in items:
@@ -211,11 +219,11 @@ def flat_targets(target: Any, row_shape: Sequence[int], batch: int) -> Tensor:
             if len(index) == 1 and len(shape) == 1:
                 pass
             else:
-                raise InvalidTargetError(f"target {item!r} does not index an output row of shape {list(shape)}")
+                raise CaptumTargetError(f"target {item!r} does not index an output row of shape {list(shape)}")
         position = 0
         for i, n in zip(index, shape):
             if not -n <= int(i) < n:
-                raise InvalidTargetError(f"target {item!r} is out of range for an output row of shape {list(shape)}")
+                raise CaptumTargetError(f"target {item!r} is out of range for an output row of shape {list(shape)}")
             position = position * n + int(i) % n
         flat.append(position)
     return torch.tensor(flat, dtype=torch.long)

@@ -15,7 +15,6 @@ from ._base import (
     PerturbationAttribution,
 )
 from ._gradient import (
-    LRP,
     Deconvolution,
     DeepLift,
     DeepLiftShap,
@@ -25,6 +24,7 @@ from ._gradient import (
     IntegratedGradients,
     Saliency,
 )
+from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
 from ._layer import (
     GuidedGradCam,
     LayerActivation,
@@ -42,15 +42,19 @@ __all__ = [
     "LRP",
     "MISSING",
     "SUPPORTED_NOISE_TUNNEL_TYPES",
+    "Alpha1_Beta0_Rule",
     "Attribution",
     "Deconvolution",
     "DeepLift",
     "DeepLiftShap",
+    "EpsilonRule",
     "FeatureAblation",
     "GradientAttribution",
+    "GammaRule",
     "GradientShap",
     "GuidedBackprop",
     "GuidedGradCam",
+    "IdentityRule",
     "InputXGradient",
     "IntegratedGradients",
     "KernelShap",
@@ -70,6 +74,7 @@ __all__ = [
     "NotComputedError",
     "Occlusion",
     "PerturbationAttribution",
+    "PropagationRule",
     "Saliency",
     "ShapleyValueSampling",
     "ShapleyValues",

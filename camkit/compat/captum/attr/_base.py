@@ -88,12 +88,14 @@ class Attribution:
         build: Build,
         *,
         one_by_one: bool = False,
+        unpack: bool = True,
     ) -> tuple[Any, list[Explanation]]:
         """Explain ``inputs`` with the explainer ``build(packed_model, layout, x, batch)`` makes.
 
         Returns:
             ``(raw, explanations)``: raw as captum returns it (a tensor, or a tuple for tuple
-            inputs) and camkit's explanations (one, or one per example).
+            inputs; with ``unpack=False`` camkit's raw as it is) and camkit's explanations (one,
+            or one per example).
         """
         xs = as_tuple(inputs)
         layout = getattr(self, "_layout_override", None) or Layout.of(xs)
@@ -122,6 +124,8 @@ class Attribution:
             model = Packed(self.forward_func, layout, extra, dtypes)
             explanations.append(build(model, layout, packed, -1).explain(packed, index))
             raw = explanations[0].raw
+        if not unpack:  # a layer's attribution: the caller shapes it
+            return raw, explanations
         parts = tuple(p.to(d) for p, d in zip(layout.unpack(raw), dtypes))
         return (parts if isinstance(inputs, tuple) else parts[0]), explanations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -9,9 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from .... import methods as km
-from ....errors import InvalidInputError
 from ....methods import Explainer
-from .._pack import Layout, baselines_like, fit_to
+from .._pack import CaptumInputError, Layout, baselines_like, fit_to
 from ._base import GradientAttribution, NotComputedError, gathered
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "GuidedBackprop",
     "InputXGradient",
     "IntegratedGradients",
-    "LRP",
     "Saliency",
 ]
 
@@ -114,13 +113,14 @@ class _WithDelta(GradientAttribution):
     """The methods with captum's convergence delta (camkit's completeness gap)."""
 
     delta_key = "completeness_gap"
+    _multiply = True
 
     def has_convergence_delta(self) -> bool:
         return True
 
     @property
     def multiplies_by_inputs(self) -> bool:
-        return True
+        return self._multiply
 
     def _answer(self, inputs: Any, target: Any, extra: Any, build: Any, delta: bool, **run: Any) -> Any:
         raw, explanations = self._run(inputs, target, extra, build, **run)
@@ -134,8 +134,8 @@ class IntegratedGradients(_WithDelta):
     """captum's ``IntegratedGradients`` on :class:`camkit.IntegratedGradients` (all inputs on one path)."""
 
     def __init__(self, forward_func: Callable[..., Any], multiply_by_inputs: bool = True) -> None:
-        _check_multiply(multiply_by_inputs, "IntegratedGradients")
         super().__init__(forward_func)
+        self._multiply = multiply_by_inputs
 
     def attribute(
         self,
@@ -148,6 +148,7 @@ class IntegratedGradients(_WithDelta):
         internal_batch_size: int | None = None,
         return_convergence_delta: bool = False,
     ) -> Any:
+        _check_multiply(self._multiply, "IntegratedGradients")
         if method not in RULES:
             raise NotComputedError(f"method={method!r}: camkit integrates with {sorted(RULES)} only")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -167,8 +168,8 @@ class DeepLift(_WithDelta):
     delta_key = "delta"
 
     def __init__(self, model: nn.Module, multiply_by_inputs: bool = True, eps: float = 1e-10) -> None:
-        _check_multiply(multiply_by_inputs, type(self).__name__)
         super().__init__(model)
+        self._multiply = multiply_by_inputs
         self.model = model
         self.eps = eps
 
@@ -181,6 +182,7 @@ class DeepLift(_WithDelta):
         return_convergence_delta: bool = False,
         custom_attribution_func: Any = None,
     ) -> Any:
+        _check_multiply(self._multiply, "DeepLift")
         if custom_attribution_func is not None:
             raise NotComputedError("custom_attribution_func: camkit's DeepLift returns (x - x0) * multipliers only")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -195,14 +197,15 @@ class DeepLift(_WithDelta):
 
 def _distribution(baselines: Any, inputs: tuple[Tensor, ...]) -> Tensor:
     """captum's baseline distribution (tensors [N, *s_i], one per input, or a callable) packed to [N, ...]."""
-    if callable(baselines) and not isinstance(baselines, Tensor):
-        baselines = baselines(*inputs) if len(inputs) > 1 else baselines(inputs[0])
+    if callable(baselines) and not isinstance(baselines, Tensor):  # called with nothing, or with the inputs
+        takes = len(inspect.signature(baselines).parameters)
+        baselines = baselines() if takes == 0 else baselines(inputs if len(inputs) > 1 else inputs[0])
     items = baselines if isinstance(baselines, tuple) else (baselines,)
     if len(items) != len(inputs) or not all(isinstance(b, Tensor) for b in items):
-        raise InvalidInputError("baselines must be one tensor [N, ...] per input (or a callable returning them)")
+        raise CaptumInputError("baselines must be one tensor [N, ...] per input (or a callable returning them)")
     rows = {b.shape[0] for b in items}
     if len(rows) != 1:
-        raise InvalidInputError(f"every baseline tensor needs the same number of rows, got {sorted(rows)}")
+        raise CaptumInputError(f"every baseline tensor needs the same number of rows, got {sorted(rows)}")
     return Layout.of(tuple(b.to(x.dtype) for b, x in zip(items, inputs))).pack(items)
 
 
@@ -220,26 +223,23 @@ class DeepLiftShap(DeepLift):
     ) -> Any:
         if custom_attribution_func is not None:
             raise NotComputedError("custom_attribution_func: camkit's DeepLiftShap returns (x - x0) * multipliers only")
-        if return_convergence_delta:
-            raise NotComputedError(
-                "DeepLiftShap(return_convergence_delta=True): captum gives one delta per example and baseline; camkit "
-                "gives the gap of the averaged attribution (extras['delta'] of camkit.DeepLiftShap)"
-            )
+        _check_multiply(self._multiply, "DeepLiftShap")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
         dist = _distribution(baselines, xs)
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             return km.DeepLiftShap(model, baselines=fit_to(dist, x), eps=self.eps)
 
-        return self._answer(inputs, target, additional_forward_args, build, False)
+        self.delta_key = "pair_deltas"  # captum's delta: one per example and baseline, example-major
+        return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta)
 
 
 class GradientShap(_WithDelta):
     """captum's ``GradientShap`` on :class:`camkit.GradientShap` (its own random draws, not captum's)."""
 
     def __init__(self, forward_func: Callable[..., Any], multiply_by_inputs: bool = True) -> None:
-        _check_multiply(multiply_by_inputs, "GradientShap")
         super().__init__(forward_func)
+        self._multiply = multiply_by_inputs
 
     def attribute(
         self,
@@ -251,6 +251,7 @@ class GradientShap(_WithDelta):
         additional_forward_args: Any = None,
         return_convergence_delta: bool = False,
     ) -> Any:
+        _check_multiply(self._multiply, "GradientShap")
         if return_convergence_delta:
             raise NotComputedError(
                 "GradientShap(return_convergence_delta=True): captum gives one delta per random draw; camkit does not "
@@ -268,42 +269,3 @@ class GradientShap(_WithDelta):
             return km.GradientShap(model, baselines=fit_to(dist, x), samples=n_samples, stdev=float(stdevs), seed=seed)
 
         return self._answer(inputs, target, additional_forward_args, build, False)
-
-
-class LRP(GradientAttribution):
-    """captum's ``LRP`` with its default rules (epsilon 1e-9 everywhere) on :class:`camkit.LRP`."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__(model)
-        self.model = model
-
-    def has_convergence_delta(self) -> bool:
-        return True
-
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return True
-
-    def attribute(
-        self,
-        inputs: Any,
-        target: Any = None,
-        additional_forward_args: Any = None,
-        return_convergence_delta: bool = False,
-        verbose: bool = False,
-    ) -> Any:
-        ruled = [name for name, m in self.model.named_modules() if getattr(m, "rule", None) is not None]
-        if ruled:
-            raise NotComputedError(
-                f"LRP with rules set on layers ({ruled[:3]}...): camkit's LRP takes a rule or a composite by name "
-                "(camkit.LRP(model, rule=...)), not captum's per-module rule objects"
-            )
-
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.LRP(model, rule="epsilon", epsilon=1e-9)
-
-        raw, explanations = self._run(inputs, target, additional_forward_args, build)
-        if not return_convergence_delta:
-            return raw
-        first = raw[0] if isinstance(raw, tuple) else raw
-        return raw, gathered(explanations, "delta", first.dtype)

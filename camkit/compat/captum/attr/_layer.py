@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -25,10 +26,13 @@ __all__ = [
 
 
 def _grid(rank: int) -> Callable[[Tensor], Tensor]:
-    """camkit's ``reshape=``: a layer output of another rank than the packed input lies flat on its grid."""
+    """camkit's ``reshape=``: a layer output [B, C, *s] of another rank than the input lies on a grid [B, C, 1, .., prod(s)]."""
 
     def reshape(t: Tensor) -> Tensor:
-        return t if t.dim() == rank else t.reshape(t.shape[0], -1, *([1] * (rank - 2)))
+        if t.dim() == rank:
+            return t
+        channels = t.shape[1] if t.dim() > 1 else 1  # the channels kept, the positions laid along the last axis
+        return t.reshape(t.shape[0], channels, *([1] * (rank - 3)), -1)
 
     return reshape
 
@@ -63,12 +67,6 @@ class _Layered(LayerAttribution):
             raise NotComputedError("the layer did not return a tensor in the forward pass")
         return seen[-1]
 
-    def _layered(self, inputs: Any, target: Any, extra: Any, build: Any, delta: str | None = None) -> Any:
-        raw, explanations = self._run(inputs, target, extra, build)
-        first = raw[0] if isinstance(raw, tuple) else raw
-        shape = self._layer_shape(inputs, extra)
-        return first, explanations, shape
-
 
 def _layer_raw(explanations: list[Any], shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
     raw = torch.cat([e.raw for e in explanations])
@@ -97,7 +95,7 @@ class LayerGradCam(_Layered):
             return kind(model, self.layer, reshape=_grid(x.dim()))
 
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        _, explanations = self._run(inputs, target, additional_forward_args, build)
+        _, explanations = self._run(inputs, target, additional_forward_args, build, unpack=False)
         shape = self._layer_shape(inputs, additional_forward_args)
         raw = torch.cat([e.raw for e in explanations])
         return raw.reshape(raw.shape[0], 1, *shape[2:]).to(xs[0].dtype)
@@ -116,7 +114,7 @@ class LayerActivation(_Layered):
 
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
         shape = self._layer_shape(inputs, additional_forward_args)
-        _, explanations = self._run(inputs, 0 if len(shape) > 1 else None, additional_forward_args, build)
+        _, explanations = self._run(inputs, 0 if len(shape) > 1 else None, additional_forward_args, build, unpack=False)
         return _layer_raw(explanations, shape, xs[0].dtype)
 
 
@@ -142,7 +140,7 @@ class LayerGradientXActivation(_Layered):
 
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
         shape = self._layer_shape(inputs, additional_forward_args)
-        _, explanations = self._run(inputs, target, additional_forward_args, build)
+        _, explanations = self._run(inputs, target, additional_forward_args, build, unpack=False)
         return _layer_raw(explanations, shape, xs[0].dtype)
 
 
@@ -162,7 +160,7 @@ class _LayerPath(_Layered):
             return make(model, bases if example < 0 else bases[example : example + 1], x.dim())
 
         shape = self._layer_shape(inputs, extra)
-        _, explanations = self._run(inputs, target, extra, build)
+        _, explanations = self._run(inputs, target, extra, build, unpack=False)
         raw = _layer_raw(explanations, shape, xs[0].dtype)
         return (raw, gathered(explanations, "completeness_gap", xs[0].dtype)) if delta else raw
 
@@ -229,10 +227,14 @@ class GuidedGradCam(LayerAttribution):
         cam = self.grad_cam.attribute(xs, target, additional_forward_args, relu_attributions=True)
         guided = self.guided_backprop.attribute(xs, target, additional_forward_args)
         out = []
-        for x, g in zip(xs, guided):
-            if x.dim() - 2 != cam.dim() - 2:
-                raise NotComputedError(
-                    f"GuidedGradCam: the layer's map {list(cam.shape)} cannot be resized to the input {list(x.shape)}"
-                )
-            out.append(g * LayerAttribution.interpolate(cam, tuple(x.shape[2:]), interpolate_mode))
+        for i, (x, g) in enumerate(zip(xs, guided)):
+            try:
+                if x.dim() != cam.dim():
+                    raise NotComputedError(f"the layer's map {list(cam.shape)} does not fit input {list(x.shape)}")
+                out.append(g * LayerAttribution.interpolate(cam, tuple(x.shape[2:]), interpolate_mode))
+            except (NotComputedError, RuntimeError, ValueError) as error:
+                # captum's contract: such an input gets an empty attribution, with a warning
+                warnings.warn(f"GuidedGradCam: no attribution for input {i} ({error}); an empty tensor is returned",
+                              stacklevel=2)
+                out.append(torch.empty(0))
         return tuple(out) if isinstance(inputs, tuple) else out[0]
