@@ -7,6 +7,7 @@ no captum code runs after ``install()``. None of them is an attribution.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import torch
@@ -15,13 +16,53 @@ from torch import Tensor
 from ._pack import as_tuple, flat_targets, forward_args
 
 __all__ = [
+    "STUBS",
     "_construct_future_forward",
     "_format_additional_forward_args",
     "_format_tensor_into_tuples",
     "_tensorize_baseline",
+    "_get_deep_layer_name",
     "_zeros",
     "compute_gradients",
+    "stub",
 ]
+
+#: names of captum's private modules that its test helpers import but camkit does not provide:
+#: importing them works, calling them raises (the helper's own tests then fail loudly)
+STUBS = {
+    "apply_gradient_requirements": "captum's private gradient bookkeeping",
+    "undo_gradient_requirements": "captum's private gradient bookkeeping",
+    "approximation_parameters": "captum's private quadrature tables (camkit.functional.integration_points is camkit's)",
+    "_reshape_and_sum": "captum's private reshaping step",
+    "_batch_example_iterator": "captum's private batching step",
+    "_construct_default_feature_mask": "captum's private feature-mask step",
+    "_format_input_baseline": "captum's private input formatting",
+    "configure_interpretable_embedding_layer": "interpretable embeddings of text models",
+    "remove_interpretable_embedding_layer": "interpretable embeddings of text models",
+    "get_exp_kernel_similarity_function": "Lime's custom similarity kernels",
+    "LinearModel": "captum's interpretable linear models for Lime",
+    "SGDLasso": "captum's interpretable linear models for Lime",
+    "SkLearnLasso": "captum's interpretable linear models for Lime",
+    "Model": "captum's interpretable linear models for Lime",
+}
+
+
+@cache
+def stub(name: str) -> Any:
+    """A class named ``name`` whose construction (or call) raises NotComputedError naming what is missing."""
+    from .attr._base import NotComputedError
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise NotComputedError(f"{name}: camkit.compat.captum does not provide {STUBS[name]}; run this on the original captum")
+
+    return type(name, (), {"__new__": lambda cls, *a, **k: refuse(), "__doc__": f"Not provided: {STUBS[name]}."})
+
+
+def _get_deep_layer_name(obj: Any, layer_names: str) -> Any:
+    """The attribute at the dotted path ``layer_names`` of ``obj`` (``"layer1.0.conv1"``)."""
+    for part in layer_names.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _zeros(inputs: tuple[Tensor, ...]) -> tuple[Any, ...]:

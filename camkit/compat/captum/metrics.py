@@ -18,7 +18,7 @@ from ...metrics import max_sensitivity
 from ._pack import Layout, Packed, as_tuple, flat_targets, forward_args
 from .attr._base import NotComputedError
 
-__all__ = ["infidelity", "infidelity_perturb_func_decorator", "sensitivity_max"]
+__all__ = ["default_perturb_func", "infidelity", "infidelity_perturb_func_decorator", "sensitivity_max"]
 
 
 def infidelity_perturb_func_decorator(multiply_by_inputs: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -103,6 +103,12 @@ def _draws(perturb_func: Callable[..., Any], inputs: Any, xs: tuple[Tensor, ...]
             "camkit scores f(x - P) against P . a (write it with captum.metrics.infidelity_perturb_func_decorator)"
         )
     return moves, ratio
+
+
+def default_perturb_func(inputs: Any, perturb_radius: float = 0.02) -> Any:
+    """captum's default perturbation for ``sensitivity_max``: uniform noise in ``[-radius, radius]`` on every value."""
+    moved = tuple(x + torch.empty_like(x).uniform_(-perturb_radius, perturb_radius) for x in as_tuple(inputs))
+    return moved if isinstance(inputs, tuple) else moved[0]
 
 
 def sensitivity_max(

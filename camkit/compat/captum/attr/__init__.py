@@ -9,6 +9,7 @@ Methods camkit does not compute are present by name and raise
 from ._base import (
     Attribution,
     GradientAttribution,
+    InternalAttribution,
     LayerAttribution,
     NeuronAttribution,
     NotComputedError,
@@ -56,6 +57,7 @@ __all__ = [
     "GuidedGradCam",
     "IdentityRule",
     "InputXGradient",
+    "InternalAttribution",
     "IntegratedGradients",
     "KernelShap",
     "LayerActivation",

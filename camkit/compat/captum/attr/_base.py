@@ -23,6 +23,7 @@ from .._pack import Layout, Packed, anchored, as_tuple, baselines_like, example_
 __all__ = [
     "Attribution",
     "GradientAttribution",
+    "InternalAttribution",
     "LayerAttribution",
     "NeuronAttribution",
     "NotComputedError",
@@ -149,6 +150,10 @@ def gathered(explanations: list[Explanation], key: str, dtype: torch.dtype) -> T
     return torch.cat([v.reshape(-1) for v in values]).to(dtype)
 
 
+class InternalAttribution(Attribution):
+    """captum's base of the layer and neuron attributions."""
+
+
 class GradientAttribution(Attribution):
     """captum's ``GradientAttribution``."""
 
@@ -157,7 +162,7 @@ class PerturbationAttribution(Attribution):
     """captum's ``PerturbationAttribution``."""
 
 
-class LayerAttribution(Attribution):
+class LayerAttribution(InternalAttribution):
     """captum's ``LayerAttribution``: attributions to a layer, and :meth:`interpolate`."""
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None) -> None:
@@ -180,7 +185,7 @@ class LayerAttribution(Attribution):
         raise NotComputedError(f"interpolate_mode {interpolate_mode!r}: camkit resizes with 'nearest' or linear modes")
 
 
-class NeuronAttribution(Attribution):
+class NeuronAttribution(InternalAttribution):
     """captum's ``NeuronAttribution``."""
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None) -> None:

@@ -11,7 +11,8 @@ from torch import Tensor, nn
 
 from .... import methods as km
 from ....methods import Explainer
-from .._pack import Layout, baselines_like
+from ....hooks import LayerCapture
+from .._pack import Layout, baselines_like, forward_args
 from ._base import LayerAttribution, NotComputedError, gathered
 from ._gradient import GuidedBackprop
 
@@ -53,19 +54,14 @@ class _Layered(LayerAttribution):
     """A layer method whose raw attribution comes back in the layer output's own shape."""
 
     def _layer_shape(self, inputs: Any, additional_forward_args: Any) -> tuple[int, ...]:
-        seen: list[tuple[int, ...]] = []
-        handle = self.layer.register_forward_hook(lambda m, i, o: seen.append(tuple(o.shape)) if isinstance(o, Tensor) else None)
-        try:
-            xs = inputs if isinstance(inputs, tuple) else (inputs,)
-            extra = additional_forward_args if isinstance(additional_forward_args, tuple) else (
-                () if additional_forward_args is None else (additional_forward_args,))
-            with torch.no_grad():
-                self.forward_func(*xs, *extra)
-        finally:
-            handle.remove()
-        if not seen:
-            raise NotComputedError("the layer did not return a tensor in the forward pass")
-        return seen[-1]
+        """The layer output's shape on these inputs (one forward, without autograd)."""
+        xs = inputs if isinstance(inputs, tuple) else (inputs,)
+        with LayerCapture([("layer", self.layer)], gradients=False) as capture:
+            self.forward_func(*xs, *forward_args(additional_forward_args))
+            recorded = capture.activations()
+        if not recorded:
+            raise NotComputedError("the layer did not run in the forward pass")
+        return tuple(recorded[0].shape)
 
 
 def _layer_raw(explanations: list[Any], shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
@@ -103,6 +99,10 @@ class LayerGradCam(_Layered):
 
 class LayerActivation(_Layered):
     """captum's ``LayerActivation`` on :class:`camkit.LayerActivation` (a list of layers gives a list)."""
+
+    @property
+    def multiplies_by_inputs(self) -> bool:
+        return True
 
     def attribute(self, inputs: Any, additional_forward_args: Any = None, attribute_to_layer_input: bool = False) -> Any:
         _refuse_layer_input(attribute_to_layer_input, "LayerActivation")
