@@ -114,7 +114,8 @@ _CAPTUM_FILES = tuple(
         "test_guided_grad_cam", "test_deeplift_basic", "test_deeplift_classification", "test_gradient_shap", "test_lrp",
         "test_occlusion", "test_feature_ablation", "test_shapley", "test_kernel_shap", "test_lime", "test_targets",
         "layer/test_grad_cam", "layer/test_layer_activation", "layer/test_layer_gradient_x_activation",
-        "layer/test_layer_integrated_gradients", "layer/test_layer_conductance",
+        "layer/test_layer_integrated_gradients", "layer/test_layer_conductance", "neuron/test_neuron_gradient",
+        "neuron/test_neuron_integrated_gradients",
     )
 ) + ("metrics/test_infidelity.py", "metrics/test_sensitivity.py")
 _NOT_TRANSLATED = "a method camkit.compat.captum does not translate (its classes raise NotComputedError)"
@@ -144,8 +145,7 @@ _CAPTUM_LEFT_OUT = {
     "attr/layer/test_layer_lrp.py": f"LayerLRP: {_NOT_TRANSLATED}",
     **{
         f"attr/neuron/{name}.py": f"neuron attributions: {_NOT_TRANSLATED}"
-        for name in ("test_neuron_ablation", "test_neuron_conductance", "test_neuron_deeplift", "test_neuron_gradient",
-                     "test_neuron_gradient_shap", "test_neuron_integrated_gradients")
+        for name in ("test_neuron_ablation", "test_neuron_conductance", "test_neuron_deeplift", "test_neuron_gradient_shap")
     },
 }
 SUITES["captum"] = Suite(

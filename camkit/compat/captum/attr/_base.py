@@ -159,7 +159,31 @@ class GradientAttribution(Attribution):
 
 
 class PerturbationAttribution(Attribution):
-    """captum's ``PerturbationAttribution``."""
+    """captum's ``PerturbationAttribution``; ``attribute_future`` for forward functions that return futures.
+
+    camkit runs the model synchronously: each future the forward function returns is waited on, and
+    the attribution comes back as a completed future.
+    """
+
+    @property
+    def multiplies_by_inputs(self) -> bool:
+        return True
+
+    def attribute_future(self, *args: Any, **kwargs: Any) -> torch.futures.Future[Any]:
+        forward = self.forward_func
+
+        def waited(*inputs: Any) -> Any:
+            out = forward(*inputs)
+            return out.wait() if isinstance(out, torch.futures.Future) else out
+
+        self.forward_func = waited
+        try:
+            result = self.attribute(*args, **kwargs)
+        finally:
+            self.forward_func = forward
+        done: torch.futures.Future[Any] = torch.futures.Future()
+        done.set_result(result)
+        return done
 
 
 class LayerAttribution(InternalAttribution):
