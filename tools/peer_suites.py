@@ -106,9 +106,8 @@ SUITES = {
 }
 
 # captum: the files of the methods camkit.compat.captum translates; the others are left out with the reason
-_CAPTUM_FILES = tuple(
-    f"attr/{name}.py"
-    for name in (
+_CAPTUM_FILES = (
+    *(f"attr/{name}.py" for name in (
         "test_saliency", "test_input_x_gradient", "test_integrated_gradients_basic",
         "test_integrated_gradients_classification", "test_deconvolution", "test_guided_backprop",
         "test_guided_grad_cam", "test_deeplift_basic", "test_deeplift_classification", "test_gradient_shap", "test_lrp",
@@ -116,8 +115,10 @@ _CAPTUM_FILES = tuple(
         "layer/test_grad_cam", "layer/test_layer_activation", "layer/test_layer_gradient_x_activation",
         "layer/test_layer_integrated_gradients", "layer/test_layer_conductance", "neuron/test_neuron_gradient",
         "neuron/test_neuron_integrated_gradients",
-    )
-) + ("metrics/test_infidelity.py", "metrics/test_sensitivity.py")
+    )),
+    "metrics/test_infidelity.py",
+    "metrics/test_sensitivity.py",
+)
 _NOT_TRANSLATED = "a method camkit.compat.captum does not translate (its classes raise NotComputedError)"
 _CAPTUM_LEFT_OUT = {
     "attr/test_llm_attr.py": "LLM attribution (text generation models): camkit has no text tools",

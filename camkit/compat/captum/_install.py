@@ -57,7 +57,7 @@ def _original_root() -> Path | None:
     spec = importlib.machinery.PathFinder.find_spec(ALIAS)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _infrastructure(fullname: str) -> bool:

@@ -25,7 +25,6 @@ from ._gradient import (
     IntegratedGradients,
     Saliency,
 )
-from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
 from ._layer import (
     GuidedGradCam,
     LayerActivation,
@@ -34,6 +33,7 @@ from ._layer import (
     LayerGradientXActivation,
     LayerIntegratedGradients,
 )
+from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
 from ._missing import MISSING, missing_class
 from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
 from ._noise import SUPPORTED_NOISE_TUNNEL_TYPES, NoiseTunnel
@@ -50,15 +50,15 @@ __all__ = [
     "DeepLiftShap",
     "EpsilonRule",
     "FeatureAblation",
-    "GradientAttribution",
     "GammaRule",
+    "GradientAttribution",
     "GradientShap",
     "GuidedBackprop",
     "GuidedGradCam",
     "IdentityRule",
     "InputXGradient",
-    "InternalAttribution",
     "IntegratedGradients",
+    "InternalAttribution",
     "KernelShap",
     "LayerActivation",
     "LayerAttribution",

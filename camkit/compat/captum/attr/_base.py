@@ -18,7 +18,17 @@ from ....errors import CamkitError
 from ....explanation import Explanation
 from ....methods import Explainer
 from ....targets import NeuronTarget
-from .._pack import Layout, Packed, anchored, as_tuple, baselines_like, example_args, flat_targets, forward_args, per_example
+from .._pack import (
+    Layout,
+    Packed,
+    anchored,
+    as_tuple,
+    baselines_like,
+    example_args,
+    flat_targets,
+    forward_args,
+    per_example,
+)
 
 __all__ = [
     "Attribution",
@@ -28,6 +38,7 @@ __all__ = [
     "NeuronAttribution",
     "NotComputedError",
     "PerturbationAttribution",
+    "raw_of",
 ]
 
 Build = Callable[[nn.Module, Layout, Tensor, int], Explainer]
@@ -118,17 +129,25 @@ class Attribution:
                     x, lay = anchored(x, layout)
                 model = Packed(self.forward_func, lay, example_args(extra, batch, i), dtypes)
                 explanations.append(build(model, lay, x, i).explain(x, index if neuron else index[i : i + 1]))
-                one = explanations[-1].raw
+                one = raw_of(explanations[-1])
                 raws.append(one if lay.as_is else one.reshape(1, -1)[:, : x[0].numel() - lay.anchor])
             raw = torch.cat(raws)
         else:
             model = Packed(self.forward_func, layout, extra, dtypes)
             explanations.append(build(model, layout, packed, -1).explain(packed, index))
-            raw = explanations[0].raw
+            raw = raw_of(explanations[0])
         if not unpack:  # a layer's attribution: the caller shapes it
             return raw, explanations
         parts = tuple(p.to(d) for p, d in zip(layout.unpack(raw), dtypes))
         return (parts if isinstance(inputs, tuple) else parts[0]), explanations
+
+
+def raw_of(explanation: Explanation) -> Tensor:
+    """camkit's raw attribution of one explanation (a single tensor for every method translated)."""
+    raw = explanation.raw
+    if not isinstance(raw, Tensor):
+        raise NotComputedError(f"{explanation.method}: a raw attribution per layer cannot be returned in captum's form")
+    return raw
 
 
 def _wrapped(build: Build, wrap: Callable[[Explainer, Tensor], Explainer]) -> Build:

@@ -10,10 +10,10 @@ import torch
 from torch import Tensor, nn
 
 from .... import methods as km
-from ....methods import Explainer
 from ....hooks import LayerCapture
+from ....methods import Explainer
 from .._pack import Layout, baselines_like, forward_args
-from ._base import LayerAttribution, NotComputedError, gathered
+from ._base import LayerAttribution, NotComputedError, gathered, raw_of
 from ._gradient import GuidedBackprop
 
 __all__ = [
@@ -47,7 +47,7 @@ class _SignedGradCAM(km.GradCAM):
     """camkit's Grad-CAM, its raw map the channel sum of its contributions before the ReLU (captum's default)."""
 
     def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
-        return self.contributions(acts, grads).sum(dim=1)  # type: ignore[union-attr]
+        return self.contributions(acts, grads).sum(dim=1)
 
 
 class _Layered(LayerAttribution):
@@ -65,7 +65,7 @@ class _Layered(LayerAttribution):
 
 
 def _layer_raw(explanations: list[Any], shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    raw = torch.cat([e.raw for e in explanations])
+    raw = torch.cat([raw_of(e) for e in explanations])
     return raw.reshape(raw.shape[0], *shape[1:]).to(dtype)
 
 
@@ -93,7 +93,7 @@ class LayerGradCam(_Layered):
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
         _, explanations = self._run(inputs, target, additional_forward_args, build, unpack=False)
         shape = self._layer_shape(inputs, additional_forward_args)
-        raw = torch.cat([e.raw for e in explanations])
+        raw = torch.cat([raw_of(e) for e in explanations])
         return raw.reshape(raw.shape[0], 1, *shape[2:]).to(xs[0].dtype)
 
 

@@ -42,7 +42,7 @@ class GammaRule(PropagationRule):
         self.set_bias_to_zero = set_bias_to_zero
 
 
-class Alpha1_Beta0_Rule(PropagationRule):  # noqa: N801 (captum's name)
+class Alpha1_Beta0_Rule(PropagationRule):
     """The alpha-beta rule with alpha 1, beta 0 (camkit's ``rule="alphabeta", alpha=1, beta=0``)."""
 
     def __init__(self, set_bias_to_zero: bool = False) -> None:
@@ -105,7 +105,7 @@ class LRP(GradientAttribution):
             return {"rule": "gamma", "gamma": rule.gamma, "epsilon": 1e-9}
         if isinstance(rule, Alpha1_Beta0_Rule):
             return {"rule": "alphabeta", "alpha": 1.0, "beta": 0.0, "epsilon": 1e-9}
-        return {"rule": "epsilon", "epsilon": rule.STABILITY_FACTOR}  # type: ignore[attr-defined]
+        return {"rule": "epsilon", "epsilon": rule.STABILITY_FACTOR}
 
     def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
                   return_convergence_delta: bool = False, verbose: bool = False) -> Any:

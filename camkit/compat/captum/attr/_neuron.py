@@ -41,7 +41,7 @@ def neuron_target(layer: nn.Module, selector: Any, to_input: bool) -> NeuronTarg
 
 
 class _Neuron(NeuronAttribution):
-    kind: Callable[[nn.Module], Explainer] = km.Saliency
+    kind: type[Explainer] = km.Saliency
 
     def attribute(self, inputs: Any, neuron_selector: Any, additional_forward_args: Any = None,
                   attribute_to_neuron_input: bool = False) -> Any:
@@ -58,13 +58,11 @@ class _Neuron(NeuronAttribution):
 class NeuronGradient(_Neuron):
     """captum's ``NeuronGradient``: the input gradient of one neuron, on :class:`camkit.Saliency` (signed)."""
 
-    kind = km.Saliency
-
 
 class NeuronGuidedBackprop(_Neuron):
     """captum's ``NeuronGuidedBackprop`` on :class:`camkit.GuidedBackprop`."""
 
-    kind = km.GuidedBackprop
+    kind: type[Explainer] = km.GuidedBackprop
 
     def __init__(self, model: nn.Module, layer: nn.Module, device_ids: Any = None) -> None:
         super().__init__(model, layer, device_ids)
@@ -74,7 +72,7 @@ class NeuronGuidedBackprop(_Neuron):
 class NeuronDeconvolution(NeuronGuidedBackprop):
     """captum's ``NeuronDeconvolution`` on :class:`camkit.Deconvolution`."""
 
-    kind = km.Deconvolution
+    kind: type[Explainer] = km.Deconvolution
 
 
 class NeuronIntegratedGradients(NeuronAttribution):

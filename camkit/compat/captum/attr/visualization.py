@@ -14,8 +14,13 @@ import numpy as np
 
 from ._base import NotComputedError
 
-__all__ = ["normalize_attr", "visualize_image_attr", "visualize_image_attr_multiple", "visualize_timeseries_attr",
-           "visualize_text"]
+__all__ = [
+    "normalize_attr",
+    "visualize_image_attr",
+    "visualize_image_attr_multiple",
+    "visualize_text",
+    "visualize_timeseries_attr",
+]
 
 _SIGNS = ("all", "positive", "negative", "absolute_value")
 
