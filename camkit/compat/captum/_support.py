@@ -34,6 +34,7 @@ STUBS = {
     "undo_gradient_requirements": "captum's private gradient bookkeeping",
     "approximation_parameters": "captum's private quadrature tables (camkit.functional.integration_points is camkit's)",
     "_reshape_and_sum": "captum's private reshaping step",
+    "_forward_layer_eval": "captum's private layer evaluation (camkit.LayerActivation is camkit's)",
     "_batch_example_iterator": "captum's private batching step",
     "_construct_default_feature_mask": "captum's private feature-mask step",
     "_format_input_baseline": "captum's private input formatting",

@@ -38,6 +38,7 @@ from ._missing import MISSING, missing_class
 from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
 from ._noise import SUPPORTED_NOISE_TUNNEL_TYPES, NoiseTunnel
 from ._perturbation import FeatureAblation, KernelShap, Lime, Occlusion, ShapleyValues, ShapleyValueSampling
+from ._wrapper import InputIdentity, ModelInputWrapper
 
 __all__ = [
     "LRP",
@@ -56,6 +57,7 @@ __all__ = [
     "GuidedBackprop",
     "GuidedGradCam",
     "IdentityRule",
+    "InputIdentity",
     "InputXGradient",
     "IntegratedGradients",
     "InternalAttribution",
@@ -67,6 +69,7 @@ __all__ = [
     "LayerGradientXActivation",
     "LayerIntegratedGradients",
     "Lime",
+    "ModelInputWrapper",
     "NeuronAttribution",
     "NeuronDeconvolution",
     "NeuronGradient",

@@ -35,7 +35,6 @@ MISSING = {
     "InterpretableEmbeddingBase": "interpretable embeddings for text models",
     "TokenReferenceBase": "token references for text models",
     "DataLoaderAttribution": "attribution over a DataLoader",
-    "ModelInputWrapper": "layer attribution to model inputs through a wrapper",
     "ClassSummarizer": "summarizers",
     "Summarizer": "summarizers",
     "CommonStats": "summarizers",

@@ -6,6 +6,7 @@ The inputs (a tensor or a tuple) are packed into one batch as for the attributio
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -13,10 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...metrics import infidelity as _infidelity
-from ...metrics import max_sensitivity
-from ._pack import Layout, Packed, as_tuple, flat_targets, forward_args
-from .attr._base import NotComputedError
+from ....metrics import infidelity as _infidelity
+from ....metrics import max_sensitivity
+from .._pack import Layout, Packed, as_tuple, flat_targets, forward_args
+from ..attr._base import NotComputedError
 
 __all__ = ["default_perturb_func", "infidelity", "infidelity_perturb_func_decorator", "sensitivity_max"]
 
@@ -138,7 +139,9 @@ def sensitivity_max(
 
     perturbed = None
     if perturb_func is not None:
-        plan = [layout.pack(as_tuple(perturb_func(inputs, perturb_radius))) for _ in range(n_perturb_samples)]
+        takes_radius = len(inspect.signature(perturb_func).parameters) > 1  # captum passes the radius when it is taken
+        plan = [layout.pack(as_tuple(perturb_func(inputs, perturb_radius) if takes_radius else perturb_func(inputs)))
+                for _ in range(n_perturb_samples)]
         perturbed = torch.stack(plan)
     return max_sensitivity(explain, packed, 0, samples=n_perturb_samples, radius=perturb_radius,
                            perturbed=perturbed, chunk_size=packed.shape[0])
