@@ -156,8 +156,19 @@ SUITES["captum"] = Suite(
     "camkit.compat.captum",
     "captum",
     "0.9.0",
-    {},
-    None,
+    {
+        "tests/attr/test_deeplift_basic.py::Test::test_reusable_modules": (
+            "asserts captum's RuntimeError for a model that calls one ReLU module twice; camkit's DeepLift follows "
+            "each call and computes it, equal to the same network with two modules "
+            "(tests/compat/test_captum_install.py::test_deeplift_on_a_reused_relu_is_computed_where_captum_refuses)"
+        ),
+        "tests/attr/test_lrp.py::Test::test_lrp_repeated_module": (
+            "asserts captum's RuntimeError for a module used more than once; camkit's LRP reads calls, not modules, "
+            "and propagates through each call"
+        ),
+    },
+    # CI: the files that pass in full (their two runs take under a minute on 2 cores); the rest by hand
+    "(test_saliency or test_input_x_gradient or test_deconvolution or test_guided_backprop) and not agg_neurons",
     _CAPTUM_FILES,
     _CAPTUM_LEFT_OUT,
 )
