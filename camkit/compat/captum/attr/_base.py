@@ -38,6 +38,7 @@ __all__ = [
     "NeuronAttribution",
     "NotComputedError",
     "PerturbationAttribution",
+    "has_tuple",
     "raw_of",
 ]
 
@@ -83,7 +84,7 @@ class Attribution:
 
     def _target_index(self, xs: tuple[Tensor, ...], target: Any, extra: tuple[Any, ...]) -> Tensor:
         row: tuple[int, ...] = ()
-        needs_row = target is None or _has_tuple(target)
+        needs_row = target is None or has_tuple(target)
         if needs_row:  # the output's row shape, from one example
             with torch.no_grad():
                 out = self.forward_func(*(x[:1] for x in xs), *example_args(extra, xs[0].shape[0], 0))
@@ -157,7 +158,8 @@ def _wrapped(build: Build, wrap: Callable[[Explainer, Tensor], Explainer]) -> Bu
     return built
 
 
-def _has_tuple(target: Any) -> bool:
+def has_tuple(target: Any) -> bool:
+    """Whether captum's target indexes the output row with tuples (then the row's shape is needed)."""
     if isinstance(target, tuple):
         return True
     return isinstance(target, list) and any(isinstance(t, tuple) for t in target)

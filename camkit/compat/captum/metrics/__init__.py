@@ -17,7 +17,7 @@ from torch import Tensor
 from ....metrics import infidelity as _infidelity
 from ....metrics import max_sensitivity
 from .._pack import Layout, Packed, as_tuple, flat_targets, forward_args
-from ..attr._base import NotComputedError
+from ..attr._base import NotComputedError, has_tuple
 
 __all__ = ["default_perturb_func", "infidelity", "infidelity_perturb_func_decorator", "sensitivity_max"]
 
@@ -71,7 +71,7 @@ def infidelity(
     packed = layout.pack(xs)
     with torch.no_grad():
         row = tuple(forward_func(*(x[:1] for x in xs), *forward_args(additional_forward_args)).shape[1:])
-    index = flat_targets(target, row if target is None or isinstance(target, tuple) else (1 << 62,), packed.shape[0])
+    index = flat_targets(target, row if target is None or has_tuple(target) else (1 << 62,), packed.shape[0])
     maps = layout.pack(as_tuple(attributions)) * ratio
     perturbations = torch.stack(moves, dim=1)
     chunk = max_examples_per_batch or packed.shape[0] * n_perturb_samples
