@@ -29,7 +29,7 @@ __all__ = [
     "reduce_channels",
 ]
 
-IntegrationRule = Literal["gausslegendre", "midpoint", "trapezoid"]
+IntegrationRule = Literal["gausslegendre", "midpoint", "trapezoid", "left", "right"]
 SmoothKind = Literal["smoothgrad", "smoothgrad_sq", "vargrad"]
 
 
@@ -107,8 +107,9 @@ def integration_points(
     Args:
         steps: number of nodes (>= 1; >= 2 for ``"trapezoid"``).
         rule: ``"gausslegendre"`` (exact for polynomials of degree < 2*steps),
-            ``"midpoint"`` (nodes (i + 0.5) / steps, equal weights) or ``"trapezoid"``
-            (nodes i / (steps - 1), end points weighted half).
+            ``"midpoint"`` (nodes (i + 0.5) / steps, equal weights), ``"trapezoid"``
+            (nodes i / (steps - 1), end points weighted half), ``"left"`` or ``"right"`` (nodes
+            i / steps or (i + 1) / steps, equal weights: the left and right Riemann sums).
 
     Returns:
         ``(alphas, weights)``, both [steps].
@@ -128,12 +129,15 @@ def integration_points(
     elif rule == "midpoint":
         alphas = (torch.arange(steps, dtype=torch.float64) + 0.5) / steps
         weights = torch.full((steps,), 1.0 / steps, dtype=torch.float64)
+    elif rule in ("left", "right"):
+        alphas = (torch.arange(steps, dtype=torch.float64) + (rule == "right")) / steps
+        weights = torch.full((steps,), 1.0 / steps, dtype=torch.float64)
     elif rule == "trapezoid":
         alphas = torch.linspace(0.0, 1.0, steps, dtype=torch.float64)
         weights = torch.full((steps,), 1.0 / (steps - 1), dtype=torch.float64)
         weights[0] = weights[-1] = 0.5 / (steps - 1)
     else:
-        raise InvalidInputError(f"rule must be 'gausslegendre', 'midpoint' or 'trapezoid', got {rule!r}")
+        raise InvalidInputError(f"rule must be 'gausslegendre', 'midpoint', 'trapezoid', 'left' or 'right', got {rule!r}")
     # non_blocking: a host-to-device copy that does not make the host wait for the device.
     return (
         alphas.to(dtype=dtype).to(device=device, non_blocking=True),

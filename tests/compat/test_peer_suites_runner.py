@@ -83,6 +83,19 @@ def test_the_suites_are_the_pinned_releases():
     assert (peer_suites.SUITES["torchcam"].distribution, peer_suites.SUITES["torchcam"].version) == ("torchcam", "0.5.0")
 
 
+def test_captum_suite_runs_the_translated_files_and_names_the_others():
+    suite = peer_suites.SUITES["captum"]
+    assert (suite.distribution, suite.version, suite.compat) == ("captum", "0.9.0", "camkit.compat.captum")
+    assert "attr/test_saliency.py" in suite.files and "attr/test_llm_attr.py" in suite.left_out
+    assert not set(suite.files) & set(suite.left_out)
+    assert all(len(why) > 20 for why in suite.left_out.values())
+    root = peer_suites.peer_root(None)
+    if root is not None and (root / suite.folder / "tests").is_dir():
+        tests = root / suite.folder / "tests"
+        on_disk = {str(p.relative_to(tests)) for p in tests.rglob("test_*.py")}
+        assert set(suite.files) | set(suite.left_out) == on_disk  # every file either run or left out with a reason
+
+
 def test_ci_subset_leaves_out_the_heavy_grad_cam_cases():
     keyword = peer_suites.SUITES["grad-cam"].ci_keyword
     assert keyword == "not test_all_cam_models_can_run and not ((test_sess or test_refine_cam) and ScoreCAM)"

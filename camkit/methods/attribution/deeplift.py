@@ -384,7 +384,8 @@ class DeepLiftShap(DeepLift):
 
     ``raw = mean_j DeepLift(x, b_j)`` over the baselines ``b_j`` [N, C, *S]; it sums per
     image to ``score(x) - mean_j score(b_j)`` (``extras["delta"]`` is the gap,
-    ``extras["baseline_scores"]`` the mean baseline score).
+    ``extras["baseline_scores"]`` the mean baseline score, ``extras["pair_deltas"]`` [B, N] each
+    DeepLift's own gap to its baseline).
 
     Several baselines share one pass: the B images are repeated once per baseline, up to
     ``max_batch`` images at a time, and the reference pass runs on those baselines together,
@@ -468,6 +469,7 @@ class DeepLiftShap(DeepLift):
         classes: Tensor | None = None
         scores = x.new_zeros(0)
         resolved: Target = target
+        gaps: list[Tensor] = []  # DeepLift's gap to each baseline: [rows, B(, K)] per pass
         for start in range(0, count, per_pass):
             base = bases[start : start + per_pass]
             rows = base.shape[0]
@@ -481,8 +483,12 @@ class DeepLiftShap(DeepLift):
                 resolved = classes  # every baseline explains the classes resolved on the first pass
             diff = (x.unsqueeze(0) - base.unsqueeze(1)).float()  # [rows, B, C, *S]: input i against baseline j
             grads = grads.float().unflatten(0, (rows, batch))
-            part = ((diff.unsqueeze(2) if scores.dim() == 2 else diff) * grads).sum(dim=0)
-            base_part = base_scores.float().unflatten(0, (rows, batch)).sum(dim=0)
+            pairs = (diff.unsqueeze(2) if scores.dim() == 2 else diff) * grads  # [rows, B, (K,) C, *S]
+            part, base_pairs = pairs.sum(dim=0), base_scores.float().unflatten(0, (rows, batch))
+            gaps.append(pairs.flatten(1 + scores.dim()).sum(dim=-1) - (scores.float() - base_pairs))
+            base_part = base_pairs.sum(dim=0)
             total = part if total is None else total + part
             base_total = base_part if base_total is None else base_total + base_part
-        return self._finish(x, cast(Tensor, total) / count, classes, scores, cast(Tensor, base_total) / count, baselines=count)
+        pair_deltas = torch.cat(gaps).movedim(0, 1)  # [B, N(, K)]
+        mean = cast(Tensor, total) / count
+        return self._finish(x, mean, classes, scores, cast(Tensor, base_total) / count, baselines=count, pair_deltas=pair_deltas)

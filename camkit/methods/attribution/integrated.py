@@ -47,7 +47,7 @@ class IntegratedGradients(GradientAttribution):
             input blurred with a Gaussian of ``blur_sigma`` samples along every spatial axis,
             see :func:`camkit.functional.blur`) or a tensor that broadcasts to the input
             ([C, *S], [1, C, *S] or [B, C, *S]).
-        rule: ``"gausslegendre"`` (default), ``"midpoint"`` or ``"trapezoid"``; see
+        rule: ``"gausslegendre"`` (default), ``"midpoint"``, ``"trapezoid"``, ``"left"`` or ``"right"``; see
             :func:`camkit.functional.integration_points`.
         max_batch: the most path images run through the model at once (default 32).
         blur_sigma: the blur baseline's sigma in samples; ``None`` means a tenth of the

@@ -224,7 +224,7 @@ class LayerIntegratedGradients(_PathMethod):
     Args:
         model, layer, call, output, keep_mode, reshape: as for :class:`~camkit.GradCAM`.
         steps: quadrature points (default 50).
-        rule: ``"gausslegendre"`` (default), ``"midpoint"`` or ``"trapezoid"``.
+        rule: ``"gausslegendre"`` (default), ``"midpoint"``, ``"trapezoid"``, ``"left"`` or ``"right"``.
         baseline: ``x0``, a number or a tensor that broadcasts to the input.
         max_batch: the most path points run at once.
 

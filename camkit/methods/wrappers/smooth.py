@@ -97,6 +97,10 @@ class SmoothGrad(_Wrapper):
     explainer's own contract then turns the aggregate into ``maps`` (for CAMs upsample and
     min-max, for pixel attributions ``max_c |raw|`` and min-max).
 
+    When the wrapped explainer reports a completeness gap per image (``extras["completeness_gap"]``
+    or ``extras["delta"]``: integrated gradients, DeepLift, LRP), ``extras["draw_gaps"]`` holds each
+    noisy copy's, [samples, B].
+
     With a ``seed`` the noise, and so the result, is the same on every call and does not
     depend on ``max_batch`` (up to float rounding): each noisy copy of the batch is drawn in
     turn from a generator on the input's device. Without one, the seed is drawn from
@@ -165,6 +169,7 @@ class SmoothGrad(_Wrapper):
         squares: list[Tensor] = []
         layers: tuple[str, ...] = ()
         pending: list[Tensor] = []
+        gaps: list[Tensor] = []  # each noisy copy's own gap, for inner methods that report one
         done = 0
 
         def flush(count: int) -> None:
@@ -175,6 +180,9 @@ class SmoothGrad(_Wrapper):
             rows = torch.arange(done, done + count, device=x.device) % batch
             explanation = self._inner(chunk, self._rows_target(classes, target, rows))
             layers = explanation.layers
+            gap = explanation.extras.get("completeness_gap", explanation.extras.get("delta"))
+            if isinstance(gap, Tensor):
+                gaps.append(gap.detach())
             for i, raw in enumerate(_as_tuple(explanation.raw)):
                 raw = raw.detach().to(acc)
                 if len(sums) <= i:
@@ -201,7 +209,10 @@ class SmoothGrad(_Wrapper):
             flat=flat.to(x.device),
             method=f"{self.kind}({self.explainer.key})",
             layers=layers,
-            extras={"samples": self.samples, "sigma": self.sigma, "kind": self.kind, "seed": seed},
+            extras={
+                "samples": self.samples, "sigma": self.sigma, "kind": self.kind, "seed": seed,
+                **({"draw_gaps": torch.cat(gaps).reshape(self.samples, batch, *gaps[0].shape[1:])} if gaps else {}),
+            },
         )
 
 

@@ -1,0 +1,126 @@
+"""The few helpers of captum's private modules that its tests call to build inputs and reference values.
+
+Input formatting (tuples, zero baselines, a forward that returns a future) and ``compute_gradients``
+(plain autograd: the gradient of the target outputs with respect to the inputs), written here so that
+no captum code runs after ``install()``. None of them is an attribution.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._pack import as_tuple, flat_targets, forward_args
+
+__all__ = [
+    "STUBS",
+    "_construct_future_forward",
+    "_format_additional_forward_args",
+    "_format_tensor_into_tuples",
+    "_get_deep_layer_name",
+    "_tensorize_baseline",
+    "_zeros",
+    "compute_gradients",
+    "stub",
+]
+
+#: names of captum's private modules that its test helpers import but camkit does not provide:
+#: importing them works, calling them raises (the helper's own tests then fail loudly)
+STUBS = {
+    "apply_gradient_requirements": "captum's private gradient bookkeeping",
+    "undo_gradient_requirements": "captum's private gradient bookkeeping",
+    "approximation_parameters": "captum's private quadrature tables (camkit.functional.integration_points is camkit's)",
+    "_reshape_and_sum": "captum's private reshaping step",
+    "_forward_layer_eval": "captum's private layer evaluation (camkit.LayerActivation is camkit's)",
+    "_batch_example_iterator": "captum's private batching step",
+    "_construct_default_feature_mask": "captum's private feature-mask step",
+    "_format_input_baseline": "captum's private input formatting",
+    "configure_interpretable_embedding_layer": "interpretable embeddings of text models",
+    "remove_interpretable_embedding_layer": "interpretable embeddings of text models",
+    "get_exp_kernel_similarity_function": "Lime's custom similarity kernels",
+    "LinearModel": "captum's interpretable linear models for Lime",
+    "SGDLasso": "captum's interpretable linear models for Lime",
+    "SkLearnLasso": "captum's interpretable linear models for Lime",
+    "Model": "captum's interpretable linear models for Lime",
+}
+
+
+@cache
+def stub(name: str) -> Any:
+    """A class named ``name`` whose construction (or call) raises NotComputedError naming what is missing."""
+    from .attr._base import NotComputedError
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise NotComputedError(f"{name}: camkit.compat.captum does not provide {STUBS[name]}; run this on the original captum")
+
+    return type(name, (), {"__new__": lambda cls, *a, **k: refuse(), "__doc__": f"Not provided: {STUBS[name]}."})
+
+
+def _get_deep_layer_name(obj: Any, layer_names: str) -> Any:
+    """The attribute at the dotted path ``layer_names`` of ``obj`` (``"layer1.0.conv1"``)."""
+    for part in layer_names.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _zeros(inputs: tuple[Tensor, ...]) -> tuple[Any, ...]:
+    """A zero baseline per input (``False`` for a boolean input)."""
+    return tuple(False if x.dtype == torch.bool else 0 for x in inputs)
+
+
+def _format_tensor_into_tuples(inputs: Any) -> Any:
+    """``None`` as it is, a tensor as a 1-tuple, a tuple as it is."""
+    return None if inputs is None else as_tuple(inputs)
+
+
+def _format_additional_forward_args(additional: Any) -> Any:
+    """``None`` as it is, anything else as a tuple."""
+    return None if additional is None else forward_args(additional)
+
+
+def _tensorize_baseline(inputs: tuple[Tensor, ...], baselines: tuple[Any, ...]) -> tuple[Tensor, ...]:
+    """Number baselines as full tensors like the inputs; one-row tensor baselines repeated to the batch."""
+    out = []
+    for base, x in zip(baselines, inputs):
+        if isinstance(base, (int, float)):
+            out.append(torch.full_like(x, base))
+        elif x.shape[0] > base.shape[0] == 1:
+            out.append(base.expand(x.shape[0], *base.shape[1:]).clone())
+        else:
+            out.append(base)
+    return tuple(out)
+
+
+def _construct_future_forward(forward: Any) -> Any:
+    """``forward`` returning a completed ``torch.futures.Future`` of its output."""
+
+    def future_forward(*args: Any, **kwargs: Any) -> Any:
+        done: torch.futures.Future[Any] = torch.futures.Future()
+        done.set_result(forward(*args, **kwargs))
+        return done
+
+    return future_forward
+
+
+def compute_gradients(forward_fn: Any, inputs: Any, target_ind: Any = None,
+                      additional_forward_args: Any = None) -> tuple[Tensor, ...]:
+    """Gradients of the target outputs (summed over the batch) with respect to each input.
+
+    Example:
+        >>> import torch
+        >>> from camkit.compat.captum._support import compute_gradients
+        >>> x = torch.tensor([[1.0, 2.0]], requires_grad=True)
+        >>> compute_gradients(lambda t: (t * t).sum(dim=1), (x,))[0].tolist()
+        [[2.0, 4.0]]
+    """
+    xs = as_tuple(inputs)
+    with torch.enable_grad():
+        out = forward_fn(*xs, *forward_args(additional_forward_args))
+        rows = out.reshape(out.shape[0], -1) if out.dim() else out.reshape(1, 1)
+        shape = tuple(out.shape[1:]) if target_ind is None or isinstance(target_ind, tuple) else (1 << 62,)
+        index = flat_targets(target_ind, shape, rows.shape[0]).to(rows.device)
+        chosen = rows.gather(1, index[:, None])
+        return torch.autograd.grad(chosen.sum(), xs, allow_unused=True)

@@ -1,0 +1,121 @@
+"""captum's ``LRP`` and its rule objects on :class:`camkit.LRP`.
+
+captum sets a rule object on each layer (``layer.rule = GammaRule()``), with the epsilon rule
+(epsilon 1e-9) on every convolution, linear, pooling and batch-norm layer that has none. camkit's LRP
+applies one rule to every convolution and linear layer, so the translation takes the rule all
+those layers share; layers with different rules, or rules camkit does not have, are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+
+from .... import methods as km
+from ....methods import Explainer
+from .._pack import Layout
+from ._base import GradientAttribution, NotComputedError, gathered
+
+__all__ = ["LRP", "Alpha1_Beta0_Rule", "EpsilonRule", "GammaRule", "IdentityRule", "PropagationRule"]
+
+
+class PropagationRule:
+    """captum's rule base: a rule object set on a layer as ``layer.rule``."""
+
+    def _key(self) -> tuple[Any, ...]:
+        return (type(self).__name__, *sorted(vars(self).items()))
+
+
+class EpsilonRule(PropagationRule):
+    """The epsilon rule (camkit's ``rule="epsilon"``)."""
+
+    def __init__(self, epsilon: float = 1e-9) -> None:
+        self.STABILITY_FACTOR = epsilon
+
+
+class GammaRule(PropagationRule):
+    """The gamma rule (camkit's ``rule="gamma"``)."""
+
+    def __init__(self, gamma: float = 0.25, set_bias_to_zero: bool = False) -> None:
+        self.gamma = gamma
+        self.set_bias_to_zero = set_bias_to_zero
+
+
+class Alpha1_Beta0_Rule(PropagationRule):
+    """The alpha-beta rule with alpha 1, beta 0 (camkit's ``rule="alphabeta", alpha=1, beta=0``)."""
+
+    def __init__(self, set_bias_to_zero: bool = False) -> None:
+        self.set_bias_to_zero = set_bias_to_zero
+
+
+class IdentityRule(EpsilonRule):
+    """Relevance passed on unchanged: captum's rule for activations; camkit has it for ReLUs only."""
+
+
+#: layers captum gives the epsilon rule by default, and the activations it passes relevance through
+_WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_RULED = (
+    *_WEIGHTED, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d,
+    nn.ReLU, nn.LeakyReLU, nn.Dropout, nn.Flatten, nn.Identity,
+)
+
+
+def _leaves(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(name, m) for name, m in model.named_modules() if not list(m.children())]
+
+
+class LRP(GradientAttribution):
+    """captum's ``LRP`` on :class:`camkit.LRP`, with the one rule every convolution and linear layer has."""
+
+    def __init__(self, model: nn.Module) -> None:
+        for name, module in model.named_modules():
+            rule = getattr(module, "rule", None)
+            if rule is not None and not isinstance(rule, PropagationRule):
+                raise TypeError(f"the rule of layer {name!r} must be a PropagationRule, got {type(rule).__name__}")
+        super().__init__(model)
+        self.model = model
+
+    def has_convergence_delta(self) -> bool:
+        return True
+
+    @property
+    def multiplies_by_inputs(self) -> bool:
+        return True
+
+    def _camkit_rule(self) -> dict[str, Any]:
+        for name, module in _leaves(self.model):
+            if getattr(module, "rule", None) is None and not isinstance(module, _RULED):
+                raise TypeError(
+                    f"Module of type {type(module).__name__} ({name!r}) has no LRP rule in camkit; captum refuses it too "
+                    "unless a rule is set on it"
+                )
+        rules = {getattr(m, "rule", None) or EpsilonRule() for _, m in _leaves(self.model) if isinstance(m, _WEIGHTED)}
+        kinds = {r._key() for r in rules}
+        if len(kinds) > 1:
+            raise NotComputedError(
+                f"LRP with different rules on different layers ({sorted(k[0] for k in kinds)}): camkit's LRP applies one "
+                "rule to every convolution and linear layer (or one of its composites, camkit.LRP(model, rule=...))"
+            )
+        rule = next(iter(rules), EpsilonRule())
+        if getattr(rule, "set_bias_to_zero", False) or type(rule) is IdentityRule:
+            raise NotComputedError(f"LRP with {type(rule).__name__} (or set_bias_to_zero=True) on weighted layers")
+        if isinstance(rule, GammaRule):
+            return {"rule": "gamma", "gamma": rule.gamma, "epsilon": 1e-9}
+        if isinstance(rule, Alpha1_Beta0_Rule):
+            return {"rule": "alphabeta", "alpha": 1.0, "beta": 0.0, "epsilon": 1e-9}
+        return {"rule": "epsilon", "epsilon": rule.STABILITY_FACTOR}
+
+    def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
+                  return_convergence_delta: bool = False, verbose: bool = False) -> Any:
+        options = self._camkit_rule()
+
+        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
+            return km.LRP(model, **options)
+
+        raw, explanations = self._run(inputs, target, additional_forward_args, build)
+        if not return_convergence_delta:
+            return raw
+        first = raw[0] if isinstance(raw, tuple) else raw
+        return raw, gathered(explanations, "delta", first.dtype)

@@ -1,0 +1,106 @@
+"""captum's neuron attributions on camkit's explainers with a :class:`camkit.NeuronTarget` as the target.
+
+captum selects the neuron with a tuple index into the layer's output row (``(channel, y, x)``, or
+``(unit,)`` for a flat layer); camkit's neuron target takes the channel and the position. A
+callable or slice selector (captum's aggregated neurons) is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor, nn
+
+from .... import methods as km
+from ....methods import Explainer
+from ....targets import NeuronTarget
+from .._pack import Layout, baselines_like, fit_to
+from ._base import NeuronAttribution, NotComputedError
+from ._gradient import RULES
+
+__all__ = [
+    "NeuronDeconvolution",
+    "NeuronGradient",
+    "NeuronGuidedBackprop",
+    "NeuronIntegratedGradients",
+]
+
+
+def neuron_target(layer: nn.Module, selector: Any, to_input: bool) -> NeuronTarget:
+    """captum's ``neuron_selector`` as camkit's neuron target."""
+    if to_input:
+        raise NotComputedError("attribute_to_neuron_input=True: camkit's neuron targets read a layer's output")
+    index = (selector,) if isinstance(selector, int) and not isinstance(selector, bool) else selector
+    if not isinstance(index, tuple) or not index or not all(isinstance(i, int) and not isinstance(i, bool) for i in index):
+        raise NotComputedError(
+            f"neuron_selector {selector!r}: camkit's neuron target is one neuron given by ints (channel, *position); "
+            "callable and slice selectors are not translated"
+        )
+    return NeuronTarget(layer, index[0], index[1:] or None)
+
+
+class _Neuron(NeuronAttribution):
+    kind: type[Explainer] = km.Saliency
+
+    def attribute(self, inputs: Any, neuron_selector: Any, additional_forward_args: Any = None,
+                  attribute_to_neuron_input: bool = False) -> Any:
+        target = neuron_target(self.layer, neuron_selector, attribute_to_neuron_input)
+        kind = type(self).kind
+
+        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
+            return kind(model)
+
+        raw, _ = self._run(inputs, target, additional_forward_args, build)
+        return raw
+
+
+class NeuronGradient(_Neuron):
+    """captum's ``NeuronGradient``: the input gradient of one neuron, on :class:`camkit.Saliency` (signed)."""
+
+
+class NeuronGuidedBackprop(_Neuron):
+    """captum's ``NeuronGuidedBackprop`` on :class:`camkit.GuidedBackprop`."""
+
+    kind: type[Explainer] = km.GuidedBackprop
+
+    def __init__(self, model: nn.Module, layer: nn.Module, device_ids: Any = None) -> None:
+        super().__init__(model, layer, device_ids)
+        self.model = model
+
+
+class NeuronDeconvolution(NeuronGuidedBackprop):
+    """captum's ``NeuronDeconvolution`` on :class:`camkit.Deconvolution`."""
+
+    kind: type[Explainer] = km.Deconvolution
+
+
+class NeuronIntegratedGradients(NeuronAttribution):
+    """captum's ``NeuronIntegratedGradients`` on :class:`camkit.IntegratedGradients`."""
+
+    def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
+                 multiply_by_inputs: bool = True) -> None:
+        if not multiply_by_inputs:
+            raise NotComputedError("NeuronIntegratedGradients(multiply_by_inputs=False)")
+        super().__init__(forward_func, layer, device_ids)
+
+    @property
+    def multiplies_by_inputs(self) -> bool:
+        return True
+
+    def attribute(self, inputs: Any, neuron_selector: Any, baselines: Any = None, additional_forward_args: Any = None,
+                  n_steps: int = 50, method: str = "gausslegendre", internal_batch_size: int | None = None,
+                  attribute_to_neuron_input: bool = False) -> Any:
+        if method not in RULES:
+            raise NotComputedError(f"method={method!r}: camkit integrates with {sorted(RULES)} only")
+        target = neuron_target(self.layer, neuron_selector, attribute_to_neuron_input)
+        xs = inputs if isinstance(inputs, tuple) else (inputs,)
+        bases = Layout.of(xs).pack(baselines_like(baselines, xs))
+
+        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
+            base = fit_to(bases if example < 0 else bases[example : example + 1], x)
+            chunk = internal_batch_size or max(1, x.shape[0] * n_steps)
+            return km.IntegratedGradients(model, steps=n_steps, rule=RULES[method], baseline=base, max_batch=chunk)  # type: ignore[arg-type]
+
+        raw, _ = self._run(inputs, target, additional_forward_args, build)
+        return raw
