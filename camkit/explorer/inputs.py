@@ -22,6 +22,8 @@ __all__ = ["image_hash", "method_settings", "read_image"]
 _PLUMBING = frozenset({
     "self", "model", "layer", "layers", "call", "output", "keep_mode", "reshape", "input_index", "progress",
     "generator", "batch_size", "max_batch",
+    # how a map is computed, not what it shows (equal maps either way)
+    "compile", "path", "max_memory",
 })  # fmt: skip
 _SIMPLE = (bool, int, float, str, type(None))
 

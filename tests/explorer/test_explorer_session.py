@@ -125,6 +125,7 @@ def test_method_settings_come_from_the_signature():
     assert method_settings("gradcam") == {"eigen_smooth": False}
     assert method_settings("occlusion") == {"window": None, "stride": None, "baseline": 0.0}
     assert "layer" not in method_settings("scorecam") and "batch_size" not in method_settings("scorecam")
+    assert "path" not in method_settings("legrad") and "max_memory" not in method_settings("cheferrollout")
 
 
 def test_the_signed_view_shows_both_signs(session, image):
