@@ -162,3 +162,56 @@ def test_mosaic_creation_refuses_one_class() -> None:
         mosaic_func.mosaic_creation(np.zeros((2, 1, 2, 2)), np.array([1, 1]), 1)
     with pytest.raises(InvalidInputError, match="four images"):
         mosaic_func.build_single_mosaic([np.zeros((1, 2, 2))] * 3)
+
+
+@pytest.mark.parametrize(("method", "kwargs"), [
+    ("Control Var. Sobel Filter", {}), ("Control Var. Random Uniform", {}),
+    ("Control Var. Constant", {"constant_value": 0.3}),
+])  # fmt: skip
+def test_explain_control_variates_equal_quantus(method: str, kwargs: dict) -> None:
+    import torch
+
+    from camkit.compat.quantus.functions.explanation_func import explain
+
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 6 * 7, 2))
+    x, y = IMG[None].repeat(2, 0).astype(np.float32), np.array([0, 1])
+    torch.manual_seed(0)
+    ours = explain(net, x, y, method=method, **kwargs)
+    torch.manual_seed(0)
+    np.testing.assert_allclose(ours, quantus.explain(net, x, y, method=method, **kwargs), atol=1e-6)
+    assert ours.shape == (2, 1, 6, 7)
+
+
+def test_explain_constant_control_variate_takes_baseline_names_where_quantus_raises() -> None:
+    import torch
+
+    from camkit.compat.quantus.functions.explanation_func import explain
+
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 6 * 7, 2))
+    x = np.stack([IMG, IMG + 1]).astype(np.float32)
+    ours = explain(net, x, np.array([0, 1]), method="Control Var. Constant", constant_value="black")
+    np.testing.assert_allclose(ours[:, 0, 0, 0], x.reshape(2, -1).min(1))
+    with pytest.raises(TypeError):  # Quantus calls a tensor's min with numpy's axis=
+        quantus.explain(net, x, np.array([0, 1]), method="Control Var. Constant", constant_value="black")
+    with pytest.raises(InvalidInputError, match="constant_value"):
+        explain(net, x, np.array([0, 1]), method="Control Var. Constant")
+
+
+@pytest.mark.parametrize("layer", ["model._modules.get('1')", "model._modules['1']", "1"])
+def test_explain_gradcam_reads_quantus_gc_layer_strings_and_interpolates(layer: str) -> None:
+    import torch
+
+    from camkit.compat.quantus.functions.explanation_func import explain
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 4 * 5, 2)).eval()  # fmt: skip
+    x, y = np.stack([IMG, IMG[:, ::-1]]).astype(np.float32), np.array([0, 1])
+    kwargs = {"method": "LayerGradCam", "gc_layer": layer, "interpolate": (6, 7), "reduce_axes": ()}
+    ours = explain(model, x, y, **kwargs)
+    theirs = quantus.explain(model, x, y, **{**kwargs, "gc_layer": "model._modules.get('1')"})
+    assert ours.shape == (2, 1, 6, 7) and (theirs < 0).any()
+    # camkit's Grad-CAM keeps its ReLU; captum's LayerGradCam (relu_attributions=False) returns the signed map
+    np.testing.assert_allclose(ours, np.maximum(theirs, 0), atol=1e-6)
+    with pytest.raises(InvalidInputError, match="does not evaluate"):
+        explain(model, x, y, method="LayerGradCam", gc_layer="__import__('os')")
