@@ -23,9 +23,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
-
 from scipy import ndimage
+from torch import Tensor, nn
 
 import camkit
 from camkit.errors import InvalidInputError
