@@ -18,6 +18,7 @@ Any other ``method`` (or ``xai_lib="zennit"``) raises a clear error: use the ori
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -31,9 +32,17 @@ from camkit.errors import InvalidInputError
 
 from .._base import AddAxis
 from .indices import baseline_values
+from .model_interface import ModelInterface
 
-# No __all__, as in Quantus: a star import of this module also gives ``np``, which scripts written
-# for Quantus (and its own tests) rely on.
+Union = typing.Union  # a star-import name of Quantus's module, with ModelInterface
+_STAR_NAMES = (ModelInterface,)
+
+# No __all__, as in Quantus: a star import of this module also gives ``np`` and, where zennit is
+# installed, its composites as ``zcomp``, which scripts written for Quantus (and its own tests) rely on.
+try:
+    from zennit import composites as zcomp  # noqa: F401
+except ImportError:  # pragma: no cover - zennit is optional, as in Quantus
+    pass
 
 
 def _zero_or(kwargs: dict[str, Any], x: Tensor) -> Tensor:
