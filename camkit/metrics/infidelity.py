@@ -148,8 +148,7 @@ def sensitivity_n(
         subsets: the subsets themselves, one LongTensor [B, samples, n] of feature indices
             per size (then ``sizes``, ``samples`` and ``generator`` are not used).
         generator: draws the subsets (drawn on its device: a generator on the input's device keeps the draw there).
-        similarity: ``f(sums [B, samples], changes [B, samples]) -> [B]`` in place of Pearson's
-            correlation (Spearman's rank correlation, say), called once per size.
+        similarity: ``f(sums [B, samples], changes [B, samples]) -> [B]`` per size, for Pearson's.
 
     Returns:
         ``(sizes [K], correlations [B, K])``.

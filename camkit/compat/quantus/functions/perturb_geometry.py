@@ -33,7 +33,8 @@ def baseline_replacement_by_blur(
         [[1.0, 3.0, 6.0]]
     """
     axes = sorted(int(a) for a in indexed_axes)
-    sizes = [int(blur_kernel_size)] * len(axes) if np.isscalar(blur_kernel_size) else [int(k) for k in blur_kernel_size]
+    sizes = [int(k) for k in np.broadcast_to(np.asarray(blur_kernel_size, dtype=int).reshape(-1), (len(axes),))] if (
+        np.size(blur_kernel_size) == 1) else [int(k) for k in np.asarray(blur_kernel_size).reshape(-1)]  # fmt: skip
     if len(sizes) != len(axes):
         raise ValueError(f"blur_kernel_size has {len(sizes)} sizes for {len(axes)} indexed axes")
     index = expand_indices(arr, indices, axes)
