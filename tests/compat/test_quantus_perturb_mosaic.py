@@ -215,3 +215,24 @@ def test_explain_gradcam_reads_quantus_gc_layer_strings_and_interpolates(layer: 
     np.testing.assert_allclose(ours, np.maximum(theirs, 0), atol=1e-6)
     with pytest.raises(InvalidInputError, match="does not evaluate"):
         explain(model, x, y, method="LayerGradCam", gc_layer="__import__('os')")
+
+
+def test_continuity_and_faithfulness_correlation_raise_where_quantus_raises() -> None:
+    import torch
+
+    from camkit.compat import quantus as cq
+
+    torch.manual_seed(0)
+    signal_net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(2 * 9, 3)).eval()
+    x, y = RS.rand(2, 2, 9).astype(np.float32), np.array([0, 1])
+    for lib in (quantus, cq):  # a signal: Quantus's translation needs images
+        kwargs = {"disable_warnings": True} if lib is quantus else {}
+        with pytest.raises(ValueError):
+            lib.Continuity(nr_steps=3, **kwargs)(model=signal_net, x_batch=x, y_batch=y, a_batch=None,
+                                                 explain_func=lib.explain, explain_func_kwargs={"method": "Saliency"})
+        with pytest.raises(ValueError, match="subset_size"):  # 9 values per channel: a subset of 9 is refused
+            lib.FaithfulnessCorrelation(subset_size=9, nr_runs=2, **kwargs)(
+                model=signal_net, x_batch=x, y_batch=y, a_batch=x.copy())
+    ok = cq.FaithfulnessCorrelation(subset_size=8, nr_runs=2, return_aggregate=False)(
+        model=signal_net, x_batch=x, y_batch=y, a_batch=x.copy())
+    assert len(ok) == 2

@@ -94,6 +94,11 @@ class FaithfulnessCorrelation(Metric):
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
         batch, features = x.shape[0], x[0].numel()
+        if self.subset_size >= x[0, 0].numel():  # Quantus's check: against the size of one channel
+            raise InvalidInputError(
+                f"subset_size must be smaller than the input's size per channel, got {self.subset_size} >= "
+                f"{x[0, 0].numel()}"
+            )
         runs = []
         for _ in range(self.nr_runs):
             runs.append(np.stack([np.random.choice(features, self.subset_size, replace=False) for _ in range(batch)]))
