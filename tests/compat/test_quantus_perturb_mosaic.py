@@ -236,3 +236,19 @@ def test_continuity_and_faithfulness_correlation_raise_where_quantus_raises() ->
     ok = cq.FaithfulnessCorrelation(subset_size=8, nr_runs=2, return_aggregate=False)(
         model=signal_net, x_batch=x, y_batch=y, a_batch=x.copy())
     assert len(ok) == 2
+
+
+def test_auc_is_float64_and_exactly_rounded() -> None:
+    import torch
+    from sklearn.metrics import roc_auc_score
+
+    from camkit.compat import quantus as cq
+    from camkit.metrics import region_auc
+
+    maps = torch.tensor([[0.2, 0.1, 0.3, 0.4, 0.05, 0.6]], dtype=torch.float64)
+    region = torch.tensor([[True, False, False, False, True, False]])
+    ours = region_auc(maps, region)
+    assert ours.dtype == torch.float64 and ours.item() == (1 + 0) / 8  # u = 1: one pair of eight ordered right
+    assert region_auc(maps.float(), region).dtype == torch.float32
+    assert ours.item() == pytest.approx(roc_auc_score(region[0].numpy(), maps[0].numpy()), abs=1e-15)
+    assert cq.AUC(normalise=False, abs=False).score(maps.float(), region).dtype == torch.float64
