@@ -214,9 +214,9 @@ SUITES["quantus"] = Suite(
             "replaces Quantus's private PyTorchModel.predict through mock_prediction_changed (see above)"
         ),
     },
-    # CI: the axiomatic, complexity and localisation metrics but Focus (its mosaics are built by Quantus's
-    # mosaic_func, which camkit does not translate) and AUC (one case compares floats exactly): 122 cases,
-    # about 25 s a run on 2 cores
+    # CI: the axiomatic, complexity and localisation metrics but Focus (its 16 cases, which pass on camkit, add
+    # about 30 s a run: over CI's minute) and AUC (one case compares floats exactly): 122 cases, about 25 s a
+    # run on 2 cores
     "(test_axiomatic_metrics or test_complexity_metrics or test_localisation_metrics) and not test_focus "
     "and not test_auc",
     pytest_home="peer-quantus",

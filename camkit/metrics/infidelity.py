@@ -5,7 +5,7 @@ and compare the attribution they carry with the score change they cause, per sam
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -129,6 +129,7 @@ def sensitivity_n(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    similarity: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Sensitivity-n (Ancona et al. 2018): per sample and subset size ``n``, the correlation
     between the attribution of random subsets of ``n`` features and the score they carry.
@@ -147,6 +148,7 @@ def sensitivity_n(
         subsets: the subsets themselves, one LongTensor [B, samples, n] of feature indices
             per size (then ``sizes``, ``samples`` and ``generator`` are not used).
         generator: draws the subsets (drawn on its device: a generator on the input's device keeps the draw there).
+        similarity: ``f(sums [B, samples], changes [B, samples]) -> [B]`` per size, for Pearson's.
 
     Returns:
         ``(sizes [K], correlations [B, K])``.
@@ -184,8 +186,8 @@ def sensitivity_n(
     change = clean[:, None] - scores
     curves = torch.stack(
         [
-            pearson(values.gather(1, s.to(x.device, torch.long).flatten(1)).view(s.shape).sum(dim=2),
-                    change[:, offsets[k] : offsets[k + 1]])
+            (similarity or pearson)(values.gather(1, s.to(x.device, torch.long).flatten(1)).view(s.shape).sum(dim=2),
+                                    change[:, offsets[k] : offsets[k + 1]]).to(change.dtype)
             for k, s in enumerate(subsets)
         ],
         dim=1,

@@ -183,8 +183,8 @@ def region_auc(maps: Tensor, regions: Tensor) -> Tensor:
         regions: bool masks [B, *S] (or [B, 1, *S]), or boxes [B, 4] on images.
 
     Returns:
-        Float tensor [B] in [0, 1]; NaN for a region that is empty or covers the whole map
-        (no negatives), or a map holding NaN.
+        Float tensor [B] in [0, 1] (float64 for float64 maps, else float32); NaN for a region that
+        is empty or covers the whole map (no negatives), or a map holding NaN.
 
     Example:
         >>> import torch
@@ -198,7 +198,7 @@ def region_auc(maps: Tensor, regions: Tensor) -> Tensor:
     pos = inside.sum(dim=1).double()
     neg = flat.shape[1] - pos
     u = (ranks * inside).sum(dim=1) - pos * (pos + 1) / 2
-    area = _ratio(u, pos * neg).float()
+    area = _ratio(u, pos * neg).to(torch.float64 if maps.dtype == torch.float64 else torch.float32)
     return _nan_where(area, undefined)
 
 

@@ -161,8 +161,32 @@ def test_compat_errors():
         cq.PixelFlipping(not_an_argument=1)
     with pytest.raises(InvalidInputError, match="a_batch"):
         cq.PixelFlipping()(model=small_net(), x_batch=np.zeros((1, 1, 6, 6), np.float32), y_batch=np.zeros(1))
-    with pytest.raises(InvalidInputError, match="correlation_pearson"):
-        cq.SensitivityN(similarity_func=quantus.similarity_func.correlation_spearman)
+
+
+def test_sensitivity_n_calls_any_similarity_as_quantus_calls_it(batch):
+    from scipy.stats import rankdata
+
+    net, x, y, a = batch
+    calls = []
+
+    def spy(a=None, b=None, batched=False, **kwargs):
+        calls.append((a.shape, b.shape, batched))
+        return np.full(len(a), 0.5)
+
+    def run(func=None):
+        np.random.seed(2)
+        return cq.SensitivityN(similarity_func=func, features_in_step=12, nr_samples=5, return_aggregate=False)(
+            model=net, x_batch=x, y_batch=y, a_batch=a)
+
+    assert run(spy) == pytest.approx([0.5] * 2) and calls == [((3, 5), (3, 5), True)] * 2  # per n: B rows of draws
+    spearman = run(quantus.similarity_func.correlation_spearman)
+
+    def by_ranks(a=None, b=None, batched=True):  # Pearson's correlation of the ranks, row by row
+        ra, rb = (rankdata(v, axis=1) for v in (a, b))
+        return np.array([np.corrcoef(p, q)[0, 1] for p, q in zip(ra, rb)])
+
+    assert spearman == pytest.approx(run(by_ranks)) and spearman != pytest.approx(run())
+    assert run() == pytest.approx(run(quantus.similarity_func.correlation_pearson))
 
 
 def test_compat_leaves_the_model_and_arrays_as_they_were(batch):

@@ -44,15 +44,25 @@ def test_install_aliases_quantus_paths_to_camkit_and_names_what_it_lacks() -> No
         real = [m for m, mod in sys.modules.items() if m.startswith("quantus") and "site-packages" in str(getattr(mod, "__file__", ""))]
         assert not real, real
         # the parts camkit does not translate raise an error that names them
+        # quantus.helpers.utils holds camkit's index helpers; its other names raise an error that names them
+        from quantus.helpers import utils
+        from quantus.helpers.utils import expand_indices, get_baseline_value
+        assert expand_indices.__module__.startswith("camkit.compat.quantus") and utils.get_baseline_value is get_baseline_value
         try:
-            from quantus.helpers.utils import get_baseline_value
+            from quantus.helpers.utils import get_name
         except cq.NotTranslatedError as error:
-            assert "quantus.helpers.utils.get_baseline_value" in str(error), error
+            assert "quantus.helpers.utils.get_name" in str(error), error
             assert isinstance(error, ImportError)
         else:
             raise SystemExit("no error")
         try:
-            from quantus.helpers.utils import *  # a star import is refused too
+            from quantus.helpers.model.pytorch_model import PyTorchModel
+        except cq.NotTranslatedError as error:
+            assert "pytorch_model.PyTorchModel" in str(error), error
+        else:
+            raise SystemExit("no error for the model wrapper")
+        try:
+            from quantus.helpers.plotting import *  # a star import is refused too
         except cq.NotTranslatedError:
             pass
         else:

@@ -132,8 +132,8 @@ def test_default_perturb_func_passed_explicitly_is_the_default(lib: str) -> None
     np.testing.assert_allclose(ours, theirs, atol=1e-6)
     with pytest.raises(ValueError, match="default perturbation"):
         cq.PixelFlipping(perturb_func=quantus.gaussian_noise)
-    with pytest.raises(cq.NotTranslatedError, match="gaussian_noise"):
-        perturb_func.gaussian_noise(np.zeros((1, 2)), indices=None, indexed_axes=None)
+    with pytest.raises(cq.NotTranslatedError, match="noisy_linear_imputation"):
+        perturb_func.noisy_linear_imputation(np.zeros((1, 2)), indices=None)
 
 
 @pytest.mark.parametrize("baseline", ["black", "white", "mean", 0.25, "uniform"])

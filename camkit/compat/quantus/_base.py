@@ -120,7 +120,7 @@ def quantus_similarity(func: Callable[..., Any], *, keywords: bool = False) -> C
         rows_a = a.detach().reshape(a.shape[0], -1).cpu().double().numpy()
         rows_b = b.detach().reshape(b.shape[0], -1).cpu().double().numpy()
         values = func(a=rows_a, b=rows_b, batched=True) if keywords else func(rows_a, rows_b, batched=True)
-        return torch.as_tensor(np.asarray(values, dtype=np.float64).reshape(a.shape[0]), device=a.device)
+        return torch.as_tensor(np.array(values, dtype=np.float64).reshape(a.shape[0]), device=a.device)
 
     return call
 

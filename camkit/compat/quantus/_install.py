@@ -9,10 +9,11 @@ A meta-path finder placed first on ``sys.meta_path`` answers every module name u
 * ``quantus.evaluation`` is ``evaluate``'s module, ``quantus.functions.<name>`` the module of the
   same name under ``camkit.compat.quantus.functions`` where camkit has one, and
   ``quantus.helpers.model.model_interface`` holds the ``ModelInterface`` type;
-* any other path under ``quantus`` (``quantus.helpers.utils``, ``quantus.helpers.model.pytorch_model``,
+* ``quantus.helpers.utils`` holds camkit's index and baseline helpers (``expand_indices``...);
+* any other path under ``quantus`` (``quantus.helpers.model.pytorch_model``,
   the model architectures of ``quantus.helpers.model.models``...) imports, but every name read
-  from it raises :class:`NotTranslatedError`, which names the missing part: never a silent
-  stand-in.
+  from it (or any other name of ``quantus.helpers.utils``) raises :class:`NotTranslatedError`, which
+  names the missing part: never a silent stand-in.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ MODULES = {
     "helpers.model.model_interface": "functions.model_interface",
 }
 
+#: Quantus modules of which camkit translates some names (path under ``quantus`` -> module under HOME):
+#: those names are camkit's, every other name read from the module raises :class:`NotTranslatedError`
+PARTIAL = {"helpers.utils": "functions.indices"}
+
 
 class AlreadyImportedError(CamkitError, ImportError):
     """The real Quantus was imported before :func:`install`, so code already holds its classes."""
@@ -95,6 +100,9 @@ def _missing_module(fullname: str) -> ModuleType:
     def __getattr__(name: str) -> Any:
         if name.startswith("__") and name != "__all__":  # a star import asks for __all__: refuse it loudly
             raise AttributeError(name)
+        below = _alias(f"{fullname}.{name}")
+        if below in MODULES or below in PARTIAL:  # a translated module under an untranslated package
+            return importlib.import_module(f"{fullname}.{name}")
         raise NotTranslatedError(
             f"camkit.compat.quantus does not translate {fullname}.{name}: camkit computes Quantus's metric "
             "classes (quantus.<Metric>, quantus.metrics.*), quantus.evaluate, quantus.explain and the function "
@@ -103,6 +111,15 @@ def _missing_module(fullname: str) -> ModuleType:
         )
 
     module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    return module
+
+
+def _partial_module(fullname: str, home: str) -> ModuleType:
+    """``fullname`` holding the public names of ``HOME.home``; any other name raises :class:`NotTranslatedError`."""
+    source = importlib.import_module(f"{HOME}.{home}")
+    module = _missing_module(fullname)
+    module.__dict__.update({name: getattr(source, name) for name in source.__all__})
+    module.__all__ = list(source.__all__)  # type: ignore[attr-defined]
     return module
 
 
@@ -133,6 +150,8 @@ def _maker(fullname: str, path: str) -> Any:
         return lambda: importlib.import_module(HOME)
     if path in MODULES:
         return lambda: importlib.import_module(f"{HOME}.{MODULES[path]}")
+    if path in PARTIAL:
+        return lambda: _partial_module(fullname, PARTIAL[path])
     if path == "metrics" or (path.startswith("metrics.") and path[len("metrics.") :] in FAMILIES):
         return lambda: _family_module(fullname, path[len("metrics.") :] or None)
     return lambda: _missing_module(fullname)

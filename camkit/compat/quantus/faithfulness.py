@@ -6,6 +6,7 @@ channel of one position); a map with one channel is read the same on every chann
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from torch import Tensor, nn
 from camkit import metrics
 from camkit.errors import InvalidInputError
 
-from ._base import Metric, Result
+from ._base import Metric, Result, is_default
 
 __all__ = [
     "FaithfulnessCorrelation",
@@ -30,13 +31,6 @@ __all__ = [
 
 def _rows(values: Tensor) -> Result:
     return [float(v) for v in values.double().cpu().tolist()]
-
-
-def _check_similarity(similarity_func: Any, expected: str) -> None:
-    if similarity_func is not None and getattr(similarity_func, "__name__", "") != expected:
-        raise InvalidInputError(
-            f"camkit.compat.quantus computes {expected} only; got similarity_func={similarity_func!r}"
-        )
 
 
 class PixelFlipping(Metric):
@@ -100,6 +94,11 @@ class FaithfulnessCorrelation(Metric):
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
         batch, features = x.shape[0], x[0].numel()
+        if self.subset_size >= x[0, 0].numel():  # Quantus's check: against the size of one channel
+            raise InvalidInputError(
+                f"subset_size must be smaller than the input's size per channel, got {self.subset_size} >= "
+                f"{x[0, 0].numel()}"
+            )
         runs = []
         for _ in range(self.nr_runs):
             runs.append(np.stack([np.random.choice(features, self.subset_size, replace=False) for _ in range(batch)]))
@@ -305,7 +304,7 @@ class SensitivityN(Metric):
             abs=abs, normalise=normalise, return_aggregate=return_aggregate, perturb_baseline=perturb_baseline,
             **kwargs,
         )  # fmt: skip
-        _check_similarity(similarity_func, "correlation_pearson")
+        self.similarity_func = similarity_func
         self.n_max_percentage = n_max_percentage
         self.features_in_step = features_in_step
         self.nr_samples = nr_samples
@@ -320,9 +319,15 @@ class SensitivityN(Metric):
         generator = torch.Generator(device=x.device).manual_seed(int(np.random.randint(0, 2**62, dtype=np.int64)))
         _, curves = metrics.sensitivity_n(
             model, x, a.expand_as(x), y, sizes=sizes, samples=self.nr_samples, generator=generator,
-            baseline=self.baseline, softmax=softmax, chunk_size=chunk_size,
+            baseline=self.baseline, softmax=softmax, chunk_size=chunk_size, similarity=self._similarity(),
         )  # fmt: skip
         return [[float(v) for v in row] for row in curves.double().cpu().tolist()]
+
+    def _similarity(self) -> Callable[[Tensor, Tensor], Tensor] | None:
+        """``similarity_func`` called as Quantus calls it, ``f(a=score_changes, b=attribution_sums, batched=True)``."""
+        rows = self.similarity_rows()
+        return None if rows is None or is_default("SensitivityN", "similarity_func", self.similarity_func) else (
+            lambda sums, changes: rows(changes, sums))  # fmt: skip
 
     def combine(self, scores: Result) -> Result:
         """Per-sample curves to one curve over ``n``: the mean over samples (NaN rows skipped)."""

@@ -156,7 +156,7 @@ class AUC(_Localisation):
     """
 
     def score(self, maps: Tensor, masks: Tensor) -> Tensor:
-        return metrics.region_auc(maps, masks)
+        return metrics.region_auc(maps.double(), masks)  # float64, as scikit-learn's area
 
 
 class Focus(_Localisation):

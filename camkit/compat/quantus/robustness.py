@@ -150,8 +150,10 @@ class Continuity(_Robustness):
 
     ``max_k ||e(x) - e(x_k)||_1 / ||x - x_k||_2`` over ``nr_steps`` translations along the last
     axis, filled with each input's minimum (``perturb_baseline="black"``) or a number (the
-    other fills Quantus offers are refused: call the native function). As Quantus, the inputs are re-explained (``a_batch`` is not used). Equal to
-    Quantus on images with ``normalise=False``; camkit also takes signals and volumes.
+    other fills Quantus offers are refused: call the native function). As Quantus, the inputs are
+    re-explained (``a_batch`` is not used). Equal to Quantus on images with ``normalise=False``.
+    Inputs that are not images ``[B, C, H, W]`` raise ``InvalidInputError`` (a ``ValueError``), as
+    Quantus's translation does; :func:`camkit.metrics.continuity` takes signals and volumes too.
     Translations that change nothing are left out (Quantus divides 0 by 1e-9).
     """
 
@@ -175,6 +177,11 @@ class Continuity(_Robustness):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Any:
+        if x.dim() != 4:
+            raise InvalidInputError(
+                f"Continuity translates images [B, C, H, W] (Quantus's contract), got inputs of shape {list(x.shape)}; "
+                "call camkit.metrics.continuity for signals and volumes"
+            )
         scores = metrics.continuity(
             self.explainer(model), x, y, model=model, steps=self.nr_steps, fill=self.fill,
             skip_changed=self.skip_changed, chunk_size=chunk_size,

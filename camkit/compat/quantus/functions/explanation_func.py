@@ -4,28 +4,45 @@ The gradient methods of Quantus's captum branch that camkit computes: ``"Salienc
 absolute gradient), ``"Gradient"`` (the signed gradient), ``"InputXGradient"``,
 ``"IntegratedGradients"`` (zero baseline or ``baseline=``, ten trapezoid points as Quantus
 asks captum for), ``"GradientShap"`` (zero baseline or ``baseline=``) and ``"LayerGradCam"``
-(``xai_lib_kwargs={"layer": module}``; its map on the layer's grid, as captum's). The map keeps
-the input's shape, then is summed over ``reduce_axes`` (default ``(1,)``, the channels, kept as
-an axis of one with ``keepdims=True``; ``()`` or inputs without a spatial axis: no sum).
+(``xai_lib_kwargs={"layer": module}`` or ``gc_layer=``, a module or Quantus's string naming it;
+its map on the layer's grid, as captum's, or resized by ``interpolate=(H, W)``), and Quantus's
+control variates, which ignore the model: ``"Control Var. Sobel Filter"`` (each input's Sobel
+derivative along its last axis, clipped to 0..1), ``"Control Var. Random Uniform"`` (torch's
+global generator, U(0, 1)) and ``"Control Var. Constant"`` (``constant_value=``, a number or a
+baseline name of each input). The map keeps the input's shape, then is summed over
+``reduce_axes`` (default ``(1,)``, the channels, kept as an axis of one with ``keepdims=True``;
+``()`` or inputs without a spatial axis: no sum); the control variates are averaged instead.
 Any other ``method`` (or ``xai_lib="zennit"``) raises a clear error: use the original Quantus.
 """
 
 from __future__ import annotations
 
+import re
+import typing
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+from scipy import ndimage
 from torch import Tensor, nn
 
 import camkit
 from camkit.errors import InvalidInputError
 
 from .._base import AddAxis
+from .indices import baseline_values
+from .model_interface import ModelInterface
 
-# No __all__, as in Quantus: a star import of this module also gives ``np``, which scripts written
-# for Quantus (and its own tests) rely on.
+Union = typing.Union  # a star-import name of Quantus's module, with ModelInterface
+_STAR_NAMES = (ModelInterface,)
+
+# No __all__, as in Quantus: a star import of this module also gives ``np`` and, where zennit is
+# installed, its composites as ``zcomp``, which scripts written for Quantus (and its own tests) rely on.
+try:
+    from zennit import composites as zcomp  # noqa: F401
+except ImportError:  # pragma: no cover - zennit is optional, as in Quantus
+    pass
 
 
 def _zero_or(kwargs: dict[str, Any], x: Tensor) -> Tensor:
@@ -51,12 +68,60 @@ METHODS: dict[str, Callable[[nn.Module, Tensor, Tensor, dict[str, Any]], Tensor]
 }
 
 
-def _gradcam(model: nn.Module, x: Tensor, y: Tensor, kwargs: dict[str, Any]) -> Tensor:
-    layer = dict(kwargs.get("xai_lib_kwargs") or {}).get("layer")
+def _sobel(m: nn.Module, x: Tensor, y: Tensor, k: dict[str, Any]) -> Tensor:
+    rows = [np.clip(ndimage.sobel(sample), 0, 1) for sample in x.detach().cpu().numpy()]
+    return torch.as_tensor(np.stack(rows), dtype=torch.float32)
+
+
+def _constant(m: nn.Module, x: Tensor, y: Tensor, k: dict[str, Any]) -> Tensor:
+    if "constant_value" not in k:
+        raise InvalidInputError('method="Control Var. Constant" needs constant_value= (a number, or "black"...)')
+    values = [float(baseline_values(k["constant_value"], sample, (1,))[0]) for sample in x.detach().cpu().numpy()]
+    return torch.tensor(values, dtype=torch.float32).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape).clone()
+
+
+#: Quantus's control variates: maps that do not look at the model, averaged (not summed) over reduce_axes
+CONTROLS: dict[str, Callable[[nn.Module, Tensor, Tensor, dict[str, Any]], Tensor]] = {
+    "Control Var. Sobel Filter": _sobel,
+    "Control Var. Random Uniform": lambda m, x, y, k: torch.rand(x.shape),
+    "Control Var. Constant": _constant,
+}
+METHODS.update(CONTROLS)
+
+
+def _layer(model: nn.Module, kwargs: dict[str, Any]) -> nn.Module:
+    """The Grad-CAM layer: ``gc_layer=`` or ``xai_lib_kwargs={"layer": ...}``, a module or Quantus's string.
+
+    Quantus evaluates a string as Python (``"model._modules.get('conv_2')"``); camkit reads the
+    module path from the forms ``model._modules.get('a')``, ``model._modules['a']``, ``model.a.b``
+    and ``a.b`` instead, and refuses any other string.
+    """
+    layer = kwargs.get("gc_layer", dict(kwargs.get("xai_lib_kwargs") or {}).get("layer"))
     if layer is None:
-        raise InvalidInputError('method="LayerGradCam" needs xai_lib_kwargs={"layer": <the module>}')
-    raw = _raw(camkit.GradCAM(model, layer), x, y)
-    return raw[:, None] if raw.dim() == x.dim() - 1 else raw
+        raise InvalidInputError('method="LayerGradCam" needs gc_layer= or xai_lib_kwargs={"layer": <the module>}')
+    if not isinstance(layer, str):
+        return layer
+    text = layer.strip()
+    match = re.fullmatch(r"model\._modules(?:\.get\(|\[)\s*['\"]([\w.]+)['\"]\s*[)\]]", text)
+    path = match.group(1) if match else text.removeprefix("model.")
+    try:
+        if not re.fullmatch(r"[\w.]+", path):
+            raise AttributeError(path)
+        return model.get_submodule(path)
+    except AttributeError:
+        raise InvalidInputError(
+            f"gc_layer {layer!r} names no submodule of the model: camkit reads 'model._modules.get(\"name\")', "
+            "'model.a.b' or 'a.b' (it does not evaluate code); or pass the module itself"
+        ) from None
+
+
+def _gradcam(model: nn.Module, x: Tensor, y: Tensor, kwargs: dict[str, Any]) -> Tensor:
+    raw = _raw(camkit.GradCAM(model, _layer(model, kwargs)), x, y)
+    raw = raw[:, None] if raw.dim() == x.dim() - 1 else raw
+    size = kwargs.get("interpolate")
+    if isinstance(size, tuple):  # as captum's LayerAttribution.interpolate: nearest unless interpolate_mode
+        raw = torch.nn.functional.interpolate(raw, size=size, mode=kwargs.get("interpolate_mode", "nearest"))
+    return raw
 
 
 def explain(model: nn.Module, inputs: Any, targets: Any, **kwargs: Any) -> np.ndarray:
@@ -88,5 +153,6 @@ def explain(model: nn.Module, inputs: Any, targets: Any, **kwargs: Any) -> np.nd
     if 0 in axes:
         raise InvalidInputError("reduce_axes cannot include the batch axis 0")
     if axes and out.ndim >= 3:
-        out = out.sum(axis=axes, keepdims=kwargs.get("keepdims", True))
+        reduce = np.mean if method in CONTROLS else np.sum
+        out = reduce(out, axis=axes, keepdims=kwargs.get("keepdims", True))
     return out

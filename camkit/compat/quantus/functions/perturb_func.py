@@ -1,24 +1,30 @@
-"""Quantus's perturbation functions: the names, and camkit's own code where camkit has it.
+"""Quantus's perturbation functions, computed by camkit, with Quantus's signatures and draws.
 
 camkit's metric classes compute each metric's default perturbation themselves (with Quantus's
 keywords and draws), so passing Quantus's default function of a metric as ``perturb_func`` is
-the same as leaving it unset. :func:`batch_baseline_replacement_by_indices` and
-:func:`no_perturbation` are camkit's implementations and can be called; every other name is a
-marker that a metric recognises as its default and that raises
+the same as leaving it unset. The functions here are camkit's implementations of Quantus's
+contract and can be called (the blur, rotation and translations are in
+:mod:`.perturb_geometry`); ``noisy_linear_imputation``, ``batched_translation`` and
+``perturb_batch`` are markers that a metric recognises as its default and that raise
 :class:`~camkit.compat.quantus.NotTranslatedError` when called directly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .._install import NotTranslatedError
+from .indices import baseline_values, expand_indices, get_leftover_shape
+from .perturb_geometry import baseline_replacement_by_blur, rotation, translation_x_direction, translation_y_direction
 
-# No __all__, as in Quantus: ``from quantus.functions.perturb_func import *`` also gives ``np``, which
-# scripts written for Quantus rely on.
+# No __all__, as in Quantus: ``from quantus.functions.perturb_func import *`` also gives ``np`` and
+# ``Union``, which scripts (and Quantus's own tests) written for Quantus rely on.
+Union = typing.Union
+_REEXPORTED = (baseline_replacement_by_blur, rotation, translation_x_direction, translation_y_direction)
 
 
 def batch_baseline_values(value: Any, arr: np.ndarray, shape: tuple[int, ...], **kwargs: Any) -> np.ndarray:
@@ -70,6 +76,123 @@ def batch_baseline_replacement_by_indices(
     return out
 
 
+def baseline_replacement_by_indices(
+    arr: np.ndarray, indices: Any, indexed_axes: Sequence[int], perturb_baseline: Any, **kwargs: Any
+) -> np.ndarray:
+    """A copy of ``arr`` with ``indices`` over ``indexed_axes`` set to the baseline (Quantus's contract).
+
+    ``indices`` as :func:`~camkit.compat.quantus.functions.indices.expand_indices` takes them; the
+    baseline as :func:`~camkit.compat.quantus.functions.indices.baseline_values` makes it, in the
+    shape of the axes not indexed (one value per channel with ``indexed_axes=[1, 2]``).
+
+    Example:
+        >>> baseline_replacement_by_indices(np.zeros((2, 3)), [1], [1], np.array([7.0, 8.0])).tolist()
+        [[0.0, 7.0, 0.0], [0.0, 8.0, 0.0]]
+    """
+    index = expand_indices(arr, indices, indexed_axes)
+    baseline = baseline_values(perturb_baseline, arr, get_leftover_shape(arr, indexed_axes), **kwargs)
+    out = arr.copy()
+    out[index] = np.expand_dims(baseline, axis=tuple(indexed_axes))
+    return out
+
+
+def baseline_replacement_by_shift(
+    arr: np.ndarray, indices: Any, indexed_axes: Sequence[int], input_shift: Any, **kwargs: Any
+) -> np.ndarray:
+    """A copy of ``arr`` with ``input_shift`` (a baseline, as in :func:`baseline_replacement_by_indices`) added at ``indices``.
+
+    Example:
+        >>> baseline_replacement_by_shift(np.ones((1, 3)), [0, 2], [0, 1], -1.0).tolist()
+        [[0.0, 1.0, 0.0]]
+    """
+    index = expand_indices(arr, indices, indexed_axes)
+    shift = baseline_values(input_shift, arr, get_leftover_shape(arr, indexed_axes), **kwargs)
+    out = arr.copy()
+    out[index] = (arr + np.expand_dims(shift, axis=tuple(indexed_axes)).astype(float))[index]
+    return out
+
+
+def baseline_replacement_by_mask(arr: np.ndarray, mask: np.ndarray, perturb_baseline: Any, **kwargs: Any) -> np.ndarray:
+    """``arr`` with its values where ``mask`` is true replaced by the baseline (in ``arr``'s shape).
+
+    Example:
+        >>> baseline_replacement_by_mask(np.array([1.0, 2.0]), np.array([True, False]), 0.0).tolist()
+        [0.0, 2.0]
+    """
+    if np.shape(arr) != np.shape(mask):
+        raise ValueError(f"arr and mask must have one shape, got {np.shape(arr)} and {np.shape(mask)}")
+    return np.where(mask, baseline_values(perturb_baseline, arr, tuple(arr.shape), **kwargs), arr)
+
+
+def _noise_at(arr: np.ndarray, index: Any, noise: np.ndarray) -> np.ndarray:
+    out = arr.copy()
+    out[index] = (arr + noise)[index]
+    return out
+
+
+def _uniform(lower_bound: float, upper_bound: float | None, shape: tuple[int, ...]) -> np.ndarray:
+    if upper_bound is None:
+        return np.random.uniform(-lower_bound, lower_bound, size=shape)
+    if upper_bound <= lower_bound:
+        raise ValueError(f"upper_bound must be larger than lower_bound, got {upper_bound} <= {lower_bound}")
+    return np.random.uniform(lower_bound, upper_bound, size=shape)
+
+
+def gaussian_noise(
+    arr: np.ndarray, indices: Any, indexed_axes: Sequence[int], perturb_mean: float = 0.0,
+    perturb_std: float = 0.01, **kwargs: Any,
+) -> np.ndarray:  # fmt: skip
+    """``arr`` plus normal noise (numpy's global generator, one draw per value of ``arr``) at ``indices``.
+
+    Example:
+        >>> out = gaussian_noise(np.zeros((1, 4)), [0], [0, 1])
+        >>> bool(out[0, 0] != 0 and (out[0, 1:] == 0).all())
+        True
+    """
+    return _noise_at(arr, expand_indices(arr, indices, indexed_axes),
+                     np.random.normal(perturb_mean, perturb_std, size=arr.shape))  # fmt: skip
+
+
+def batch_gaussian_noise(
+    arr: np.ndarray, indices: np.ndarray, perturb_mean: float = 0.0, perturb_std: float = 0.01, **kwargs: Any
+) -> np.ndarray:
+    """:func:`gaussian_noise` on ``arr`` [B, F] at each row's ``indices`` [B, I].
+
+    Example:
+        >>> batch_gaussian_noise(np.zeros((2, 3)), np.array([[0], [2]])).nonzero()[1].tolist()
+        [0, 2]
+    """
+    rows = np.arange(arr.shape[0])[:, None]
+    return _noise_at(arr, (rows, np.asarray(indices)), np.random.normal(perturb_mean, perturb_std, size=arr.shape))
+
+
+def uniform_noise(
+    arr: np.ndarray, indices: Any, indexed_axes: Sequence[int], lower_bound: float = 0.02,
+    upper_bound: float | None = None, **kwargs: Any,
+) -> np.ndarray:  # fmt: skip
+    """``arr`` plus uniform noise at ``indices``: ``U(-lower_bound, lower_bound)``, or ``U(lower_bound, upper_bound)``.
+
+    Example:
+        >>> out = uniform_noise(np.zeros((1, 4)), [1], [0, 1], lower_bound=0.1, upper_bound=0.2)
+        >>> bool(0.1 <= out[0, 1] < 0.2 and out[0, 0] == 0)
+        True
+    """
+    return _noise_at(arr, expand_indices(arr, indices, indexed_axes), _uniform(lower_bound, upper_bound, arr.shape))
+
+
+def batch_uniform_noise(
+    arr: np.ndarray, indices: np.ndarray, lower_bound: float = 0.02, upper_bound: float | None = None, **kwargs: Any
+) -> np.ndarray:
+    """:func:`uniform_noise` on ``arr`` [B, F] at each row's ``indices`` [B, I].
+
+    Example:
+        >>> batch_uniform_noise(np.zeros((2, 3)), np.array([[1], [0]])).nonzero()[1].tolist()
+        [1, 0]
+    """
+    rows = np.arange(arr.shape[0])[:, None]
+    return _noise_at(arr, (rows, np.asarray(indices)), _uniform(lower_bound, upper_bound, arr.shape))
+
+
 def no_perturbation(arr: np.ndarray, **kwargs: Any) -> np.ndarray:
     """``arr`` unchanged.
 
@@ -96,17 +219,6 @@ def _marker(name: str, module: str = "perturb_func") -> Callable[..., Any]:
     return marker
 
 
-baseline_replacement_by_blur = _marker("baseline_replacement_by_blur")
-baseline_replacement_by_indices = _marker("baseline_replacement_by_indices")
-baseline_replacement_by_mask = _marker("baseline_replacement_by_mask")
-baseline_replacement_by_shift = _marker("baseline_replacement_by_shift")
-batch_gaussian_noise = _marker("batch_gaussian_noise")
-batch_uniform_noise = _marker("batch_uniform_noise")
 batched_translation = _marker("batched_translation")
-gaussian_noise = _marker("gaussian_noise")
 noisy_linear_imputation = _marker("noisy_linear_imputation")
 perturb_batch = _marker("perturb_batch")
-rotation = _marker("rotation")
-translation_x_direction = _marker("translation_x_direction")
-translation_y_direction = _marker("translation_y_direction")
-uniform_noise = _marker("uniform_noise")
