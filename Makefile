@@ -28,7 +28,7 @@ test-slow: $(STAMP)
 test-heavy: $(STAMP)
 	$(PY) -m pytest -q -n auto -m "heavy and not slow"
 
-# pytorch-grad-cam's, torchcam's and Quantus's own test files (../shared/peer-suites, beside the checkout) run
+# pytorch-grad-cam's, torchcam's, captum's and Quantus's own test files (../shared/peer-suites, beside the checkout) run
 # against the originals at the versions those files belong to and against camkit's compat layers
 # (tools/peer_suites.py); skipped with a message where ../shared/peer-suites is absent.
 # PEER_ARGS passes options: `make peer-suites PEER_ARGS="--suite torchcam"`; `--ci --jobs 2` is the default (two runs at a time, one torch thread each on 2 CPUs).
