@@ -1,4 +1,4 @@
-"""Run pytorch-grad-cam's and torchcam's own test suites against the originals and against camkit's compat layers.
+"""Run pytorch-grad-cam's, torchcam's, captum's and Quantus's own test suites against the originals and against camkit's compat layers.
 
 The suites' test files sit, unmodified, beside the project in ``../shared/peer-suites/`` (see
 the README there). Each suite runs twice in subprocesses: once against the installed original
