@@ -17,15 +17,13 @@ A meta-path finder placed first on ``sys.meta_path`` answers every module name u
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ...errors import CamkitError
+from .._aliasing import AlreadyImportedError, ModuleLoader, PackageAlias
 
 __all__ = ["AlreadyImportedError", "install", "installed", "uninstall"]
 
@@ -46,10 +44,6 @@ ABSENT = {
     "robust": "adversarial robustness tools",
     "module": "stochastic-gate modules",
 }
-
-
-class AlreadyImportedError(CamkitError, ImportError):
-    """The real captum was imported before :func:`install`, so modules already hold its classes."""
 
 
 def _original_root() -> Path | None:
@@ -82,35 +76,30 @@ class _Facade(ModuleType):
         return value
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, target: str | None) -> None:
-        self.target = target
+def _module(target: str | None) -> ModuleLoader:
+    """A loader of the module ``target`` of this package, or (None) of a facade that serves only names camkit has."""
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        if self.target is not None:
-            return importlib.import_module(self.target)
+    def make(spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        if target is not None:
+            return importlib.import_module(target)
         module = _Facade(spec.name)
         module.__path__ = []  # a package: captum.attr._core.layer.grad_cam may sit under it
         return module
 
-    def exec_module(self, module: ModuleType) -> None:
-        return None
+    return ModuleLoader(make)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
-            return None
-        if fullname in OWN:
-            name = OWN[fullname]
-            package = importlib.util.find_spec(name).submodule_search_locations is not None  # type: ignore[union-attr]
-            return importlib.machinery.ModuleSpec(fullname, _Loader(name), is_package=package)
-        if _infrastructure(fullname):
-            return _original_spec(fullname)
-        part = fullname.split(".")[1]
-        if part in ABSENT:
-            raise ImportError(f"{fullname}: camkit does not compute {ABSENT[part]}; run this code on the original captum")
-        return importlib.machinery.ModuleSpec(fullname, _Loader(None), is_package=True)
+def _spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
+    if fullname in OWN:
+        name = OWN[fullname]
+        package = importlib.util.find_spec(name).submodule_search_locations is not None  # type: ignore[union-attr]
+        return importlib.machinery.ModuleSpec(fullname, _module(name), is_package=package)
+    if _infrastructure(fullname):
+        return _original_spec(fullname)
+    part = fullname.split(".")[1]
+    if part in ABSENT:
+        raise ImportError(f"{fullname}: camkit does not compute {ABSENT[part]}; run this code on the original captum")
+    return importlib.machinery.ModuleSpec(fullname, _module(None), is_package=True)
 
 
 def _original_spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
@@ -129,16 +118,18 @@ def _original_spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
     return None
 
 
-_FINDER = _Finder()
 
 
 def installed() -> bool:
     """Whether :func:`install` is in effect."""
-    return _FINDER in sys.meta_path
+    return _FINDER.installed()
 
 
 def _ours(module: Any) -> bool:
     return isinstance(module, _Facade) or getattr(module, "__name__", "").startswith(HOME)
+
+
+_FINDER = PackageAlias(ALIAS, HOME, _spec, _ours, foreign=_infrastructure)
 
 
 def install() -> None:
@@ -157,23 +148,9 @@ def install() -> None:
         >>> subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
         'camkit.compat.captum.attr._gradient'
     """
-    if installed():
-        return
-    real = [n for n in sys.modules if (n == ALIAS or n.startswith(ALIAS + ".")) and not _ours(sys.modules[n])
-            and not _infrastructure(n)]
-    if real:
-        raise AlreadyImportedError(
-            f"captum is already imported from {getattr(sys.modules[real[0]], '__file__', '?')} ({len(real)} "
-            "module(s)), so code would mix its classes with camkit's; call camkit.compat.captum.install() before "
-            "the first 'import captum'."
-        )
-    sys.meta_path.insert(0, _FINDER)
+    _FINDER.install()
 
 
 def uninstall() -> None:
     """Undo :func:`install`: the finder is removed and the ``captum`` modules it served are forgotten."""
-    if _FINDER in sys.meta_path:
-        sys.meta_path.remove(_FINDER)
-    for name in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
-        if _ours(sys.modules[name]) or _infrastructure(name):
-            del sys.modules[name]
+    _FINDER.uninstall()

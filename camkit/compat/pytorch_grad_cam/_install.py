@@ -8,23 +8,16 @@ the module object is shared, so ``pytorch_grad_cam.GradCAM is camkit.compat.pyto
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
-import sys
-from types import ModuleType
 from typing import Any
 
-from ...errors import CamkitError
+from .._aliasing import AlreadyImportedError, ModuleLoader, PackageAlias
 
 __all__ = ["AlreadyImportedError", "install", "installed", "uninstall"]
 
 ALIAS = "pytorch_grad_cam"
 HOME = __name__.rsplit(".", 1)[0]
-
-
-class AlreadyImportedError(CamkitError, ImportError):
-    """The real package was imported before :func:`install`, so modules already hold its classes."""
 
 
 def _target(fullname: str) -> str | None:
@@ -35,32 +28,25 @@ def _target(fullname: str) -> str | None:
     return None
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, target: str) -> None:
-        self.target = target
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return importlib.import_module(self.target)
-
-    def exec_module(self, module: ModuleType) -> None:
-        return None  # the camkit module ran when it was imported
+def _spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
+    name = _target(fullname)
+    if name is None or importlib.util.find_spec(name) is None:
+        return None
+    package = name == HOME or importlib.util.find_spec(name).submodule_search_locations is not None  # type: ignore[union-attr]
+    # the camkit module ran when it was imported: the alias shares the module object
+    return importlib.machinery.ModuleSpec(fullname, ModuleLoader(lambda spec: importlib.import_module(name)), is_package=package)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        name = _target(fullname)
-        if name is None or importlib.util.find_spec(name) is None:
-            return None
-        package = name == HOME or importlib.util.find_spec(name).submodule_search_locations is not None  # type: ignore[union-attr]
-        return importlib.machinery.ModuleSpec(fullname, _Loader(name), is_package=package)
+def _ours(module: Any) -> bool:
+    return getattr(module, "__name__", "").startswith(HOME)
 
 
-_FINDER = _Finder()
+_FINDER = PackageAlias(ALIAS, HOME, _spec, _ours)
 
 
 def installed() -> bool:
     """Whether :func:`install` is in effect."""
-    return _FINDER in sys.meta_path
+    return _FINDER.installed()
 
 
 def install() -> None:
@@ -79,25 +65,9 @@ def install() -> None:
         >>> subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
         'camkit.compat.pytorch_grad_cam._cams'
     """
-    if installed():
-        return
-    real = [name for name in sys.modules if _target(name) is not None and not _ours(sys.modules[name])]
-    if real:
-        raise AlreadyImportedError(
-            f"pytorch_grad_cam is already imported from {getattr(sys.modules[real[0]], '__file__', '?')} "
-            f"({len(real)} module(s)), so scripts would mix its classes with camkit's; call "
-            "camkit.compat.pytorch_grad_cam.install() before the first 'import pytorch_grad_cam'."
-        )
-    sys.meta_path.insert(0, _FINDER)
-
-
-def _ours(module: Any) -> bool:
-    return getattr(module, "__name__", "").startswith(HOME)
+    _FINDER.install()
 
 
 def uninstall() -> None:
     """Undo :func:`install`: the finder is removed and the ``pytorch_grad_cam`` aliases are forgotten."""
-    if _FINDER in sys.meta_path:
-        sys.meta_path.remove(_FINDER)
-    for name in [n for n in sys.modules if _target(n) is not None and _ours(sys.modules[n])]:
-        del sys.modules[name]
+    _FINDER.uninstall()

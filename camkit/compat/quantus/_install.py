@@ -19,14 +19,13 @@ A meta-path finder placed first on ``sys.meta_path`` answers every module name u
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
-import sys
 from types import ModuleType
 from typing import Any
 
 from ...errors import CamkitError
+from .._aliasing import AlreadyImportedError, ModuleLoader, PackageAlias
 
 __all__ = ["AlreadyImportedError", "NotTranslatedError", "install", "installed", "uninstall"]
 
@@ -73,10 +72,6 @@ MODULES = {
 #: Quantus modules of which camkit translates some names (path under ``quantus`` -> module under HOME):
 #: those names are camkit's, every other name read from the module raises :class:`NotTranslatedError`
 PARTIAL = {"helpers.utils": "functions.indices"}
-
-
-class AlreadyImportedError(CamkitError, ImportError):
-    """The real Quantus was imported before :func:`install`, so code already holds its classes."""
 
 
 class NotTranslatedError(CamkitError, ImportError):
@@ -134,17 +129,6 @@ def _family_module(fullname: str, family: str | None) -> ModuleType:
     return module
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, make: Any) -> None:
-        self.make = make
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return self.make()
-
-    def exec_module(self, module: ModuleType) -> None:
-        return None  # made complete by create_module
-
-
 def _maker(fullname: str, path: str) -> Any:
     if path == "":
         return lambda: importlib.import_module(HOME)
@@ -157,20 +141,25 @@ def _maker(fullname: str, path: str) -> Any:
     return lambda: _missing_module(fullname)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        alias = _alias(fullname)
-        if alias is None:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, _Loader(_maker(fullname, alias)), is_package=True)
+def _spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
+    alias = _alias(fullname)
+    if alias is None:
+        return None
+    make = _maker(fullname, alias)
+    return importlib.machinery.ModuleSpec(fullname, ModuleLoader(lambda spec: make()), is_package=True)
 
 
-_FINDER = _Finder()
+def _ours(module: Any) -> bool:
+    loader = getattr(getattr(module, "__spec__", None), "loader", None)
+    return getattr(module, "__name__", "").startswith(HOME) or isinstance(loader, ModuleLoader)
+
+
+_FINDER = PackageAlias(ALIAS, HOME, _spec, _ours)
 
 
 def installed() -> bool:
     """Whether :func:`install` is in effect."""
-    return _FINDER in sys.meta_path
+    return _FINDER.installed()
 
 
 def install() -> None:
@@ -189,26 +178,9 @@ def install() -> None:
         >>> subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
         'camkit.compat.quantus.faithfulness'
     """
-    if installed():
-        return
-    real = sorted(name for name in sys.modules if _alias(name) is not None and not _ours(sys.modules[name]))
-    if real:
-        raise AlreadyImportedError(
-            f"quantus is already imported from {getattr(sys.modules[real[0]], '__file__', '?')} "
-            f"({len(real)} module(s)), so code would mix its classes with camkit's; call "
-            "camkit.compat.quantus.install() before the first 'import quantus'."
-        )
-    sys.meta_path.insert(0, _FINDER)
-
-
-def _ours(module: Any) -> bool:
-    loader = getattr(getattr(module, "__spec__", None), "loader", None)
-    return getattr(module, "__name__", "").startswith(HOME) or isinstance(loader, _Loader)
+    _FINDER.install()
 
 
 def uninstall() -> None:
     """Undo :func:`install`: the finder is removed and the ``quantus`` aliases are forgotten."""
-    if _FINDER in sys.meta_path:
-        sys.meta_path.remove(_FINDER)
-    for name in [n for n in sys.modules if _alias(n) is not None and _ours(sys.modules[n])]:
-        del sys.modules[name]
+    _FINDER.uninstall()
