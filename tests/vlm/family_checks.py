@@ -23,7 +23,7 @@ def prompt_inputs(processor, images, prompts=None, **kwargs):
         )
         for p in prompts
     ]
-    return processor(images=list(images), text=texts, return_tensors="pt", padding=True, **kwargs)
+    return processor(images=[[image] for image in images], text=texts, return_tensors="pt", padding=True, **kwargs)
 
 
 def blank(height, width, value=128):
@@ -44,7 +44,7 @@ def localise(model, names=("attn.proj", "self_attn.out_proj")):
 def lm_embeddings_and_features(model, layer, inputs):
     """The language model's input embeddings [B, L, D] and ``layer``'s output rows [R, D] for ``inputs``."""
     seen = {}
-    lm = model.model.language_model
+    lm = getattr(model.model, "language_model", None) or model.model.text_model
 
     def grab_lm(_module, args, kwargs):
         seen["embeds"] = kwargs.get("inputs_embeds", args[0] if args else None).detach().clone()
@@ -66,50 +66,78 @@ def changed(a, b, tol=1e-5):
     return ((a - b).abs().amax(-1) > tol * (1 + a.abs().amax())).nonzero().reshape(-1)
 
 
+def reach(boxes, cell, radius=2.0):
+    """How far resampling carries a one-pixel change, per box and axis [U, 2], in original pixels.
+
+    ``cell`` is a box's size in the processed view's pixels; a box ``s`` times larger in the original is
+    downsampled ``s`` times: an output pixel then takes inputs within ``radius * s`` original pixels of its
+    centre and itself spans ``s / 2`` either side (``s`` taken as 1 when upsampling), plus half the changed
+    pixel itself."""
+    scale = torch.stack([boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]], 1).double() / cell
+    return (radius + 0.5) * scale.clamp(min=1) + 0.5
+
+
+def _gaps(boxes, cy, cx):
+    """Per pixel and box: inside (half-open) and the distances to the edges per axis [P, U, 2]."""
+    inside = (boxes[:, 0] <= cy) & (cy < boxes[:, 2]) & (boxes[:, 1] <= cx) & (cx < boxes[:, 3])
+    gy = torch.minimum(cy - boxes[:, 0], boxes[:, 2] - cy)
+    gx = torch.minimum(cx - boxes[:, 1], boxes[:, 3] - cx)
+    return inside, torch.stack([gy, gx], -1)
+
+
 def safe_spot(boxes, size, margin, near=(0.7, 0.6)):
-    """A pixel whose centre lies deep inside every box that holds it, depth measured in units of each box's
-    ``margin`` (a tensor [U]: how far that box's resampling reaches, in original pixels): of the pixels at depth
-    1 or more, the nearest to the fraction ``near`` of the image's height and width. Returns ``(spot, depth)``."""
+    """Of the pixels lying at least ``margin`` [U, 2] (per box and axis) inside every box that holds them, the one
+    nearest the fraction ``near`` of the image's height and width. Returns ``(spot, found)``."""
     height, width = size
     ys, xs = torch.meshgrid(torch.arange(height) + 0.5, torch.arange(width) + 0.5, indexing="ij")
     cy, cx = ys.reshape(-1, 1).double(), xs.reshape(-1, 1).double()
-    gap = torch.stack([cy - boxes[:, 0], boxes[:, 2] - cy, cx - boxes[:, 1], boxes[:, 3] - cx]).amin(0)
-    depth = torch.where(gap > 0, gap / margin, torch.inf).amin(1)
+    inside, gap = _gaps(boxes.double(), cy, cx)
+    deep = torch.where(inside, (gap / margin).amin(-1), torch.inf).amin(1) >= 1
     far = torch.hypot(cy[:, 0] / height - near[0], cx[:, 0] / width - near[1])
-    best = int(torch.where(depth >= 1, far, torch.inf).argmin()) if (depth >= 1).any() else int(depth.argmax())
-    return divmod(best, width), float(depth[best])
+    best = int(torch.where(deep, far, torch.inf).argmin())
+    return divmod(best, width), bool(deep[best])
 
 
-def holding(boxes, spot):
-    cy, cx = spot[0] + 0.5, spot[1] + 0.5
-    inside = (boxes[:, 0] <= cy) & (cy < boxes[:, 2]) & (boxes[:, 1] <= cx) & (cx < boxes[:, 3])
-    return inside.nonzero().reshape(-1)
+def holding(boxes, spot, margin=None):
+    """The boxes holding the pixel ``spot``; with ``margin`` [U, 2], those within that distance of holding it."""
+    cy, cx = torch.tensor([[spot[0] + 0.5]]).double(), torch.tensor([[spot[1] + 0.5]]).double()
+    if margin is None:
+        return _gaps(boxes.double(), cy, cx)[0][0].nonzero().reshape(-1)
+    grown = boxes.double() + torch.cat([-margin, margin], 1)
+    return _gaps(grown, cy, cx)[0][0].nonzero().reshape(-1)
 
 
-def planted(model, processor, family, size, margin, near=(0.7, 0.6), **kwargs):
-    """The tokens and feature rows the model changes for a one-pixel change of a blank image, and the expected.
+def planted(model, processor, family, size, cells, near=(0.7, 0.6), radius=2.0, **kwargs):
+    """What the model changes for a one-pixel change of a blank image, and what the layout says it should.
 
-    ``margin(layout)`` gives each feature row's needed distance from the spot to its box's edges (the
-    resampling's reach in original pixels). Returns ``(changed positions, expected positions, changed rows,
-    expected rows, layout)``.
+    ``cells = (token cell, feature cell)``: the size of a token's and of a feature row's box in the processed
+    view's pixels. The spot lies deeper inside its tokens' boxes than resampling reaches, so the changed image
+    tokens must be exactly those whose boxes hold it; feature rows (smaller boxes) must include every row holding
+    the spot and no row farther than resampling reaches. Returns ``(changed positions, expected positions,
+    changed rows, rows that must change, rows that may change)``.
     """
     localise(model)
     height, width = size
     plain = prompt_inputs(processor, [blank(height, width)], **kwargs)
     layout = family.layout(model, processor, plain, [size])[0]
-    spot, best = safe_spot(layout.feature_boxes.double(), size, margin(layout), near)
-    assert best >= 1.0, f"no spot far enough from the feature cells' edges in a {size} image ({best:.2f})"
+    spot, found = safe_spot(layout.boxes, size, reach(layout.boxes, cells[0], radius), near)
+    assert found, f"no spot far enough from the token cells' edges in a {size} image"
     image = blank(height, width)
     image[:, spot[0], spot[1]] = 255
     marked = prompt_inputs(processor, [image], **kwargs)
     layer = family.feature_layer(model)
     embeds_a, rows_a = lm_embeddings_and_features(model, layer, plain)
     embeds_b, rows_b = lm_embeddings_and_features(model, layer, marked)
-    got_positions = changed(embeds_a[0], embeds_b[0])
-    got_rows = changed(rows_a, rows_b)
-    want_positions = layout.positions[holding(layout.boxes.double(), spot)]
-    want_rows = layout.feature_rows[holding(layout.feature_boxes.double(), spot)]
-    return got_positions.sort().values, want_positions.sort().values, got_rows.sort().values, want_rows.sort().values
+    got = changed(embeds_a[0], embeds_b[0]).sort().values
+    want = layout.positions[holding(layout.boxes, spot)].sort().values
+    got_rows = changed(rows_a, rows_b).sort().values
+    must = layout.feature_rows[holding(layout.feature_boxes, spot)].sort().values
+    may = layout.feature_rows[holding(layout.feature_boxes, spot, reach(layout.feature_boxes, cells[1], radius))]
+    return got, want, got_rows, must, may.sort().values
+
+
+def is_within(small, large):
+    return bool(torch.isin(small, large).all())
 
 
 def check_tiling(layout):

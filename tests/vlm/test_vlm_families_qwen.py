@@ -21,13 +21,11 @@ def tiny(request):
     return request.param, model, processor
 
 
-def margin(layout, model):
-    """How far bicubic resampling reaches, in original pixels, for each feature row's view."""
+def cells(model):
+    """A token's (and merger row's) box in the resized image's pixels."""
     vision = model.config.vision_config
-    cell = vision.patch_size * vision.spatial_merge_size  # resized pixels per token cell
-    boxes = layout.feature_boxes.double()
-    scale = torch.maximum((boxes[:, 2] - boxes[:, 0]) / cell, (boxes[:, 3] - boxes[:, 1]) / cell)
-    return 2 * scale.clamp(min=1) + 1
+    cell = vision.patch_size * vision.spatial_merge_size
+    return cell, cell
 
 
 def test_family_of(tiny):
@@ -76,9 +74,10 @@ def test_planted_dependence(tiny, size, near):
     name, _, processor = tiny
     model, _ = BUILDERS[name]()
     family = family_of(model)
-    got, want, got_rows, want_rows = planted(model, processor, family, size, lambda lay: margin(lay, model), near)
+    got, want, got_rows, must, may = planted(model, processor, family, size, cells(model), near)
     assert want.numel() == 1 and torch.equal(got, want)
-    assert torch.equal(got_rows, want_rows)
+    assert must.numel() == 1 and torch.equal(must, may)  # one merger row per token: the spot is deep in it too
+    assert torch.equal(got_rows, must)
 
 
 def test_occlude_changes_exactly_the_chosen_tokens(tiny):

@@ -1,0 +1,186 @@
+"""Idefics3 and SmolVLM: image splitting into crops plus the global image, pixel shuffle.
+
+The processor stretches an image to ``rows * S`` by ``cols * S`` pixels (``S`` the vision tower's
+``image_size``), cuts it into ``rows x cols`` crops of ``S x S`` and adds the whole image stretched
+to ``S x S`` (a small image, or one processed without splitting, is the global image alone). In the
+text each crop's tokens follow ``<fake_token_around_image><row_i_col_j>``, a line break ends each
+row of crops, and the global image's tokens follow ``<fake_token_around_image><global-img>``, so
+the layout is read from ``input_ids`` alone: a run of image tokens is one view, the runs that follow
+the token before the sample's last run are global images (each closes an image), and a crop run
+whose third token back is not an image token starts a new row. The vision tower sees each view as
+``(S / P) x (S / P)`` patches; the connector's pixel shuffle turns each ``scale x scale`` block of
+patches into one language-model token.
+
+Grad-CAM's default layer is the vision tower's last hidden state (its ``post_layernorm``), the
+features the connector takes: one row per patch, ``scale**2`` rows (9 for Idefics3, 16 for SmolVLM)
+to each token. The connector is a pixel shuffle and a linear map, so its output carries the same
+information, but packed ``scale**2`` patches to a row with a separate set of channels for each
+place in the block: Grad-CAM's one weight per channel means one weight per channel and sub-position
+there, and the map comes out ``scale`` times coarser on each side. The hidden state keeps one set of
+channels for every patch, as LLaVA's selected hidden state does; ``layer=`` picks the connector.
+
+Views are numbered 0 for the global image and 1.. for the crops in the processor's (row-major)
+order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ...errors import InvalidInputError, UnsupportedModelError
+from ._views import Box, View, check_sizes, image_positions, keep_masks, runs, sample_tokens, view_baseline
+from .base import ImageTokens, config_of, register_family
+
+__all__ = ["Idefics3Family", "SmolVLMFamily"]
+
+
+def _vision(model: nn.Module) -> nn.Module:
+    for owner in (getattr(model, "model", None), model):
+        vision = getattr(owner, "vision_model", None)
+        if isinstance(vision, nn.Module):
+            return vision
+    raise UnsupportedModelError(f"{type(model).__name__} has no Idefics3-style vision tower ('vision_model')")
+
+
+def _image_groups(ids: Tensor, spans: list[Tensor], image_id: int) -> list[list[Tensor]]:
+    """The sample's runs of image tokens grouped by image: crops first, the global image's run last."""
+    if not spans:
+        return []
+    global_tag = int(ids[int(spans[-1][0]) - 1])
+    groups: list[list[Tensor]] = [[]]
+    for span in spans:
+        groups[-1].append(span)
+        if int(ids[int(span[0]) - 1]) == global_tag:
+            groups.append([])
+    if groups[-1]:
+        raise InvalidInputError("a run of image tokens is not followed by a global image; inputs not from the processor")
+    return groups[:-1]
+
+
+def _columns(ids: Tensor, crops: list[Tensor], image_id: int) -> int:
+    """The number of crops per row: a crop whose third token back is no image token starts a row."""
+    starts = [j for j in range(1, len(crops)) if int(ids[int(crops[j][0]) - 3]) != image_id]
+    cols = starts[0] if starts else len(crops)
+    if len(crops) % cols or starts != list(range(cols, len(crops), cols)):
+        raise InvalidInputError(
+            f"cannot read a grid of crops from {len(crops)} crop runs with row breaks before {starts}; the image "
+            "layout needs the processor's text (a line break token after each row of crops)"
+        )
+    return cols
+
+
+class Idefics3Family:
+    """Idefics3: crops and the global image, pixel shuffle; the vision hidden state as features.
+
+    Example:
+        >>> from camkit.vlm.families.idefics import Idefics3Family
+        >>> Idefics3Family().name
+        'idefics3'
+    """
+
+    name = "idefics3"
+    answer_token_type = 0
+    model_types: tuple[str, ...] = ("idefics3",)
+
+    def matches(self, model: nn.Module) -> bool:
+        return getattr(config_of(model), "model_type", None) in self.model_types
+
+    def image_token_id(self, model: nn.Module) -> int:
+        return int(config_of(model).image_token_id)
+
+    def feature_layer(self, model: nn.Module) -> nn.Module:
+        return _vision(model).post_layernorm
+
+    def geometry(self, model: nn.Module) -> tuple[int, int, int]:
+        """``(view pixels S, patches per side, tokens per side)`` of one view."""
+        config = config_of(model)
+        size, patch = int(config.vision_config.image_size), int(config.vision_config.patch_size)
+        return size, size // patch, size // patch // int(config.scale_factor)
+
+    def sample_views(self, model: nn.Module, ids: Tensor, positions: Tensor) -> list[tuple[int, int, int]]:
+        """Per image of the sample: ``(rows, cols, first view's index among the sample's views)``."""
+        _, _, side = self.geometry(model)
+        spans = runs(positions)
+        if any(span.numel() != side * side for span in spans):
+            raise InvalidInputError(f"every view should bring {side * side} image tokens, got runs of "
+                                    f"{sorted({span.numel() for span in spans})}")
+        images, first = [], 0
+        for group in _image_groups(ids, spans, self.image_token_id(model)):
+            crops = group[:-1]
+            cols = _columns(ids, crops, self.image_token_id(model)) if crops else 0
+            images.append((len(crops) // cols if cols else 0, cols, first))
+            first += len(group)
+        return images
+
+    def layout(
+        self, model: nn.Module, processor: Any, inputs: Mapping[str, Tensor], image_sizes: Sequence[tuple[int, int]]
+    ) -> list[ImageTokens]:
+        _, patches, side = self.geometry(model)
+        ids = inputs["input_ids"].cpu()
+        layouts, image, row = [], 0, 0
+        for b, positions in enumerate(image_positions(inputs, self.image_token_id(model))):
+            views: list[View] = []
+            images = self.sample_views(model, ids[b], positions)
+            if image + len(images) > len(image_sizes):
+                raise InvalidInputError(f"the batch's image tokens need more than the {len(image_sizes)} image sizes given")
+            for index, (rows, cols, _) in enumerate(images):
+                height, width = (float(x) for x in image_sizes[image + index])
+                boxes: list[tuple[int, Box]] = [
+                    (1 + i * cols + j, (i * height / rows, j * width / cols, (i + 1) * height / rows,
+                                        (j + 1) * width / cols))
+                    for i in range(rows) for j in range(cols)
+                ]
+                boxes.append((0, (0.0, 0.0, height, width)))
+                for view, box in boxes:
+                    feature = torch.arange(row, row + patches * patches)
+                    views.append(View(index, view, box, (side, side), feature, (patches, patches)))
+                    row += patches * patches
+            layouts.append(sample_tokens(positions, views, image_sizes[image : image + len(images)]))
+            image += len(images)
+        check_sizes(image_sizes, image)
+        return layouts
+
+    def occlude(
+        self, model: nn.Module, inputs: Mapping[str, Tensor], keep: Sequence[Tensor], baseline: float | Tensor
+    ) -> Mapping[str, Tensor]:
+        size, _, side = self.geometry(model)
+        cell = size // side
+        positions = image_positions(inputs, self.image_token_id(model))
+        masks = keep_masks(keep, [p.numel() for p in positions])
+        pixels = inputs["pixel_values"].clone()
+        for b, mask in enumerate(masks):
+            for token in torch.nonzero(~mask).reshape(-1).tolist():
+                view, place = divmod(token, side * side)
+                if view >= pixels.shape[1]:
+                    raise InvalidInputError(f"sample {b} has image tokens for more views than its pixel_values hold")
+                r, c = divmod(place, side)
+                region = (slice(None), slice(r * cell, (r + 1) * cell), slice(c * cell, (c + 1) * cell))
+                pixels[b, view][region] = view_baseline(baseline, pixels[b, view])[region]
+        # an all-zero view is taken for batch padding and dropped by the model: keep occluded views apart from it
+        views = pixels.flatten(2)
+        blank = (views == 0).all(-1) & (inputs["pixel_values"].flatten(2) != 0).any(-1)
+        views[..., 0] = torch.where(blank, torch.finfo(pixels.dtype).tiny, views[..., 0])
+        out = dict(inputs)
+        out["pixel_values"] = pixels
+        return out
+
+
+class SmolVLMFamily(Idefics3Family):
+    """SmolVLM: the Idefics3 layout (its processor emits the same text around the views).
+
+    Example:
+        >>> from camkit.vlm.families.idefics import SmolVLMFamily
+        >>> SmolVLMFamily().name
+        'smolvlm'
+    """
+
+    name = "smolvlm"
+    model_types = ("smolvlm",)
+
+
+register_family(Idefics3Family())
+register_family(SmolVLMFamily())
