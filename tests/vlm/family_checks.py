@@ -9,6 +9,7 @@ image changes: exactly those whose boxes hold the spot.
 from __future__ import annotations
 
 import torch
+
 from camkit.vlm.paint import paint
 
 PROMPT = "describe the image"

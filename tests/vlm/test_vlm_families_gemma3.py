@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
 import tiny_gemma3
+import torch
 from family_checks import (
     blank,
     check_tiling,

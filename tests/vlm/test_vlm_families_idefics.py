@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
-import torch
 import tiny_idefics3
+import torch
 from family_checks import blank, check_tiling, is_within, lm_embeddings_and_features, localise, planted, prompt_inputs
 
 from camkit.vlm.families import family_of
 from camkit.vlm.families.idefics import Idefics3Family, SmolVLMFamily
 
 pytest.importorskip("num2words")  # SmolVLM's processor needs it
-import tiny_smolvlm  # noqa: E402
+import tiny_smolvlm
 
 BUILDERS = {"idefics3": tiny_idefics3.build, "smolvlm": tiny_smolvlm.build}
 #: (size, crops as rows x cols): the longest edge goes to 64 pixels, then both sides up to multiples of 32
@@ -50,7 +50,7 @@ def test_positions_views_and_tiling(tiny):
         views = rows * cols + 1
         assert layout.count == views * side * side
         # crops first (views 1..), in row-major order, then the global image (view 0)
-        order = list(range(1, views)) + [0]
+        order = [*range(1, views), 0]
         assert layout.view.view(views, -1)[:, 0].tolist() == order
         crop_boxes = layout.boxes[layout.view > 0]
         if rows:

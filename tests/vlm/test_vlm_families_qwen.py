@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import torch
 import tiny_qwen2_5_vl
 import tiny_qwen2_vl
+import torch
 from family_checks import blank, check_tiling, lm_embeddings_and_features, localise, planted, prompt_inputs
 
 from camkit.vlm.families import family_of

@@ -6,10 +6,11 @@ Nothing is downloaded: the vocabulary is a short word list plus each family's sp
 
 from __future__ import annotations
 
-WORDS = (
-    "user assistant model system describe the image picture what is this in a an of and there red blue green "
-    "cat dog car tree sky house left right top bottom small big one two it shows"
-).split() + [".", ",", "?", ":", "!"]
+WORDS = [
+    *"user assistant model system describe the image picture what is this in a an of and there red blue green".split(),
+    *"cat dog car tree sky house left right top bottom small big one two it shows".split(),
+    *".,?:!",
+]
 
 
 def word_tokenizer(special, *, eos, pad, bos=None, newline=True, **extra):

@@ -11,8 +11,13 @@ VIEW, PATCH, SCALE = 32, 2, 4
 
 def build(dtype=torch.float32, attn_implementation="sdpa"):
     """``(model, processor)``: a seeded random SmolVLM."""
-    from transformers import SmolVLMConfig, SmolVLMForConditionalGeneration, SmolVLMImageProcessor, SmolVLMProcessor
-    from transformers import SmolVLMVideoProcessor
+    from transformers import (
+        SmolVLMConfig,
+        SmolVLMForConditionalGeneration,
+        SmolVLMImageProcessor,
+        SmolVLMProcessor,
+        SmolVLMVideoProcessor,
+    )
 
     tok, processor, text, vision = parts(SmolVLMProcessor, SmolVLMImageProcessor, view=VIEW, patch=PATCH,
                                          scale=SCALE, video_processor=SmolVLMVideoProcessor())

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from ...errors import InvalidInputError
+from ...errors import InvalidInputError, UnsupportedModelError
 from .base import ImageTokens
 
 Box = tuple[float, float, float, float]
@@ -40,6 +40,14 @@ class View:
     grid: tuple[int, int]
     rows: Tensor
     row_grid: tuple[int, int]
+
+
+def child(module: nn.Module, name: str) -> nn.Module:
+    """``module``'s submodule ``name``, or an error that names what the model lacks."""
+    found = getattr(module, name, None)
+    if not isinstance(found, nn.Module):
+        raise UnsupportedModelError(f"{type(module).__name__} has no submodule {name!r} where this family expects one")
+    return found
 
 
 def grid_boxes(box: Box, rows: int, cols: int) -> Tensor:

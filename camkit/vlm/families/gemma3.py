@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import InvalidInputError, UnsupportedModelError
-from ._views import Box, View, check_sizes, image_positions, keep_masks, runs, sample_tokens, view_baseline
+from ._views import Box, View, check_sizes, child, image_positions, keep_masks, runs, sample_tokens, view_baseline
 from .base import ImageTokens, config_of, register_family
 
 __all__ = ["Gemma3Family", "pan_and_scan_boxes"]
@@ -62,7 +62,7 @@ def _pan_and_scan_settings(processor: Any) -> dict[str, float]:
     """The processor's pan-and-scan settings: its image processor's, overridden by the processor's own defaults."""
     from transformers import Gemma3Processor
 
-    settings = dict(Gemma3Processor.images_kwargs)
+    settings: dict[str, Any] = dict(Gemma3Processor.images_kwargs)
     image_processor = getattr(processor, "image_processor", None)
     settings.update({k: getattr(image_processor, k) for k in _SETTINGS if getattr(image_processor, k, None) is not None})
     settings.update({k: v for k, v in getattr(processor, "images_kwargs", {}).items() if v is not None})
@@ -75,7 +75,7 @@ def _expected_crops(height: int, width: int, settings: Mapping[str, float]) -> i
     long_side, short_side = max(height, width), min(height, width)
     if long_side / short_side < settings["pan_and_scan_min_ratio_to_activate"]:
         return 0
-    crops = min(int(math.floor(long_side / least)), int(math.floor(long_side / short_side + 0.5)))
+    crops = min(math.floor(long_side / least), math.floor(long_side / short_side + 0.5))
     crops = min(most, max(2, crops))
     return crops if min(math.ceil(long_side / crops), short_side) >= least else 0
 
@@ -129,8 +129,7 @@ class Gemma3Family:
         for owner in (getattr(model, "model", None), model):
             tower = getattr(owner, "vision_tower", None)
             if isinstance(tower, nn.Module):
-                inner = getattr(tower, "vision_model", tower)
-                return inner.post_layernorm
+                return child(getattr(tower, "vision_model", tower), "post_layernorm")
         raise UnsupportedModelError(f"{type(model).__name__} has no Gemma 3 vision tower ('vision_tower')")
 
     def geometry(self, model: nn.Module) -> tuple[int, int, int]:

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import InvalidInputError, UnsupportedModelError
-from ._views import Box, View, check_sizes, image_positions, keep_masks, runs, sample_tokens, view_baseline
+from ._views import Box, View, check_sizes, child, image_positions, keep_masks, runs, sample_tokens, view_baseline
 from .base import ImageTokens, config_of, register_family
 
 __all__ = ["Idefics3Family", "SmolVLMFamily"]
@@ -93,7 +93,7 @@ class Idefics3Family:
         return int(config_of(model).image_token_id)
 
     def feature_layer(self, model: nn.Module) -> nn.Module:
-        return _vision(model).post_layernorm
+        return child(_vision(model), "post_layernorm")
 
     def geometry(self, model: nn.Module) -> tuple[int, int, int]:
         """``(view pixels S, patches per side, tokens per side)`` of one view."""

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import InvalidInputError, UnsupportedModelError
-from ._views import View, check_sizes, image_positions, keep_masks, sample_tokens, view_baseline
+from ._views import View, check_sizes, child, image_positions, keep_masks, sample_tokens, view_baseline
 from .base import ImageTokens, config_of, register_family
 
 __all__ = ["Qwen2VLFamily", "Qwen25VLFamily"]
@@ -64,7 +64,7 @@ class Qwen2VLFamily:
         return int(config_of(model).image_token_id)
 
     def feature_layer(self, model: nn.Module) -> nn.Module:
-        return _visual(model).merger
+        return child(_visual(model), "merger")
 
     def merger_rows(self, model: nn.Module, grid: Tensor) -> Tensor:
         """For each image token of the batch (in sequence order), the merger's output row that feeds it."""
