@@ -112,9 +112,15 @@ def prepare(model: nn.Module, processor: Any, family: Family, images: Any, promp
     for index, (image, text) in enumerate(zip(listed, prompts)):
         picture, size = as_image(image)
         text = _text(processor, text)
+        marker = getattr(processor, "image_token", None)
+        if isinstance(marker, str) and marker not in text:
+            raise InvalidInputError(
+                f"prompt {index} has no image token ({text!r}); put the processor's image token ({marker!r}) where "
+                "the image goes, or use a processor with a chat template"
+            )
         try:
             encoded = processor(images=picture, text=text, return_tensors="pt")
-        except (ValueError, TypeError, RuntimeError, IndexError) as err:
+        except (ValueError, TypeError, RuntimeError, IndexError, ArithmeticError) as err:
             raise InvalidInputError(f"the processor refused image {index} (size {size[0]}x{size[1]}): {err}") from err
         inputs = {k: v for k, v in encoded.items() if isinstance(v, Tensor) and k not in _NOT_INPUTS}
         if not bool((inputs["input_ids"] == token).any()):
