@@ -6,12 +6,12 @@ import importlib
 
 import pytest
 import torch
-from conftest import picture
 
 import camkit
 from camkit.vlm.families import family_of
 from camkit.vlm.generate import stop_ids
 from camkit.vlm.prompts import prepare
+from conftest import picture
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm", "gemma3"]
 
@@ -39,12 +39,28 @@ def generated(model, processor, image, prompt, steps):
 def test_the_tokens_explained_are_generates(tiny):
     model, processor = tiny
     image = picture(40, 70, seed=5)
+    flags = [p.requires_grad for p in model.parameters()]
     result = camkit.explain_generation(model, processor, image, "what is this ?", max_new_tokens=3)
     tokens, logp = generated(model, processor, image, "what is this ?", 3)
     assert tokens.numel() > 0 and result.token_ids[0].tolist() == tokens.tolist()
     torch.testing.assert_close(result.scores[0], logp, rtol=1e-4, atol=1e-4)
     assert result.maps[0].shape == (tokens.numel(), 40, 70)
     assert float(result.maps[0].amax()) > 0  # Grad-CAM found something on the image for these tokens
+    # as loaded: SDPA, no gradients or hooks left behind, evaluation mode
+    assert model.config._attn_implementation == "sdpa" and not model.training
+    assert [p.requires_grad for p in model.parameters()] == flags
+    assert all(p.grad is None for p in model.parameters())
+    assert not any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_bfloat16_explains(name):
+    if name == "smolvlm":
+        pytest.importorskip("num2words")
+    model, processor = importlib.import_module(f"tiny_{name}").build(dtype=torch.bfloat16)
+    result = camkit.explain_generation(model, processor, picture(40, 70, seed=5), "what is this ?", max_new_tokens=2)
+    assert result.maps[0].shape[1:] == (40, 70) and bool(torch.isfinite(result.maps[0]).all())
+    assert next(model.parameters()).dtype == torch.bfloat16
 
 
 def test_a_batch_of_prompts_equals_each_prompt_alone(tiny):
