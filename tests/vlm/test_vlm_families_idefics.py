@@ -7,6 +7,7 @@ import tiny_idefics3
 import torch
 from family_checks import blank, check_tiling, is_within, lm_embeddings_and_features, localise, planted, prompt_inputs
 
+from camkit.errors import InvalidInputError
 from camkit.vlm.families import family_of
 from camkit.vlm.families.idefics import Idefics3Family, SmolVLMFamily
 
@@ -124,3 +125,34 @@ def test_low_precision_loads_and_runs(tiny, dtype):
     assert rows.dtype == dtype and torch.isfinite(rows).all() and torch.isfinite(embeds).all()
     assert rows.shape[0] == layout.feature_rows.numel()
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_without_line_break_tokens_the_processor_gives_the_rows(tiny):
+    """A tokenizer that drops line breaks leaves no row break in the text: the image processor's grid stands in."""
+    _, model, processor = tiny
+    family = family_of(model)
+    sizes = [(40, 70), (70, 20)]
+    inputs = prompt_inputs(processor, [blank(*s) for s in sizes])
+    layouts = family.layout(model, processor, inputs, sizes)
+    newline = processor.tokenizer.convert_tokens_to_ids("\n")
+    ids = inputs["input_ids"]
+    kept = [row[row != newline] for row in ids]
+    width = max(len(row) for row in kept)
+    pad = processor.tokenizer.pad_token_id
+    squeezed = dict(inputs, input_ids=torch.stack([torch.cat([r, r.new_full((width - len(r),), pad)]) for r in kept]))
+    for before, after in zip(layouts, family.layout(model, processor, squeezed, sizes)):
+        assert torch.equal(before.boxes, after.boxes) and torch.equal(before.view, after.view)
+        assert torch.equal(before.feature_rows, after.feature_rows)
+
+
+def test_bad_input_is_refused_clearly(tiny):
+    _, model, processor = tiny
+    family = family_of(model)
+    inputs = prompt_inputs(processor, [blank(40, 70)])
+    with pytest.raises(InvalidInputError, match="image sizes"):
+        family.layout(model, processor, inputs, [(40, 70), (10, 10)])
+    with pytest.raises(InvalidInputError, match="keep"):
+        family.occlude(model, inputs, [torch.ones(3, dtype=torch.bool)], 0.0)
+    cut = dict(inputs, input_ids=inputs["input_ids"][:, :-30])  # a view's tokens cut short
+    with pytest.raises(InvalidInputError):
+        family.layout(model, processor, cut, [(40, 70)])

@@ -8,6 +8,7 @@ import tiny_qwen2_vl
 import torch
 from family_checks import blank, check_tiling, lm_embeddings_and_features, localise, planted, prompt_inputs
 
+from camkit.errors import InvalidInputError
 from camkit.vlm.families import family_of
 from camkit.vlm.families.qwen_vl import Qwen2VLFamily, Qwen25VLFamily
 
@@ -120,3 +121,17 @@ def test_low_precision_loads_and_runs(tiny, dtype):
     assert rows.dtype == dtype and torch.isfinite(rows).all() and torch.isfinite(embeds).all()
     assert rows.shape[0] == layout.count
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_bad_input_is_refused_clearly(tiny):
+    _, model, processor = tiny
+    family = family_of(model)
+    inputs = prompt_inputs(processor, [blank(40, 70)])
+    with pytest.raises(InvalidInputError, match=r"image sizes|images"):
+        family.layout(model, processor, inputs, [(40, 70), (10, 10)])
+    with pytest.raises(InvalidInputError, match="image_grid_thw"):
+        family.layout(model, processor, {k: v for k, v in inputs.items() if k != "image_grid_thw"}, [(40, 70)])
+    with pytest.raises(InvalidInputError, match="keep"):
+        family.occlude(model, inputs, [torch.ones(3, dtype=torch.bool)], 0.0)
+    with pytest.raises(InvalidInputError, match="baseline"):
+        family.occlude(model, inputs, [torch.zeros(45, dtype=torch.bool)], torch.zeros(2, 2))

@@ -5,9 +5,10 @@ The processor stretches an image to ``rows * S`` by ``cols * S`` pixels (``S`` t
 to ``S x S`` (a small image, or one processed without splitting, is the global image alone). In the
 text each crop's tokens follow ``<fake_token_around_image><row_i_col_j>``, a line break ends each
 row of crops, and the global image's tokens follow ``<fake_token_around_image><global-img>``, so
-the layout is read from ``input_ids`` alone: a run of image tokens is one view, the runs that follow
-the token before the sample's last run are global images (each closes an image), and a crop run
-whose third token back is not an image token starts a new row. The vision tower sees each view as
+the layout is read from ``input_ids``: a run of image tokens is one view, the runs that follow the
+token before the sample's last run are global images (each closes an image), and a crop run whose
+third token back is not an image token starts a new row (for a tokenizer that drops line breaks,
+the image processor's own count of rows and columns for the image's size stands in). The vision tower sees each view as
 ``(S / P) x (S / P)`` patches; the connector's pixel shuffle turns each ``scale x scale`` block of
 patches into one language-model token.
 
@@ -61,16 +62,49 @@ def _image_groups(ids: Tensor, spans: list[Tensor], image_id: int) -> list[list[
     return groups[:-1]
 
 
-def _columns(ids: Tensor, crops: list[Tensor], image_id: int) -> int:
-    """The number of crops per row: a crop whose third token back is no image token starts a row."""
+def _columns(ids: Tensor, crops: list[Tensor], image_id: int) -> int | None:
+    """The number of crops per row (a crop whose third token back is no image token starts a row); ``None`` when
+    the text has no row break to read (a tokenizer that drops line breaks)."""
     starts = [j for j in range(1, len(crops)) if int(ids[int(crops[j][0]) - 3]) != image_id]
-    cols = starts[0] if starts else len(crops)
+    if not starts:
+        return None
+    cols = starts[0]
     if len(crops) % cols or starts != list(range(cols, len(crops), cols)):
         raise InvalidInputError(
             f"cannot read a grid of crops from {len(crops)} crop runs with row breaks before {starts}; the image "
             "layout needs the processor's text (a line break token after each row of crops)"
         )
     return cols
+
+
+def _grid_of(processor: Any, size: tuple[int, int], crops: int, cols: int | None) -> tuple[int, int]:
+    """``(rows, cols)`` of an image's ``crops``: as read from the text, else as the image processor cuts them."""
+    if cols is None and crops > 1:
+        count = getattr(getattr(processor, "image_processor", None), "get_number_of_image_patches", None)
+        rows, cols = count(int(size[0]), int(size[1]), {})[1:] if count is not None else (1, crops)
+        if rows * cols != crops:
+            raise InvalidInputError(
+                f"{crops} crops without row breaks in the text, and the processor cuts this image into {rows}x{cols}"
+            )
+        return int(rows), int(cols)
+    cols = cols or crops
+    return (crops // cols, cols) if crops else (0, 0)
+
+
+def _views_of(index: int, grid: tuple[int, int], size: tuple[int, int], first_row: int, patches: int,
+              side: int) -> list[View]:
+    """The views of one image: its crops row-major (views 1..), then the global image (view 0)."""
+    (rows, cols), (height, width) = grid, (float(size[0]), float(size[1]))
+    boxes: list[tuple[int, Box]] = [
+        (1 + i * cols + j, (i * height / rows, j * width / cols, (i + 1) * height / rows, (j + 1) * width / cols))
+        for i in range(rows) for j in range(cols)
+    ]
+    boxes.append((0, (0.0, 0.0, height, width)))
+    views, row = [], first_row
+    for view, box in boxes:
+        views.append(View(index, view, box, (side, side), torch.arange(row, row + patches * patches), (patches, patches)))
+        row += patches * patches
+    return views
 
 
 class Idefics3Family:
@@ -101,19 +135,17 @@ class Idefics3Family:
         size, patch = int(config.vision_config.image_size), int(config.vision_config.patch_size)
         return size, size // patch, size // patch // int(config.scale_factor)
 
-    def sample_views(self, model: nn.Module, ids: Tensor, positions: Tensor) -> list[tuple[int, int, int]]:
-        """Per image of the sample: ``(rows, cols, first view's index among the sample's views)``."""
+    def sample_views(self, model: nn.Module, ids: Tensor, positions: Tensor) -> list[tuple[int, int | None]]:
+        """Per image of the sample: ``(crops, crops per row)`` read from the text (``None``: no row break seen)."""
         _, _, side = self.geometry(model)
         spans = runs(positions)
         if any(span.numel() != side * side for span in spans):
             raise InvalidInputError(f"every view should bring {side * side} image tokens, got runs of "
                                     f"{sorted({span.numel() for span in spans})}")
-        images, first = [], 0
+        images = []
         for group in _image_groups(ids, spans, self.image_token_id(model)):
             crops = group[:-1]
-            cols = _columns(ids, crops, self.image_token_id(model)) if crops else 0
-            images.append((len(crops) // cols if cols else 0, cols, first))
-            first += len(group)
+            images.append((len(crops), _columns(ids, crops, self.image_token_id(model)) if crops else None))
         return images
 
     def layout(
@@ -123,22 +155,14 @@ class Idefics3Family:
         ids = inputs["input_ids"].cpu()
         layouts, image, row = [], 0, 0
         for b, positions in enumerate(image_positions(inputs, self.image_token_id(model))):
-            views: list[View] = []
             images = self.sample_views(model, ids[b], positions)
             if image + len(images) > len(image_sizes):
                 raise InvalidInputError(f"the batch's image tokens need more than the {len(image_sizes)} image sizes given")
-            for index, (rows, cols, _) in enumerate(images):
-                height, width = (float(x) for x in image_sizes[image + index])
-                boxes: list[tuple[int, Box]] = [
-                    (1 + i * cols + j, (i * height / rows, j * width / cols, (i + 1) * height / rows,
-                                        (j + 1) * width / cols))
-                    for i in range(rows) for j in range(cols)
-                ]
-                boxes.append((0, (0.0, 0.0, height, width)))
-                for view, box in boxes:
-                    feature = torch.arange(row, row + patches * patches)
-                    views.append(View(index, view, box, (side, side), feature, (patches, patches)))
-                    row += patches * patches
+            views: list[View] = []
+            for index, (crops, cols) in enumerate(images):
+                size = image_sizes[image + index]
+                views += _views_of(index, _grid_of(processor, size, crops, cols), size, row, patches, side)
+                row += (crops + 1) * patches * patches
             layouts.append(sample_tokens(positions, views, image_sizes[image : image + len(images)]))
             image += len(images)
         check_sizes(image_sizes, image)
