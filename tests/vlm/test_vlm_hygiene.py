@@ -90,10 +90,10 @@ def test_half_precision_runs_and_keeps_to_float32s_map(llava, dtype):
     ref = camkit.explain_generation(full, processor, image, "what is this ?", answer="a red cat")
     got = camkit.explain_generation(half, processor, image, "what is this ?", answer="a red cat")
     assert got.maps[0].dtype == torch.float32 and bool(torch.isfinite(got.maps[0]).all())
-    torch.testing.assert_close(got.scores[0], ref.scores[0], rtol=0, atol=0.05)
+    torch.testing.assert_close(got.scores[0], ref.scores[0], rtol=0, atol=0.01)  # seen: 1e-3 (bf16), 1e-4 (fp16)
     a, b = got.explanations[0].extras["unit_scores"], ref.explanations[0].extras["unit_scores"]
     cosine = torch.nn.functional.cosine_similarity(a, b, dim=1)
-    assert bool((cosine > 0.9).all()), cosine
+    assert bool((cosine > 0.999).all()), cosine  # seen: above 0.99996
 
 
 def test_token_target_drives_camkits_gradcam_on_the_pixel_values(llava):
