@@ -6,12 +6,12 @@ import importlib
 
 import pytest
 import torch
+from vlm_helpers import picture
 
 import camkit
 from camkit.vlm.families import family_of
 from camkit.vlm.generate import stop_ids
 from camkit.vlm.prompts import prepare
-from conftest import picture
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm", "gemma3"]
 

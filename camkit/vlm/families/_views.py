@@ -9,6 +9,7 @@ shuffle, Gemma 3's pooling). :func:`sample_tokens` turns a sample's views into a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -165,3 +166,22 @@ def view_baseline(baseline: float | Tensor, like: Tensor) -> Tensor:
         raise InvalidInputError(
             f"baseline must be a number or broadcast to one view's pixels {list(like.shape)}, got {list(value.shape)}"
         ) from err
+
+
+def occlude_views(views: Tensor, drop: Tensor, baseline: float | Tensor) -> Tensor:
+    """Views [V, C, S, S] with the cells of a ``side x side`` token grid where ``drop`` [V, side * side] is True
+    set to ``baseline`` (broadcast to one view). A new tensor; ``views`` is not changed.
+
+    Example:
+        >>> import torch
+        >>> from camkit.vlm.families._views import occlude_views
+        >>> out = occlude_views(torch.ones(1, 1, 4, 4), torch.tensor([[True, False, False, False]]), 0.0)
+        >>> out[0, 0].tolist()
+        [[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
+    """
+    count, _, size, _ = views.shape
+    side = math.isqrt(drop.shape[1])
+    cell = size // side
+    mask = drop.to(views.device).view(count, side, side).repeat_interleave(cell, 1).repeat_interleave(cell, 2)
+    fill = view_baseline(baseline, views[0]) if count else views
+    return torch.where(mask[:, None], fill, views)

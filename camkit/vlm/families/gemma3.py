@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import InvalidInputError, UnsupportedModelError
-from ._views import Box, View, check_sizes, child, image_positions, keep_masks, runs, sample_tokens, view_baseline
+from ._views import Box, View, check_sizes, child, image_positions, keep_masks, occlude_views, runs, sample_tokens
 from .base import ImageTokens, config_of, register_family
 
 __all__ = ["Gemma3Family", "pan_and_scan_boxes"]
@@ -168,19 +168,14 @@ class Gemma3Family:
     def occlude(
         self, model: nn.Module, inputs: Mapping[str, Tensor], keep: Sequence[Tensor], baseline: float | Tensor
     ) -> Mapping[str, Tensor]:
-        size, _, side = self.geometry(model)
-        cell = size // side
+        _, _, side = self.geometry(model)
         positions = image_positions(inputs, self.image_token_id(model))
         masks = keep_masks(keep, [p.numel() for p in positions])
-        pixels = inputs["pixel_values"].clone()
+        pixels = inputs["pixel_values"]
         drop = ~torch.cat(masks) if masks else torch.zeros(0, dtype=torch.bool)
         if drop.numel() != pixels.shape[0] * side * side:
             raise InvalidInputError(f"pixel_values holds {pixels.shape[0]} views for {drop.numel()} image tokens")
-        for token in torch.nonzero(drop).reshape(-1).tolist():
-            view, place = divmod(token, side * side)
-            r, c = divmod(place, side)
-            region = (slice(None), slice(r * cell, (r + 1) * cell), slice(c * cell, (c + 1) * cell))
-            pixels[view][region] = view_baseline(baseline, pixels[view])[region]
+        pixels = occlude_views(pixels, drop.view(-1, side * side), baseline)
         out = dict(inputs)
         out["pixel_values"] = pixels
         return out

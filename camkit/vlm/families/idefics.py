@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import InvalidInputError, UnsupportedModelError
-from ._views import Box, View, check_sizes, child, image_positions, keep_masks, runs, sample_tokens, view_baseline
+from ._views import Box, View, check_sizes, child, image_positions, keep_masks, occlude_views, runs, sample_tokens
 from .base import ImageTokens, config_of, register_family
 
 __all__ = ["Idefics3Family", "SmolVLMFamily"]
@@ -171,19 +171,17 @@ class Idefics3Family:
     def occlude(
         self, model: nn.Module, inputs: Mapping[str, Tensor], keep: Sequence[Tensor], baseline: float | Tensor
     ) -> Mapping[str, Tensor]:
-        size, _, side = self.geometry(model)
-        cell = size // side
+        _, _, side = self.geometry(model)
         positions = image_positions(inputs, self.image_token_id(model))
         masks = keep_masks(keep, [p.numel() for p in positions])
-        pixels = inputs["pixel_values"].clone()
+        pixels = inputs["pixel_values"]
+        drop = torch.zeros(pixels.shape[0], pixels.shape[1], side * side, dtype=torch.bool)
         for b, mask in enumerate(masks):
-            for token in torch.nonzero(~mask).reshape(-1).tolist():
-                view, place = divmod(token, side * side)
-                if view >= pixels.shape[1]:
-                    raise InvalidInputError(f"sample {b} has image tokens for more views than its pixel_values hold")
-                r, c = divmod(place, side)
-                region = (slice(None), slice(r * cell, (r + 1) * cell), slice(c * cell, (c + 1) * cell))
-                pixels[b, view][region] = view_baseline(baseline, pixels[b, view])[region]
+            if mask.numel() > drop[b].numel() or mask.numel() % (side * side):
+                raise InvalidInputError(f"sample {b} has {mask.numel()} image tokens for {pixels.shape[1]} views of "
+                                        f"{side * side} tokens")
+            drop[b].view(-1)[: mask.numel()] = ~mask
+        pixels = occlude_views(pixels.flatten(0, 1), drop.flatten(0, 1), baseline).view(pixels.shape)
         # an all-zero view is taken for batch padding and dropped by the model: keep occluded views apart from it
         views = pixels.flatten(2)
         blank = (views == 0).all(-1) & (inputs["pixel_values"].flatten(2) != 0).any(-1)
