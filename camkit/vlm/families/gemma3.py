@@ -120,12 +120,15 @@ class Gemma3Family:
     answer_token_type = 0
 
     def matches(self, model: nn.Module) -> bool:
+        """Whether ``model``'s configuration is of this family's ``model_type``."""
         return getattr(config_of(model), "model_type", None) == "gemma3"
 
     def image_token_id(self, model: nn.Module) -> int:
+        """The configuration's ``image_token_id``."""
         return int(config_of(model).image_token_id)
 
     def feature_layer(self, model: nn.Module) -> nn.Module:
+        """The vision tower's ``post_layernorm`` (the projector's input): one row per patch."""
         for owner in (getattr(model, "model", None), model):
             tower = getattr(owner, "vision_tower", None)
             if isinstance(tower, nn.Module):
@@ -141,6 +144,7 @@ class Gemma3Family:
     def layout(
         self, model: nn.Module, processor: Any, inputs: Mapping[str, Tensor], image_sizes: Sequence[tuple[int, int]]
     ) -> list[ImageTokens]:
+        """One :class:`ImageTokens` per sample: each image's whole view (0) and pan-and-scan crops (1..)."""
         _, patches, side = self.geometry(model)
         positions = image_positions(inputs, self.image_token_id(model))
         spans = [runs(p) for p in positions]
@@ -168,6 +172,7 @@ class Gemma3Family:
     def occlude(
         self, model: nn.Module, inputs: Mapping[str, Tensor], keep: Sequence[Tensor], baseline: float | Tensor
     ) -> Mapping[str, Tensor]:
+        """``inputs`` with each dropped token's pooled pixel block of its view set to ``baseline``."""
         _, _, side = self.geometry(model)
         positions = image_positions(inputs, self.image_token_id(model))
         masks = keep_masks(keep, [p.numel() for p in positions])

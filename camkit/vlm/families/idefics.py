@@ -121,12 +121,15 @@ class Idefics3Family:
     model_types: tuple[str, ...] = ("idefics3",)
 
     def matches(self, model: nn.Module) -> bool:
+        """Whether ``model``'s configuration is of this family's ``model_type``."""
         return getattr(config_of(model), "model_type", None) in self.model_types
 
     def image_token_id(self, model: nn.Module) -> int:
+        """The configuration's ``image_token_id``."""
         return int(config_of(model).image_token_id)
 
     def feature_layer(self, model: nn.Module) -> nn.Module:
+        """The vision tower's ``post_layernorm``: one row per patch of each view."""
         return child(_vision(model), "post_layernorm")
 
     def geometry(self, model: nn.Module) -> tuple[int, int, int]:
@@ -151,6 +154,7 @@ class Idefics3Family:
     def layout(
         self, model: nn.Module, processor: Any, inputs: Mapping[str, Tensor], image_sizes: Sequence[tuple[int, int]]
     ) -> list[ImageTokens]:
+        """One :class:`ImageTokens` per sample: each image's crops (views 1..) and global image (view 0)."""
         _, patches, side = self.geometry(model)
         ids = inputs["input_ids"].cpu()
         layouts, image, row = [], 0, 0
@@ -171,6 +175,7 @@ class Idefics3Family:
     def occlude(
         self, model: nn.Module, inputs: Mapping[str, Tensor], keep: Sequence[Tensor], baseline: float | Tensor
     ) -> Mapping[str, Tensor]:
+        """``inputs`` with each dropped token's pixel block of its view set to ``baseline``."""
         _, _, side = self.geometry(model)
         positions = image_positions(inputs, self.image_token_id(model))
         masks = keep_masks(keep, [p.numel() for p in positions])

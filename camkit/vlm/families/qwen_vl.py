@@ -58,12 +58,15 @@ class Qwen2VLFamily:
     model_types: tuple[str, ...] = ("qwen2_vl",)
 
     def matches(self, model: nn.Module) -> bool:
+        """Whether ``model``'s configuration is of this family's ``model_type``."""
         return getattr(config_of(model), "model_type", None) in self.model_types
 
     def image_token_id(self, model: nn.Module) -> int:
+        """The configuration's ``image_token_id``."""
         return int(config_of(model).image_token_id)
 
     def feature_layer(self, model: nn.Module) -> nn.Module:
+        """The vision tower's merger: one output row per image token."""
         return child(_visual(model), "merger")
 
     def merger_rows(self, model: nn.Module, grid: Tensor) -> Tensor:
@@ -74,6 +77,7 @@ class Qwen2VLFamily:
     def layout(
         self, model: nn.Module, processor: Any, inputs: Mapping[str, Tensor], image_sizes: Sequence[tuple[int, int]]
     ) -> list[ImageTokens]:
+        """One :class:`ImageTokens` per sample: each image one view, its tokens on the merged-patch grid."""
         merge = int(config_of(model).vision_config.spatial_merge_size)
         grid = _grid(inputs)
         rows = self.merger_rows(model, grid)
@@ -102,6 +106,7 @@ class Qwen2VLFamily:
     def occlude(
         self, model: nn.Module, inputs: Mapping[str, Tensor], keep: Sequence[Tensor], baseline: float | Tensor
     ) -> Mapping[str, Tensor]:
+        """``inputs`` with the patch rows of each dropped token's ``merge x merge`` block set to ``baseline``."""
         vision = config_of(model).vision_config
         merge, patch, frames = int(vision.spatial_merge_size), int(vision.patch_size), int(vision.temporal_patch_size)
         grid = _grid(inputs)
