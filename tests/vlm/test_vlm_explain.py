@@ -83,10 +83,14 @@ def test_a_batch_of_prompts_equals_each_prompt_alone(request, name):
     assert [tuple(m.shape[1:]) for m in batch.maps] == [(40, 70), (50, 30)]
 
 
-def test_batched_and_looped_backwards_agree_and_span_sums_the_phrase(llava):
+def test_batched_and_looped_backwards_agree_and_span_sums_the_phrase(llava, monkeypatch):
+    from camkit.vlm.methods import gradcam
+
     model, processor = llava
     image = picture(40, 70, seed=7)
-    batched = camkit.explain_generation(model, processor, image, "what is this ?", answer="a red cat sat")
+    with monkeypatch.context() as patch:  # the batched backward really runs (no silent fallback to the loop)
+        patch.setattr(gradcam, "_looped", lambda *a: pytest.fail("fell back to one backward per token"))
+        batched = camkit.explain_generation(model, processor, image, "what is this ?", answer="a red cat sat")
     looped = camkit.explain_generation(model, processor, image, "what is this ?", answer="a red cat sat", batched=False)
     chunked = camkit.explain_generation(model, processor, image, "what is this ?", answer="a red cat sat", batch_tokens=3)
     for other in (looped, chunked):
