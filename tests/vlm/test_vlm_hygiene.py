@@ -68,6 +68,8 @@ def test_bad_input_is_refused_with_the_fix(llava):
         camkit.explain_generation(model, processor, torch.zeros(3, 0, 5, dtype=torch.uint8), "what is this ?")
     with pytest.raises(camkit.InvalidInputError, match=r"\[3, H, W\]"):
         camkit.explain_generation(model, processor, torch.zeros(40, 70), "what is this ?")
+    with pytest.raises(camkit.InvalidInputError, match=r"outside \[0, 1\]"):
+        camkit.explain_generation(model, processor, torch.full((3, 40, 70), -2.0), "what is this ?")
     with pytest.raises(camkit.InvalidInputError, match="one prompt"):
         camkit.explain_generation(model, processor, [picture(40, 70)] * 2, ["a", "b", "c"])
     with pytest.raises(camkit.UnknownMethodError, match="gradcam"):
@@ -145,3 +147,11 @@ def test_layer_by_name_or_module_and_a_layer_without_the_rows_is_refused(llava):
     torch.testing.assert_close(by_name.explanations[0].raw, by_module.explanations[0].raw)
     with pytest.raises(camkit.InvalidInputError, match="has 16 rows but the layout reads row 16"):
         camkit.explain_generation(model, processor, image, "what is this ?", answer="a cat", layer="model.multi_modal_projector")
+
+
+def test_a_float_image_in_unit_range_reads_as_its_uint8_pixels(llava):
+    model, processor = llava
+    pixels = torch.randint(0, 256, (3, 40, 70), dtype=torch.uint8)
+    as_bytes = camkit.explain_generation(model, processor, pixels, "what is this ?", answer="a cat")
+    as_floats = camkit.explain_generation(model, processor, pixels.float() / 255, "what is this ?", answer="a cat")
+    torch.testing.assert_close(as_floats.explanations[0].raw, as_bytes.explanations[0].raw)
