@@ -210,6 +210,9 @@ class DeepLift(GradientAttribution):
             broadcasts to the input ([C, *S], [1, C, *S] or [B, C, *S]).
         eps: input changes ``|x - x0|`` below this use the activation's derivative instead
             of the difference quotient (default ``1e-10``).
+        multiply_by_inputs: ``False`` leaves out the factor ``x - x0``: ``raw`` is then the
+            multipliers ``m`` (the "local" form; captum's ``multiply_by_inputs=False``).
+            ``extras["delta"]`` still measures the multiplied attribution.
         output, keep_mode, input_index: see :class:`~camkit.Explainer`. Keyword inputs
             (``explain(..., kwargs=...)``) reach both passes; other positional inputs are refused.
 
@@ -237,11 +240,13 @@ class DeepLift(GradientAttribution):
         *,
         baseline: Baseline = 0.0,
         eps: float = 1e-10,
+        multiply_by_inputs: bool = True,
         output: OutputSelector = None,
         keep_mode: bool = False,
         input_index: InputIndex = 0,
     ) -> None:
         super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
+        self.multiply_by_inputs = bool(multiply_by_inputs)
         if isinstance(baseline, bool) or not isinstance(baseline, (int, float, Tensor)):
             raise InvalidInputError(f"baseline must be a number or a tensor, got {type(baseline).__name__}")
         if not eps >= 0:
@@ -357,16 +362,19 @@ class DeepLift(GradientAttribution):
         classes, scores, base_scores, grads = self._checked_multipliers(x, base, target)
         diff = (x - base).float()
         raw = (diff.unsqueeze(1) if scores.dim() == 2 else diff) * grads.float()
-        return self._finish(x, raw, classes, scores, base_scores)
+        return self._finish(x, raw, classes, scores, base_scores, local=grads.float())
 
     def _finish(
-        self, x: Tensor, raw: Tensor, classes: Tensor | None, scores: Tensor, base_scores: Tensor, **extras: Any
+        self, x: Tensor, raw: Tensor, classes: Tensor | None, scores: Tensor, base_scores: Tensor,
+        local: Tensor | None = None, **extras: Any
     ) -> Explanation:
+        """Wrap ``raw`` (``(x - x0) * m``); ``local`` (``m``) replaces it when ``multiply_by_inputs`` is off."""
         if classes is None and scores.shape[0] != x.shape[0]:
             raise InvalidTargetError(f"a callable target must return one score per image ({x.shape[0]})")
         size = tuple(x.shape[2:])
-        maps, flat = self.maps_from_raw(raw, size)
         delta = completeness_gap(raw, scores.float(), base_scores.float(), spatial_dims=len(size))
+        raw = raw if self.multiply_by_inputs or local is None else local
+        maps, flat = self.maps_from_raw(raw, size)
         return Explanation(
             maps=maps,
             raw=raw,
@@ -404,7 +412,8 @@ class DeepLiftShap(DeepLift):
             of the data set, read when the input arrives; ``None`` (the default) is one
             all-zero input, which makes this plain DeepLift.
         max_batch: the most images (repeated images) run through the model at once (default 32).
-        eps, output, keep_mode, input_index: as for :class:`DeepLift`.
+        eps, multiply_by_inputs, output, keep_mode, input_index: as for :class:`DeepLift` (without the
+            multiplication ``raw`` is the mean of the multipliers over the baselines).
 
     Example:
         >>> import torch
@@ -435,6 +444,7 @@ class DeepLiftShap(DeepLift):
         *,
         max_batch: int = 32,
         eps: float = 1e-10,
+        multiply_by_inputs: bool = True,
         output: OutputSelector = None,
         keep_mode: bool = False,
         input_index: InputIndex = 0,
@@ -442,7 +452,8 @@ class DeepLiftShap(DeepLift):
         check_baselines(baselines)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise InvalidInputError(f"max_batch must be a positive int, got {max_batch!r}")
-        super().__init__(model, baseline=0.0, eps=eps, output=output, keep_mode=keep_mode, input_index=input_index)
+        super().__init__(model, baseline=0.0, eps=eps, multiply_by_inputs=multiply_by_inputs, output=output,
+                         keep_mode=keep_mode, input_index=input_index)
         self.baselines = None if baselines is None else baselines.detach()
         self.max_batch = max_batch
 
@@ -465,6 +476,7 @@ class DeepLiftShap(DeepLift):
         count, batch = bases.shape[0], x.shape[0]
         per_pass = self._per_pass(target, batch, count)
         total: Tensor | None = None
+        local: Tensor | None = None  # the multipliers summed over the baselines
         base_total: Tensor | None = None
         classes: Tensor | None = None
         scores = x.new_zeros(0)
@@ -488,7 +500,9 @@ class DeepLiftShap(DeepLift):
             gaps.append(pairs.flatten(1 + scores.dim()).sum(dim=-1) - (scores.float() - base_pairs))
             base_part = base_pairs.sum(dim=0)
             total = part if total is None else total + part
+            local = grads.sum(dim=0) if local is None else local + grads.sum(dim=0)
             base_total = base_part if base_total is None else base_total + base_part
         pair_deltas = torch.cat(gaps).movedim(0, 1)  # [B, N(, K)]
         mean = cast(Tensor, total) / count
-        return self._finish(x, mean, classes, scores, cast(Tensor, base_total) / count, baselines=count, pair_deltas=pair_deltas)
+        return self._finish(x, mean, classes, scores, cast(Tensor, base_total) / count, cast(Tensor, local) / count,
+                            baselines=count, pair_deltas=pair_deltas)

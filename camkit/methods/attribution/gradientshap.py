@@ -48,6 +48,8 @@ class GradientShap(GradientAttribution):
         seed: the draws' seed; ``None`` draws one from torch's global generator (so
             ``torch.manual_seed`` fixes it too). ``extras["seed"]`` says which was used.
         max_batch: the most points run through the model at once (default 32).
+        multiply_by_inputs: ``False`` leaves out the factor ``x' - b``: ``raw`` is then the mean
+            gradient over the draws (captum's ``multiply_by_inputs=False``).
         output, keep_mode, input_index: see :class:`~camkit.Explainer` (keyword inputs only).
 
     Example:
@@ -77,6 +79,7 @@ class GradientShap(GradientAttribution):
         stdev: float = 0.0,
         seed: int | None = None,
         max_batch: int = 32,
+        multiply_by_inputs: bool = True,
         output: OutputSelector = None,
         keep_mode: bool = False,
         input_index: InputIndex = 0,
@@ -90,6 +93,7 @@ class GradientShap(GradientAttribution):
             raise InvalidInputError(f"stdev must be a finite number >= 0, got {stdev!r}")
         self.baselines = None if baselines is None else baselines.detach()
         self.samples, self.stdev, self.seed, self.max_batch = samples, float(stdev), seed, max_batch
+        self.multiply_by_inputs = bool(multiply_by_inputs)
 
     def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Any:
         if inputs is not None:
@@ -147,6 +151,7 @@ class GradientShap(GradientAttribution):
                 chunk_scores = self._scores(self._forward(point.clone()), classes, target, image)
                 grads = score_gradients(chunk_scores, point).float()
             part = (step.unsqueeze(1) if grads.dim() == step.dim() + 1 else step).float() * grads
+            part = part if self.multiply_by_inputs else grads
             total.index_add_(0, image, part)
         raw = total / samples
         maps, flat = self.maps_from_raw(raw, tuple(x.shape[2:]))

@@ -101,14 +101,6 @@ class Deconvolution(GuidedBackprop):
         return km.Deconvolution(model)
 
 
-def _check_multiply(multiply_by_inputs: bool, name: str) -> None:
-    if not multiply_by_inputs:
-        raise NotComputedError(
-            f"{name}(multiply_by_inputs=False): camkit computes the attribution multiplied by (input - baseline) "
-            "only, its global form; the local form is not computed"
-        )
-
-
 class _WithDelta(GradientAttribution):
     """The methods with captum's convergence delta (camkit's completeness gap)."""
 
@@ -122,11 +114,16 @@ class _WithDelta(GradientAttribution):
     def multiplies_by_inputs(self) -> bool:
         return self._multiply
 
-    def _answer(self, inputs: Any, target: Any, extra: Any, build: Any, delta: bool, **run: Any) -> Any:
+    def _answer(self, inputs: Any, target: Any, extra: Any, build: Any, delta: bool, baselines: Any = (),
+                **run: Any) -> Any:
         raw, explanations = self._run(inputs, target, extra, build, **run)
         if not delta:
             return raw
         first = raw[0] if isinstance(raw, tuple) else raw
+        if not self._multiply:  # captum's delta of the local form: its sum against f(x) - f(x0), as captum computes it
+            if baselines == ():  # a distribution of baselines: no single start point
+                raise NotComputedError(f"{type(self).__name__}(multiply_by_inputs=False) with return_convergence_delta=True")
+            return raw, self.compute_convergence_delta(raw, baselines, inputs, target, extra).to(first.dtype)
         return raw, gathered(explanations, self.delta_key, first.dtype)
 
 
@@ -148,7 +145,6 @@ class IntegratedGradients(_WithDelta):
         internal_batch_size: int | None = None,
         return_convergence_delta: bool = False,
     ) -> Any:
-        _check_multiply(self._multiply, "IntegratedGradients")
         if method not in RULES:
             raise NotComputedError(f"method={method!r}: camkit integrates with {sorted(RULES)} only")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -157,9 +153,10 @@ class IntegratedGradients(_WithDelta):
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             base = fit_to(bases if example < 0 else bases[example : example + 1], x)
             chunk = internal_batch_size or max(1, x.shape[0] * n_steps)
-            return km.IntegratedGradients(model, steps=n_steps, rule=RULES[method], baseline=base, max_batch=chunk)  # type: ignore[arg-type]
+            return km.IntegratedGradients(model, steps=n_steps, rule=RULES[method], baseline=base, max_batch=chunk,  # type: ignore[arg-type]
+                                          multiply_by_inputs=self._multiply)
 
-        return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta)
+        return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta, baselines)
 
 
 class DeepLift(_WithDelta):
@@ -182,7 +179,6 @@ class DeepLift(_WithDelta):
         return_convergence_delta: bool = False,
         custom_attribution_func: Any = None,
     ) -> Any:
-        _check_multiply(self._multiply, "DeepLift")
         if custom_attribution_func is not None:
             raise NotComputedError("custom_attribution_func: camkit's DeepLift returns (x - x0) * multipliers only")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -190,9 +186,9 @@ class DeepLift(_WithDelta):
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             base = fit_to(bases if example < 0 else bases[example : example + 1], x)
-            return km.DeepLift(model, baseline=base, eps=self.eps)
+            return km.DeepLift(model, baseline=base, eps=self.eps, multiply_by_inputs=self._multiply)
 
-        return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta)
+        return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta, baselines)
 
 
 def _distribution(baselines: Any, inputs: tuple[Tensor, ...]) -> Tensor:
@@ -223,12 +219,11 @@ class DeepLiftShap(DeepLift):
     ) -> Any:
         if custom_attribution_func is not None:
             raise NotComputedError("custom_attribution_func: camkit's DeepLiftShap returns (x - x0) * multipliers only")
-        _check_multiply(self._multiply, "DeepLiftShap")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
         dist = _distribution(baselines, xs)
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.DeepLiftShap(model, baselines=fit_to(dist, x), eps=self.eps)
+            return km.DeepLiftShap(model, baselines=fit_to(dist, x), eps=self.eps, multiply_by_inputs=self._multiply)
 
         self.delta_key = "pair_deltas"  # captum's delta: one per example and baseline, example-major
         return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta)
@@ -251,7 +246,6 @@ class GradientShap(_WithDelta):
         additional_forward_args: Any = None,
         return_convergence_delta: bool = False,
     ) -> Any:
-        _check_multiply(self._multiply, "GradientShap")
         if return_convergence_delta:
             raise NotComputedError(
                 "GradientShap(return_convergence_delta=True): captum gives one delta per random draw; camkit does not "
@@ -266,6 +260,7 @@ class GradientShap(_WithDelta):
         seed = int(torch.randint(0, 2**31 - 1, ()).item())
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.GradientShap(model, baselines=fit_to(dist, x), samples=n_samples, stdev=float(stdevs), seed=seed)
+            return km.GradientShap(model, baselines=fit_to(dist, x), samples=n_samples, stdev=float(stdevs), seed=seed,
+                                   multiply_by_inputs=self._multiply)
 
         return self._answer(inputs, target, additional_forward_args, build, False)

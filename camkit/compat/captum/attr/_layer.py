@@ -43,6 +43,15 @@ def _refuse_layer_input(attribute_to_layer_input: bool, name: str) -> None:
         raise NotComputedError(f"{name}(attribute_to_layer_input=True): camkit attributes to a layer's output only")
 
 
+def _check_grad_kwargs(grad_kwargs: Any, name: str) -> None:
+    """captum's ``grad_kwargs`` for ``torch.autograd.grad``: camkit's gradients are materialised (zeros where unused)."""
+    if grad_kwargs and dict(grad_kwargs) != {"materialize_grads": True}:
+        raise NotComputedError(
+            f"{name}(grad_kwargs={grad_kwargs!r}): camkit takes its gradients itself, with unused parts as zeros "
+            "(grad_kwargs={'materialize_grads': True}); other autograd options are not passed on"
+        )
+
+
 class _SignedGradCAM(km.GradCAM):
     """camkit's Grad-CAM, its raw map the channel sum of its contributions before the ReLU (captum's default)."""
 
@@ -83,8 +92,9 @@ class LayerGradCam(_Layered):
         grad_kwargs: Any = None,
     ) -> Any:
         _refuse_layer_input(attribute_to_layer_input, "LayerGradCam")
-        if not attr_dim_summation or grad_kwargs:
-            raise NotComputedError("LayerGradCam(attr_dim_summation=False or grad_kwargs): camkit sums over channels")
+        _check_grad_kwargs(grad_kwargs, "LayerGradCam")
+        if not attr_dim_summation:
+            raise NotComputedError("LayerGradCam(attr_dim_summation=False): camkit sums over channels")
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             kind = km.GradCAM if relu_attributions else _SignedGradCAM
@@ -123,20 +133,20 @@ class LayerGradientXActivation(_Layered):
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
                  multiply_by_inputs: bool = True) -> None:
-        if not multiply_by_inputs:
-            raise NotComputedError("LayerGradientXActivation(multiply_by_inputs=False): camkit multiplies by the activation")
         super().__init__(forward_func, layer, device_ids)
+        self._multiply = multiply_by_inputs
 
     @property
     def multiplies_by_inputs(self) -> bool:
-        return True
+        return self._multiply
 
     def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
-                  attribute_to_layer_input: bool = False) -> Any:
+                  attribute_to_layer_input: bool = False, grad_kwargs: Any = None) -> Any:
         _refuse_layer_input(attribute_to_layer_input, "LayerGradientXActivation")
+        _check_grad_kwargs(grad_kwargs, "LayerGradientXActivation")
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.LayerGradientXActivation(model, self.layer, reshape=_grid(x.dim()))
+            return km.LayerGradientXActivation(model, self.layer, multiply_by_inputs=self._multiply, reshape=_grid(x.dim()))
 
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
         shape = self._layer_shape(inputs, additional_forward_args)
@@ -170,9 +180,14 @@ class LayerIntegratedGradients(_LayerPath):
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
                  multiply_by_inputs: bool = True) -> None:
-        if not multiply_by_inputs or isinstance(layer, list):
-            raise NotComputedError("LayerIntegratedGradients with multiply_by_inputs=False or several layers")
+        if isinstance(layer, list):
+            raise NotComputedError("LayerIntegratedGradients with several layers: camkit attributes to one layer at a time")
         super().__init__(forward_func, layer, device_ids)
+        self._multiply = multiply_by_inputs
+
+    @property
+    def multiplies_by_inputs(self) -> bool:
+        return self._multiply
 
     def attribute(self, inputs: Any, baselines: Any = None, target: Any = None, additional_forward_args: Any = None,
                   n_steps: int = 50, method: str = "gausslegendre", internal_batch_size: int | None = None,
@@ -181,32 +196,34 @@ class LayerIntegratedGradients(_LayerPath):
         from ._gradient import RULES
 
         _refuse_layer_input(attribute_to_layer_input, "LayerIntegratedGradients")
-        if method not in RULES or grad_kwargs:
-            raise NotComputedError(f"LayerIntegratedGradients(method={method!r}, grad_kwargs): camkit integrates with {sorted(RULES)}")
+        _check_grad_kwargs(grad_kwargs, "LayerIntegratedGradients")
+        if method not in RULES:
+            raise NotComputedError(f"LayerIntegratedGradients(method={method!r}): camkit integrates with {sorted(RULES)}")
 
         def make(model: nn.Module, base: Tensor, rank: int) -> Explainer:
             return km.LayerIntegratedGradients(model, self.layer, steps=n_steps, rule=RULES[method],  # type: ignore[arg-type]
-                                               baseline=base, max_batch=internal_batch_size or 10**9, reshape=_grid(rank))
+                                               baseline=base, max_batch=internal_batch_size or 10**9, reshape=_grid(rank),
+                                               multiply_by_inputs=self._multiply)
 
         return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta)
 
 
 class LayerConductance(_LayerPath):
-    """captum's ``LayerConductance`` (``method="riemann_trapezoid"``) on :class:`camkit.LayerConductance`."""
+    """captum's ``LayerConductance`` (every ``method``: the path's points) on :class:`camkit.LayerConductance`."""
 
     def attribute(self, inputs: Any, baselines: Any = None, target: Any = None, additional_forward_args: Any = None,
                   n_steps: int = 50, method: str = "gausslegendre", internal_batch_size: int | None = None,
                   return_convergence_delta: bool = False, attribute_to_layer_input: bool = False,
                   grad_kwargs: Any = None) -> Any:
         _refuse_layer_input(attribute_to_layer_input, "LayerConductance")
-        if method != "riemann_trapezoid" or grad_kwargs:
-            raise NotComputedError(
-                f"LayerConductance(method={method!r}): camkit's conductance is the Riemann sum over the path's "
-                "n_steps points including both ends, captum's method='riemann_trapezoid'"
-            )
+        from ._gradient import RULES
+
+        _check_grad_kwargs(grad_kwargs, "LayerConductance")
+        if method not in RULES:
+            raise NotComputedError(f"LayerConductance(method={method!r}): camkit's path points are {sorted(RULES)}")
 
         def make(model: nn.Module, base: Tensor, rank: int) -> Explainer:
-            return km.LayerConductance(model, self.layer, steps=n_steps - 1, baseline=base,
+            return km.LayerConductance(model, self.layer, steps=n_steps, rule=RULES[method], baseline=base,  # type: ignore[arg-type]
                                        max_batch=internal_batch_size or 10**9, reshape=_grid(rank))
 
         return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta)

@@ -80,13 +80,12 @@ class NeuronIntegratedGradients(NeuronAttribution):
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
                  multiply_by_inputs: bool = True) -> None:
-        if not multiply_by_inputs:
-            raise NotComputedError("NeuronIntegratedGradients(multiply_by_inputs=False)")
         super().__init__(forward_func, layer, device_ids)
+        self._multiply = multiply_by_inputs
 
     @property
     def multiplies_by_inputs(self) -> bool:
-        return True
+        return self._multiply
 
     def attribute(self, inputs: Any, neuron_selector: Any, baselines: Any = None, additional_forward_args: Any = None,
                   n_steps: int = 50, method: str = "gausslegendre", internal_batch_size: int | None = None,
@@ -100,7 +99,8 @@ class NeuronIntegratedGradients(NeuronAttribution):
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             base = fit_to(bases if example < 0 else bases[example : example + 1], x)
             chunk = internal_batch_size or max(1, x.shape[0] * n_steps)
-            return km.IntegratedGradients(model, steps=n_steps, rule=RULES[method], baseline=base, max_batch=chunk)  # type: ignore[arg-type]
+            return km.IntegratedGradients(model, steps=n_steps, rule=RULES[method], baseline=base, max_batch=chunk,  # type: ignore[arg-type]
+                                          multiply_by_inputs=self._multiply)
 
         raw, _ = self._run(inputs, target, additional_forward_args, build)
         return raw

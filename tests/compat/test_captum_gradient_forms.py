@@ -1,0 +1,151 @@
+"""camkit.compat.captum's local forms (``multiply_by_inputs=False``) and conductance's path points, against captum and formulas.
+
+Each case runs on a float64 model whose gradient changes along the path (tanh after the layer), so
+that the integration points matter.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import camkit
+from camkit.compat.captum import attr as ours
+from camkit.compat.captum._support import _reshape_and_sum, apply_gradient_requirements, approximation_parameters
+from camkit.compat.captum._support import undo_gradient_requirements
+
+ca = pytest.importorskip("captum.attr")
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+        self.act = nn.Tanh()
+        self.fc = nn.Linear(3 * 16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.act(self.conv(x)).flatten(1))
+
+
+@pytest.fixture
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return _Net().double().eval()
+
+
+@pytest.fixture
+def x() -> torch.Tensor:
+    torch.manual_seed(1)
+    return torch.randn(2, 2, 4, 4, dtype=torch.float64)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-6) -> None:
+    assert a.shape == b.shape and a.dtype == b.dtype
+    torch.testing.assert_close(a, b, atol=atol, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["gausslegendre", "riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle"])
+def test_layer_conductance_every_method_equals_captum(net, x, method):
+    mine, my_delta = ours.LayerConductance(net, net.conv).attribute(
+        x, target=1, n_steps=7, method=method, return_convergence_delta=True)
+    theirs, delta = ca.LayerConductance(net, net.conv).attribute(
+        x, target=1, n_steps=7, method=method, return_convergence_delta=True)
+    _close(mine, theirs, atol=1e-5)
+    _close(my_delta, delta, atol=1e-5)
+
+
+def test_camkit_conductance_gap_is_against_the_path_ends_for_every_rule(net, x):
+    # Gauss-Legendre's points leave out both ends: the gap is sum(raw) - (S(x) - S(0)), not zero
+    e = camkit.LayerConductance(net, "conv", steps=3, rule="gausslegendre").explain(x, 1)
+    with torch.no_grad():
+        whole = net(x)[:, 1] - net(torch.zeros_like(x))[:, 1]
+    torch.testing.assert_close(e.extras["completeness_gap"].double(), e.raw.double().flatten(1).sum(1) - whole,
+                               atol=1e-5, rtol=0)
+    assert e.extras["completeness_gap"].abs().max() > 1e-3  # three inner points miss part of the path
+    with pytest.raises(camkit.InvalidInputError):
+        camkit.LayerConductance(net, "conv", rule="simpson")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["IntegratedGradients", "DeepLift"])
+def test_local_form_equals_captum_and_times_the_change_gives_the_global_form(net, x, name):
+    base = torch.full_like(x, 0.3)
+    kwargs = {"n_steps": 9} if name == "IntegratedGradients" else {}
+    local = getattr(ours, name)(net, multiply_by_inputs=False).attribute(x, base, target=2, **kwargs)
+    theirs = getattr(ca, name)(net, multiply_by_inputs=False).attribute(x, base, target=2, **kwargs)
+    _close(local, theirs, atol=1e-6)
+    whole = getattr(ours, name)(net).attribute(x, base, target=2, **kwargs)
+    _close(local * (x - base), whole, atol=1e-6)
+    assert not getattr(ours, name)(net, multiply_by_inputs=False).multiplies_by_inputs
+
+
+def test_local_form_delta_is_captums(net, x):
+    mine = ours.IntegratedGradients(net, multiply_by_inputs=False).attribute(x, target=0, n_steps=5,
+                                                                              return_convergence_delta=True)
+    theirs = ca.IntegratedGradients(net, multiply_by_inputs=False).attribute(x, target=0, n_steps=5,
+                                                                              return_convergence_delta=True)
+    _close(mine[1], theirs[1], atol=1e-6)
+
+
+def test_deepliftshap_local_form_equals_captum(net, x):
+    torch.manual_seed(2)
+    dist = torch.randn(3, 2, 4, 4, dtype=torch.float64)
+    _close(ours.DeepLiftShap(net, multiply_by_inputs=False).attribute(x, dist, target=1),
+           ca.DeepLiftShap(net, multiply_by_inputs=False).attribute(x, dist, target=1))
+
+
+def test_gradient_shap_local_form_of_a_linear_model_is_its_weights():
+    # every draw of a linear model has the same gradient, so captum's and camkit's draws agree exactly
+    torch.manual_seed(0)
+    lin = nn.Linear(5, 2).double()
+    x, dist = torch.rand(3, 5, dtype=torch.float64), torch.rand(4, 5, dtype=torch.float64)
+    local = ours.GradientShap(lin, multiply_by_inputs=False).attribute(x, dist, target=1, n_samples=6)
+    _close(local, lin.weight[1].detach().expand(3, 5))
+    _close(local, ca.GradientShap(lin, multiply_by_inputs=False).attribute(x, dist, target=1, n_samples=6))
+
+
+def test_layer_local_forms_equal_captum(net, x):
+    _close(ours.LayerGradientXActivation(net, net.conv, multiply_by_inputs=False).attribute(x, target=0),
+           ca.LayerGradientXActivation(net, net.conv, multiply_by_inputs=False).attribute(x, target=0))
+    _close(ours.LayerIntegratedGradients(net, net.conv, multiply_by_inputs=False).attribute(x, target=0, n_steps=6),
+           ca.LayerIntegratedGradients(net, net.conv, multiply_by_inputs=False).attribute(x, target=0, n_steps=6),
+           atol=1e-6)
+    _close(ours.NeuronIntegratedGradients(net, net.conv, multiply_by_inputs=False).attribute(x, (1, 2, 2), n_steps=6),
+           ca.NeuronIntegratedGradients(net, net.conv, multiply_by_inputs=False).attribute(x, (1, 2, 2), n_steps=6))
+
+
+def test_grad_kwargs_materialising_unused_gradients_is_accepted_others_refused(net, x):
+    _close(ours.LayerConductance(net, net.conv).attribute(x, target=0, n_steps=4, grad_kwargs={"materialize_grads": True}),
+           ours.LayerConductance(net, net.conv).attribute(x, target=0, n_steps=4))
+    with pytest.raises(ours.NotComputedError, match="grad_kwargs"):
+        ours.LayerGradientXActivation(net, net.conv).attribute(x, target=0, grad_kwargs={"retain_graph": True})
+
+
+def test_captum_private_helpers_its_tests_import():
+    sizes, alphas = approximation_parameters("gausslegendre")
+    assert alphas(2) == pytest.approx([0.5 - 0.5 / 3**0.5, 0.5 + 0.5 / 3**0.5]) and sizes(2) == pytest.approx([0.5, 0.5])
+    sizes, alphas = approximation_parameters("riemann_trapezoid")
+    assert alphas(3) == pytest.approx([0.0, 0.5, 1.0]) and sizes(3) == pytest.approx([0.25, 0.5, 0.25])
+    with pytest.raises(ValueError, match="simpson"):
+        approximation_parameters("simpson")
+    rows = torch.arange(12.0).reshape(6, 2)  # 3 steps of 2 examples
+    assert _reshape_and_sum(rows, 3, 2, (2,)).tolist() == [[12.0, 15.0], [18.0, 21.0]]
+    a, b = torch.zeros(2), torch.zeros(2, requires_grad=True)
+    flags = apply_gradient_requirements((a, b))
+    assert a.requires_grad and flags == [False, True]
+    undo_gradient_requirements((a, b), flags)
+    assert not a.requires_grad and b.requires_grad
+
+
+def test_deeplift_through_two_activations_in_a_row_sums_where_captums_does_not(x):
+    # captum's hooks give a ReLU followed by a tanh the wrong multiplier: its attributions miss
+    # f(x) - f(x0) by about 0.1 here; camkit's Rescale rule on each call keeps the sum exact
+    torch.manual_seed(0)
+    stacked = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.ReLU(), nn.Tanh(), nn.Flatten(), nn.Linear(48, 3))
+    stacked = stacked.double().eval()
+    base = torch.full_like(x, 0.3)
+    _, mine = ours.DeepLift(stacked).attribute(x, base, target=2, return_convergence_delta=True)
+    _, theirs = ca.DeepLift(stacked).attribute(x, base, target=2, return_convergence_delta=True)
+    assert mine.abs().max() < 1e-6
+    assert theirs.abs().min() > 1e-2
