@@ -149,3 +149,41 @@ def test_deeplift_through_two_activations_in_a_row_sums_where_captums_does_not(x
     _, theirs = ca.DeepLift(stacked).attribute(x, base, target=2, return_convergence_delta=True)
     assert mine.abs().max() < 1e-6
     assert theirs.abs().min() > 1e-2
+
+
+def test_slice_and_callable_neuron_selectors_equal_captum(net, x):
+    for selector in ((slice(0, 2), 1, slice(None)), lambda out: out[:, 1, 2:, :2].sum(dim=(1, 2))):
+        _close(ours.NeuronGradient(net, net.act).attribute(x, selector),
+               ca.NeuronGradient(net, net.act).attribute(x, selector))
+        _close(ours.NeuronIntegratedGradients(net, net.act).attribute(x, selector, n_steps=5),
+               ca.NeuronIntegratedGradients(net, net.act).attribute(x, selector, n_steps=5))
+    # a selector that returns one value for the batch: each example's own value, whose gradient is captum's
+    _close(ours.NeuronGradient(net, net.act).attribute(x, lambda out: out[:, 0].sum()),
+           ca.NeuronGradient(net, net.act).attribute(x, lambda out: out[:, 0].sum()))
+    with pytest.raises(AssertionError, match="one value per example"):
+        ours.NeuronGradient(net, net.act).attribute(x, lambda out: out[:1, 0].sum(dim=(1, 2)))
+
+
+def test_neuron_of_a_layer_whose_output_is_changed_in_place_later():
+    # the ReLU(inplace=True) after the linear layer overwrites its output; the neuron is the value before
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(3, 4), nn.ReLU(inplace=True), nn.Linear(4, 2)).double()
+    x = torch.tensor([[-2.0, 0.5, 1.0]], dtype=torch.float64)
+    weight = seq[0].weight.detach()
+    for unit in range(4):
+        _close(ours.NeuronGradient(seq, seq[0]).attribute(x, (unit,)), weight[unit : unit + 1])
+        flat = nn.Sequential(nn.Flatten(), *seq)  # camkit's explainers take [B, C, *S]: x as [1, 3, 1]
+        e = camkit.Saliency(flat).explain(x[:, :, None], target=camkit.NeuronTarget(seq[0], unit))
+        _close(e.raw[:, :, 0], weight[unit : unit + 1])
+
+
+def test_forward_layer_eval_reads_the_layer_with_its_graph(net, x):
+    from camkit.compat.captum._support import _forward_layer_eval
+
+    leaf = x.clone().requires_grad_(True)
+    (out,) = _forward_layer_eval(net, leaf, net.conv, grad_enabled=True)
+    torch.testing.assert_close(out.detach(), net.conv(x).detach())
+    assert out.requires_grad
+    (inp,) = _forward_layer_eval(net, x, net.act, attribute_to_layer_input=True)
+    torch.testing.assert_close(inp, net.conv(x).detach())
+    assert not inp.requires_grad

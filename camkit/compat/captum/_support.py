@@ -20,6 +20,7 @@ __all__ = [
     "_construct_future_forward",
     "_format_additional_forward_args",
     "_format_tensor_into_tuples",
+    "_forward_layer_eval",
     "_get_deep_layer_name",
     "_reshape_and_sum",
     "_tensorize_baseline",
@@ -34,7 +35,6 @@ __all__ = [
 #: names of captum's private modules that its test helpers import but camkit does not provide:
 #: importing them works, calling them raises (the helper's own tests then fail loudly)
 STUBS = {
-    "_forward_layer_eval": "captum's private layer evaluation (camkit.LayerActivation is camkit's)",
     "_batch_example_iterator": "captum's private batching step",
     "_construct_default_feature_mask": "captum's private feature-mask step",
     "_format_input_baseline": "captum's private input formatting",
@@ -173,3 +173,25 @@ def approximation_parameters(method: str) -> tuple[Any, Any]:
         return [float(w) for w in integration_points(n, rule, dtype=torch.float64)[1]]  # type: ignore[arg-type]
 
     return step_sizes, alphas
+
+
+def _forward_layer_eval(forward_fn: Any, inputs: Any, layer: Any, additional_forward_args: Any = None,
+                        device_ids: Any = None, attribute_to_layer_input: bool = False,
+                        grad_enabled: bool = False) -> Any:
+    """The outputs (or inputs) of ``layer`` in one forward, as a tuple of tensors; a list of those for a list of layers."""
+    from ...hooks import HookScope
+
+    layers = layer if isinstance(layer, list) else [layer]
+    seen: dict[int, Any] = {}
+
+    def record(index: int) -> Any:
+        def hook(module: Any, args: Any, output: Any) -> None:
+            seen[index] = args if attribute_to_layer_input else output
+        return hook
+
+    with torch.set_grad_enabled(grad_enabled), HookScope() as scope:
+        for i, module in enumerate(layers):
+            scope.forward(module, record(i), own_thread=True)
+        forward_fn(*as_tuple(inputs), *forward_args(additional_forward_args))
+    found = [as_tuple(seen[i]) for i in range(len(layers))]
+    return found if isinstance(layer, list) else found[0]

@@ -1,8 +1,8 @@
 """captum's neuron attributions on camkit's explainers with a :class:`camkit.NeuronTarget` as the target.
 
 captum selects the neuron with a tuple index into the layer's output row (``(channel, y, x)``, or
-``(unit,)`` for a flat layer); camkit's neuron target takes the channel and the position. A
-callable or slice selector (captum's aggregated neurons) is refused.
+``(unit,)`` for a flat layer); camkit's neuron target takes the channel and the position. Slice
+and callable selectors (captum's aggregated neurons) read the same recorded layer output.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from .... import methods as km
 from ....methods import Explainer
 from ....targets import NeuronTarget
-from .._pack import Layout, baselines_like, fit_to
+from .._pack import CaptumTargetError, Layout, baselines_like, fit_to
 from ._base import NeuronAttribution, NotComputedError
 from ._gradient import RULES
 
@@ -27,16 +28,46 @@ __all__ = [
 ]
 
 
+class SelectedNeurons(NeuronTarget):
+    """captum's slice or callable ``neuron_selector`` as a camkit neuron target on the layer's recorded output.
+
+    A slice selector sums the layer's output over the elements it selects (as captum does); a
+    callable one is called with the layer's output and returns one value per example.
+    """
+
+    def __init__(self, layer: nn.Module, selector: Any) -> None:
+        super().__init__(layer, 0)
+        self.selector = selector
+
+    def __call__(self, output: Any) -> Tensor:
+        value = self.activation()
+        if callable(self.selector):
+            scores = self.selector(value)
+            if isinstance(scores, Tensor) and scores.dim() == 0:  # one value for the batch: the selector per example
+                scores = torch.stack([self.selector(value[i : i + 1]).reshape(()) for i in range(value.shape[0])])
+            if not isinstance(scores, Tensor) or scores.shape[0] != value.shape[0]:
+                raise CaptumTargetError(
+                    f"a callable neuron_selector returned {type(scores).__name__} "
+                    f"{list(scores.shape) if isinstance(scores, Tensor) else ''}; return one value per example, [B]"
+                )
+            return scores.reshape(value.shape[0], -1).sum(dim=1)
+        chosen = value[(slice(None), *self.selector)]
+        return chosen.reshape(chosen.shape[0], -1).sum(dim=1)
+
+
 def neuron_target(layer: nn.Module, selector: Any, to_input: bool) -> NeuronTarget:
-    """captum's ``neuron_selector`` as camkit's neuron target."""
+    """captum's ``neuron_selector`` (an int, a tuple of ints and slices, or a callable) as camkit's neuron target."""
     if to_input:
         raise NotComputedError("attribute_to_neuron_input=True: camkit's neuron targets read a layer's output")
+    if callable(selector):
+        return SelectedNeurons(layer, selector)
     index = (selector,) if isinstance(selector, int) and not isinstance(selector, bool) else selector
-    if not isinstance(index, tuple) or not index or not all(isinstance(i, int) and not isinstance(i, bool) for i in index):
-        raise NotComputedError(
-            f"neuron_selector {selector!r}: camkit's neuron target is one neuron given by ints (channel, *position); "
-            "callable and slice selectors are not translated"
-        )
+    if not isinstance(index, tuple) or not index or not all(
+        isinstance(i, slice) or (isinstance(i, int) and not isinstance(i, bool)) for i in index
+    ):
+        raise CaptumTargetError(f"neuron_selector {selector!r}: give an int, a tuple of ints and slices, or a callable")
+    if any(isinstance(i, slice) for i in index):
+        return SelectedNeurons(layer, index)
     return NeuronTarget(layer, index[0], index[1:] or None)
 
 
