@@ -10,11 +10,11 @@ import torch
 from torch import Tensor, nn
 
 from .... import methods as km
-from ....hooks import LayerCapture
 from ....methods import Explainer
-from .._pack import Layout, baselines_like, forward_args
+from .._pack import Layout, as_tuple, baselines_like, fit_to
 from ._base import LayerAttribution, NotComputedError, gathered, raw_of
 from ._gradient import GuidedBackprop
+from ._route import Route
 
 __all__ = [
     "GuidedGradCam",
@@ -38,11 +38,6 @@ def _grid(rank: int) -> Callable[[Tensor], Tensor]:
     return reshape
 
 
-def _refuse_layer_input(attribute_to_layer_input: bool, name: str) -> None:
-    if attribute_to_layer_input:
-        raise NotComputedError(f"{name}(attribute_to_layer_input=True): camkit attributes to a layer's output only")
-
-
 def _check_grad_kwargs(grad_kwargs: Any, name: str) -> None:
     """captum's ``grad_kwargs`` for ``torch.autograd.grad``: camkit's gradients are materialised (zeros where unused)."""
     if grad_kwargs and dict(grad_kwargs) != {"materialize_grads": True}:
@@ -59,23 +54,48 @@ class _SignedGradCAM(km.GradCAM):
         return self.contributions(acts, grads).sum(dim=1)
 
 
+Make = Callable[[nn.Module, nn.Module, Tensor, int], Explainer]
+
+
 class _Layered(LayerAttribution):
-    """A layer method whose raw attribution comes back in the layer output's own shape."""
+    """A layer method: camkit's layer explainer on the layer's output or input, returned in its shapes."""
 
-    def _layer_shape(self, inputs: Any, additional_forward_args: Any) -> tuple[int, ...]:
-        """The layer output's shape on these inputs (one forward, without autograd)."""
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        with LayerCapture([("layer", self.layer)], gradients=False) as capture:
-            self.forward_func(*xs, *forward_args(additional_forward_args))
-            recorded = capture.activations()
-        if not recorded:
-            raise NotComputedError("the layer did not run in the forward pass")
-        return tuple(recorded[0].shape)
+    def _on_layer(self, inputs: Any, target: Any, extra: Any, make: Make, to_input: bool,
+                  each: bool = False) -> tuple[list[tuple[Tensor, tuple[int, ...]]], list[Any], Route]:
+        """``make(model, probe, x)`` on the layer's tensors: ``([(raw, shape)], explanations, route)``.
 
+        One run for all the layer's tensors together (flattened side by side), or with ``each``
+        one run per tensor; ``raw`` is camkit's attribution [B, ...] to the run's tensor(s),
+        ``shape`` the tensor's shape (the first one's for a joint run).
+        """
+        route = Route(self.layer, to_input)
+        results: list[tuple[Tensor, tuple[int, ...]]] = []
+        explanations: list[Any] = []
+        with route.active():
+            count = route.survey(self.forward_func, inputs, extra)
+            for element in list(range(count)) if each and count > 1 else [None]:
+                route.element = element
 
-def _layer_raw(explanations: list[Any], shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    raw = torch.cat([raw_of(e) for e in explanations])
-    return raw.reshape(raw.shape[0], *shape[1:]).to(dtype)
+                def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
+                    model.add_module("probe", route.probe)
+                    return make(model, route.probe, x, example)
+
+                _, found = self._run(inputs, target, extra, build, unpack=False)
+                results.append((torch.cat([raw_of(e) for e in found]), route.shapes[element or 0]))
+                explanations += found
+        return results, explanations, route
+
+    def _each_layer(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """captum's list of layers: the method on each layer in turn (a list of its answers)."""
+        layers = self.layer
+        try:
+            out = []
+            for layer in layers:
+                self.layer = layer
+                out.append(method(*args, **kwargs))
+            return out
+        finally:
+            self.layer = layers
 
 
 class LayerGradCam(_Layered):
@@ -91,20 +111,19 @@ class LayerGradCam(_Layered):
         attr_dim_summation: bool = True,
         grad_kwargs: Any = None,
     ) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "LayerGradCam")
         _check_grad_kwargs(grad_kwargs, "LayerGradCam")
         if not attr_dim_summation:
             raise NotComputedError("LayerGradCam(attr_dim_summation=False): camkit sums over channels")
 
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
+        def make(model: nn.Module, layer: nn.Module, x: Tensor, example: int) -> Explainer:
             kind = km.GradCAM if relu_attributions else _SignedGradCAM
-            return kind(model, self.layer, reshape=_grid(x.dim()))
+            return kind(model, layer, reshape=_grid(x.dim()))
 
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        _, explanations = self._run(inputs, target, additional_forward_args, build, unpack=False)
-        shape = self._layer_shape(inputs, additional_forward_args)
-        raw = torch.cat([raw_of(e) for e in explanations])
-        return raw.reshape(raw.shape[0], 1, *shape[2:]).to(xs[0].dtype)
+        dtype = as_tuple(inputs)[0].dtype
+        results, _, route = self._on_layer(inputs, target, additional_forward_args, make, attribute_to_layer_input,
+                                           each=True)
+        maps = tuple(raw.reshape(raw.shape[0], 1, *shape[2:]).to(dtype) for raw, shape in results)
+        return maps if route.several else maps[0]
 
 
 class LayerActivation(_Layered):
@@ -115,21 +134,18 @@ class LayerActivation(_Layered):
         return True
 
     def attribute(self, inputs: Any, additional_forward_args: Any = None, attribute_to_layer_input: bool = False) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "LayerActivation")
         if isinstance(self.layer, list):
-            return [LayerActivation(self.forward_func, layer).attribute(inputs, additional_forward_args) for layer in self.layer]
+            return self._each_layer(self.attribute, inputs, additional_forward_args, attribute_to_layer_input)
 
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.LayerActivation(model, self.layer, reshape=_grid(x.dim()))
+        def make(model: nn.Module, layer: nn.Module, x: Tensor, example: int) -> Explainer:
+            return km.LayerActivation(model, layer, reshape=_grid(x.dim()))
 
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        shape = self._layer_shape(inputs, additional_forward_args)
-        _, explanations = self._run(inputs, 0 if len(shape) > 1 else None, additional_forward_args, build, unpack=False)
-        return _layer_raw(explanations, shape, xs[0].dtype)
+        results, _, route = self._on_layer(inputs, 0, additional_forward_args, make, attribute_to_layer_input)
+        return route.split(results[0][0], as_tuple(inputs)[0].dtype)
 
 
 class LayerGradientXActivation(_Layered):
-    """captum's ``LayerGradientXActivation`` on :class:`camkit.LayerGradientXActivation`."""
+    """captum's ``LayerGradientXActivation`` on :class:`camkit.LayerGradientXActivation` (a list of layers gives a list)."""
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
                  multiply_by_inputs: bool = True) -> None:
@@ -142,16 +158,15 @@ class LayerGradientXActivation(_Layered):
 
     def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
                   attribute_to_layer_input: bool = False, grad_kwargs: Any = None) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "LayerGradientXActivation")
         _check_grad_kwargs(grad_kwargs, "LayerGradientXActivation")
+        if isinstance(self.layer, list):
+            return self._each_layer(self.attribute, inputs, target, additional_forward_args, attribute_to_layer_input)
 
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.LayerGradientXActivation(model, self.layer, multiply_by_inputs=self._multiply, reshape=_grid(x.dim()))
+        def make(model: nn.Module, layer: nn.Module, x: Tensor, example: int) -> Explainer:
+            return km.LayerGradientXActivation(model, layer, multiply_by_inputs=self._multiply, reshape=_grid(x.dim()))
 
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        shape = self._layer_shape(inputs, additional_forward_args)
-        _, explanations = self._run(inputs, target, additional_forward_args, build, unpack=False)
-        return _layer_raw(explanations, shape, xs[0].dtype)
+        results, _, route = self._on_layer(inputs, target, additional_forward_args, make, attribute_to_layer_input)
+        return route.split(results[0][0], as_tuple(inputs)[0].dtype)
 
 
 class _LayerPath(_Layered):
@@ -162,26 +177,28 @@ class _LayerPath(_Layered):
     def multiplies_by_inputs(self) -> bool:
         return True
 
-    def _path(self, inputs: Any, baselines: Any, target: Any, extra: Any, make: Any, delta: bool) -> Any:
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
+    def _path(self, inputs: Any, baselines: Any, target: Any, extra: Any, make: Any, delta: bool, to_input: bool) -> Any:
+        xs = as_tuple(inputs)
         bases = Layout.of(xs).pack(baselines_like(baselines, xs))
 
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return make(model, bases if example < 0 else bases[example : example + 1], x.dim())
+        def build(model: nn.Module, layer: nn.Module, x: Tensor, example: int) -> Explainer:
+            return make(model, layer, fit_to(bases if example < 0 else bases[example : example + 1], x), x.dim())
 
-        shape = self._layer_shape(inputs, extra)
-        _, explanations = self._run(inputs, target, extra, build, unpack=False)
-        raw = _layer_raw(explanations, shape, xs[0].dtype)
+        results, explanations, route = self._on_layer(inputs, target, extra, build, to_input)
+        raw = route.split(results[0][0], xs[0].dtype)
         return (raw, gathered(explanations, "completeness_gap", xs[0].dtype)) if delta else raw
 
 
 class LayerIntegratedGradients(_LayerPath):
-    """captum's ``LayerIntegratedGradients`` on :class:`camkit.LayerIntegratedGradients`."""
+    """captum's ``LayerIntegratedGradients`` on :class:`camkit.LayerIntegratedGradients` (all the layer's tensors on one path)."""
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
                  multiply_by_inputs: bool = True) -> None:
         if isinstance(layer, list):
-            raise NotComputedError("LayerIntegratedGradients with several layers: camkit attributes to one layer at a time")
+            raise NotComputedError(
+                "LayerIntegratedGradients with a list of layers: captum moves all of them on one path at once; "
+                "camkit attributes to one layer (or one layer's several tensors) at a time"
+            )
         super().__init__(forward_func, layer, device_ids)
         self._multiply = multiply_by_inputs
 
@@ -195,17 +212,17 @@ class LayerIntegratedGradients(_LayerPath):
                   grad_kwargs: Any = None) -> Any:
         from ._gradient import RULES
 
-        _refuse_layer_input(attribute_to_layer_input, "LayerIntegratedGradients")
         _check_grad_kwargs(grad_kwargs, "LayerIntegratedGradients")
         if method not in RULES:
             raise NotComputedError(f"LayerIntegratedGradients(method={method!r}): camkit integrates with {sorted(RULES)}")
 
-        def make(model: nn.Module, base: Tensor, rank: int) -> Explainer:
-            return km.LayerIntegratedGradients(model, self.layer, steps=n_steps, rule=RULES[method],  # type: ignore[arg-type]
+        def make(model: nn.Module, layer: nn.Module, base: Tensor, rank: int) -> Explainer:
+            return km.LayerIntegratedGradients(model, layer, steps=n_steps, rule=RULES[method],  # type: ignore[arg-type]
                                                baseline=base, max_batch=internal_batch_size or 10**9, reshape=_grid(rank),
                                                multiply_by_inputs=self._multiply)
 
-        return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta)
+        return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta,
+                          attribute_to_layer_input)
 
 
 class LayerConductance(_LayerPath):
@@ -215,18 +232,18 @@ class LayerConductance(_LayerPath):
                   n_steps: int = 50, method: str = "gausslegendre", internal_batch_size: int | None = None,
                   return_convergence_delta: bool = False, attribute_to_layer_input: bool = False,
                   grad_kwargs: Any = None) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "LayerConductance")
         from ._gradient import RULES
 
         _check_grad_kwargs(grad_kwargs, "LayerConductance")
         if method not in RULES:
             raise NotComputedError(f"LayerConductance(method={method!r}): camkit's path points are {sorted(RULES)}")
 
-        def make(model: nn.Module, base: Tensor, rank: int) -> Explainer:
-            return km.LayerConductance(model, self.layer, steps=n_steps, rule=RULES[method], baseline=base,  # type: ignore[arg-type]
+        def make(model: nn.Module, layer: nn.Module, base: Tensor, rank: int) -> Explainer:
+            return km.LayerConductance(model, layer, steps=n_steps, rule=RULES[method], baseline=base,  # type: ignore[arg-type]
                                        max_batch=internal_batch_size or 10**9, reshape=_grid(rank))
 
-        return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta)
+        return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta,
+                          attribute_to_layer_input)
 
 
 class GuidedGradCam(LayerAttribution):
@@ -239,9 +256,9 @@ class GuidedGradCam(LayerAttribution):
 
     def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
                   interpolate_mode: str = "nearest", attribute_to_layer_input: bool = False) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "GuidedGradCam")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        cam = self.grad_cam.attribute(xs, target, additional_forward_args, relu_attributions=True)
+        cam = self.grad_cam.attribute(xs, target, additional_forward_args, attribute_to_layer_input=attribute_to_layer_input,
+                                      relu_attributions=True)
         guided = self.guided_backprop.attribute(xs, target, additional_forward_args)
         out = []
         for i, (x, g) in enumerate(zip(xs, guided)):
