@@ -187,3 +187,33 @@ def test_forward_layer_eval_reads_the_layer_with_its_graph(net, x):
     (inp,) = _forward_layer_eval(net, x, net.act, attribute_to_layer_input=True)
     torch.testing.assert_close(inp, net.conv(x).detach())
     assert not inp.requires_grad
+
+
+def test_gradient_shap_gap_of_each_draw_by_hand(net, x):
+    torch.manual_seed(3)
+    dist = torch.randn(4, 2, 4, 4, dtype=torch.float64)
+    e = camkit.GradientShap(net, dist, samples=3, stdev=0.1, seed=5, draw_gaps=True).explain(x, 1)
+    gaps = e.extras["draw_gaps"]
+    assert gaps.shape == (2, 3)
+    index, alphas, noise = camkit.GradientShap(net, dist, samples=3, stdev=0.1).draws(x, 5)
+    for i in range(2):
+        for d in range(3):
+            noisy, base = x[i] + noise[d], dist[index[d]]
+            point = (base + alphas[d] * (noisy - base)).unsqueeze(0).requires_grad_(True)
+            (grad,) = torch.autograd.grad(net(point)[0, 1], point)
+            with torch.no_grad():
+                want = ((noisy - base) * grad[0]).sum() - (net(noisy[None])[0, 1] - net(base[None])[0, 1])
+            assert gaps[i, d].item() == pytest.approx(want.item(), abs=1e-5)
+
+
+def test_gradient_shap_delta_per_draw_in_captums_layout():
+    # a linear model: every draw is exact, so each of the B * n_samples deltas is zero, as captum's
+    torch.manual_seed(0)
+    lin = nn.Linear(5, 2).double()
+    x, dist = torch.rand(3, 5, dtype=torch.float64), torch.rand(4, 5, dtype=torch.float64)
+    attr, delta = ours.GradientShap(lin).attribute(x, dist, n_samples=7, stdevs=0.2, target=0, return_convergence_delta=True)
+    _, theirs = ca.GradientShap(lin).attribute(x, dist, n_samples=7, stdevs=0.2, target=0, return_convergence_delta=True)
+    assert delta.shape == theirs.shape == (21,) and delta.dtype == theirs.dtype
+    assert delta.abs().max() < 1e-5 and theirs.abs().max() < 1e-5
+    with pytest.raises(ours.NotComputedError, match="multiply_by_inputs=False"):
+        ours.GradientShap(lin, multiply_by_inputs=False).attribute(x, dist, target=0, return_convergence_delta=True)

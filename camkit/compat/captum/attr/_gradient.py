@@ -246,11 +246,6 @@ class GradientShap(_WithDelta):
         additional_forward_args: Any = None,
         return_convergence_delta: bool = False,
     ) -> Any:
-        if return_convergence_delta:
-            raise NotComputedError(
-                "GradientShap(return_convergence_delta=True): captum gives one delta per random draw; camkit does not "
-                "keep the draws"
-            )
         if isinstance(stdevs, tuple):
             if len(set(stdevs)) != 1:
                 raise NotComputedError("GradientShap with a different stdev per input: camkit adds one noise level")
@@ -261,6 +256,13 @@ class GradientShap(_WithDelta):
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             return km.GradientShap(model, baselines=fit_to(dist, x), samples=n_samples, stdev=float(stdevs), seed=seed,
-                                   multiply_by_inputs=self._multiply)
+                                   multiply_by_inputs=self._multiply, draw_gaps=return_convergence_delta)
 
-        return self._answer(inputs, target, additional_forward_args, build, False)
+        if return_convergence_delta and not self._multiply:
+            raise NotComputedError("GradientShap(multiply_by_inputs=False) with return_convergence_delta=True: camkit's "
+                                   "per-draw gaps measure the multiplied attribution")
+        self.delta_key = "draw_gaps"  # captum's delta: one per example and draw, example-major
+        raw, explanations = self._run(inputs, target, additional_forward_args, build)
+        if not return_convergence_delta:
+            return raw
+        return raw, gathered(explanations, self.delta_key, (raw[0] if isinstance(raw, tuple) else raw).dtype)
