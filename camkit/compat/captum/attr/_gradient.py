@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from .... import methods as km
 from ....methods import Explainer
-from .._pack import CaptumInputError, Layout, baselines_like, fit_to
+from .._pack import CaptumInputError, Layout, as_tuple, baselines_like, fit_to
 from ._base import GradientAttribution, NotComputedError, gathered
 
 __all__ = [
@@ -179,9 +179,13 @@ class DeepLift(_WithDelta):
         return_convergence_delta: bool = False,
         custom_attribution_func: Any = None,
     ) -> Any:
-        if custom_attribution_func is not None:
-            raise NotComputedError("custom_attribution_func: camkit's DeepLift returns (x - x0) * multipliers only")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
+        if custom_attribution_func is not None:
+            attr = self._custom(custom_attribution_func, inputs, [baselines_like(baselines, xs)], target,
+                                additional_forward_args)
+            if not return_convergence_delta:
+                return attr
+            return attr, self.compute_convergence_delta(attr, baselines, inputs, target, additional_forward_args)
         bases = Layout.of(xs).pack(baselines_like(baselines, xs))
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
@@ -189,6 +193,28 @@ class DeepLift(_WithDelta):
             return km.DeepLift(model, baseline=base, eps=self.eps, multiply_by_inputs=self._multiply)
 
         return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta, baselines)
+
+    def _custom(self, func: Callable[..., Any], inputs: Any, references: list[tuple[Tensor, ...]], target: Any,
+                extra: Any) -> Any:
+        """captum's ``custom_attribution_func(multipliers, inputs, baselines)`` on camkit's multipliers.
+
+        The multipliers against each reference (one, or each row of a distribution) are camkit's
+        DeepLift without the multiplication; the function sees every (input, reference) pair in
+        one batch, example-major, and its answers are averaged over the references, as in captum.
+        """
+        xs = inputs if isinstance(inputs, tuple) else (inputs,)
+        local = DeepLift(self.model, multiply_by_inputs=False, eps=self.eps)
+        found = [local.attribute(xs, ref, target, extra) for ref in references]
+        count = len(references)
+
+        def pairs(parts: list[tuple[Tensor, ...]], i: int) -> Tensor:
+            stacked = torch.stack([p[i] for p in parts], dim=1)  # [B, N, ...]: input-major
+            return stacked.reshape(-1, *stacked.shape[2:])
+
+        answer = func(tuple(pairs(found, i) for i in range(len(xs))), tuple(x.repeat_interleave(count, dim=0) for x in xs),
+                      tuple(pairs(references, i) for i in range(len(xs))))
+        means = tuple(a.reshape(-1, count, *a.shape[1:]).mean(dim=1) for a in as_tuple(answer))
+        return means if isinstance(inputs, tuple) else means[0]
 
 
 def _distribution(baselines: Any, inputs: tuple[Tensor, ...]) -> Tensor:
@@ -217,10 +243,14 @@ class DeepLiftShap(DeepLift):
         return_convergence_delta: bool = False,
         custom_attribution_func: Any = None,
     ) -> Any:
-        if custom_attribution_func is not None:
-            raise NotComputedError("custom_attribution_func: camkit's DeepLiftShap returns (x - x0) * multipliers only")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
         dist = _distribution(baselines, xs)
+        if custom_attribution_func is not None:
+            if return_convergence_delta:
+                raise NotComputedError("DeepLiftShap(custom_attribution_func=..., return_convergence_delta=True)")
+            rows = Layout.of(xs).unpack(dist)  # the distribution per input, [N, *s_i]
+            references = [tuple(r[j : j + 1].expand_as(x) for r, x in zip(rows, xs)) for j in range(dist.shape[0])]
+            return self._custom(custom_attribution_func, inputs, references, target, additional_forward_args)
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             return km.DeepLiftShap(model, baselines=fit_to(dist, x), eps=self.eps, multiply_by_inputs=self._multiply)
