@@ -17,8 +17,9 @@ from .... import methods as km
 from ....methods import Explainer
 from ....targets import NeuronTarget
 from .._pack import CaptumTargetError, Layout, baselines_like, fit_to
-from ._base import NeuronAttribution, NotComputedError
+from ._base import Build, NeuronAttribution, NotComputedError
 from ._gradient import RULES
+from ._route import Route
 
 __all__ = [
     "NeuronDeconvolution",
@@ -55,10 +56,8 @@ class SelectedNeurons(NeuronTarget):
         return chosen.reshape(chosen.shape[0], -1).sum(dim=1)
 
 
-def neuron_target(layer: nn.Module, selector: Any, to_input: bool) -> NeuronTarget:
+def neuron_target(layer: nn.Module, selector: Any) -> NeuronTarget:
     """captum's ``neuron_selector`` (an int, a tuple of ints and slices, or a callable) as camkit's neuron target."""
-    if to_input:
-        raise NotComputedError("attribute_to_neuron_input=True: camkit's neuron targets read a layer's output")
     if callable(selector):
         return SelectedNeurons(layer, selector)
     index = (selector,) if isinstance(selector, int) and not isinstance(selector, bool) else selector
@@ -71,19 +70,39 @@ def neuron_target(layer: nn.Module, selector: Any, to_input: bool) -> NeuronTarg
     return NeuronTarget(layer, index[0], index[1:] or None)
 
 
+def _on_neuron(method: NeuronAttribution, inputs: Any, selector: Any, extra: Any, to_input: bool, make: Build) -> Any:
+    """camkit's explainer ``make(model, layout, x, example)`` for the selected neuron of the layer's output or input.
+
+    A neuron of the layer's input is read from an identity probe the input passes through
+    (:class:`~camkit.compat.captum.attr._route.Route`), added to the model camkit explains.
+    """
+    if not to_input:
+        raw, _ = method._run(inputs, neuron_target(method.layer, selector), extra, make)
+        return raw
+    route = Route(method.layer, to_input=True)
+    target = neuron_target(route.probe, selector)
+
+    def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
+        model.add_module("probe", route.probe)
+        return make(model, layout, x, example)
+
+    with route.active():
+        route.survey(method.forward_func, inputs, extra)
+        raw, _ = method._run(inputs, target, extra, build)
+    return raw
+
+
 class _Neuron(NeuronAttribution):
     kind: type[Explainer] = km.Saliency
 
     def attribute(self, inputs: Any, neuron_selector: Any, additional_forward_args: Any = None,
                   attribute_to_neuron_input: bool = False) -> Any:
-        target = neuron_target(self.layer, neuron_selector, attribute_to_neuron_input)
         kind = type(self).kind
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             return kind(model)
 
-        raw, _ = self._run(inputs, target, additional_forward_args, build)
-        return raw
+        return _on_neuron(self, inputs, neuron_selector, additional_forward_args, attribute_to_neuron_input, build)
 
 
 class NeuronGradient(_Neuron):
@@ -123,7 +142,6 @@ class NeuronIntegratedGradients(NeuronAttribution):
                   attribute_to_neuron_input: bool = False) -> Any:
         if method not in RULES:
             raise NotComputedError(f"method={method!r}: camkit integrates with {sorted(RULES)} only")
-        target = neuron_target(self.layer, neuron_selector, attribute_to_neuron_input)
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
         bases = Layout.of(xs).pack(baselines_like(baselines, xs))
 
@@ -133,5 +151,4 @@ class NeuronIntegratedGradients(NeuronAttribution):
             return km.IntegratedGradients(model, steps=n_steps, rule=RULES[method], baseline=base, max_batch=chunk,  # type: ignore[arg-type]
                                           multiply_by_inputs=self._multiply)
 
-        raw, _ = self._run(inputs, target, additional_forward_args, build)
-        return raw
+        return _on_neuron(self, inputs, neuron_selector, additional_forward_args, attribute_to_neuron_input, build)
