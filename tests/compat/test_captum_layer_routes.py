@@ -110,3 +110,24 @@ def test_no_hook_is_left_and_the_model_is_unchanged(net, x):
         assert not module._forward_hooks and not module._forward_pre_hooks
     assert not any(name == "probe" for name, _ in net.named_modules())
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+
+
+def test_grad_cam_of_a_layer_the_score_does_not_read_is_zero_with_materialised_gradients():
+    class Side(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used, self.unused = nn.Linear(3, 2), nn.Linear(3, 4)
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            self.unused(t)  # runs, but the output ignores it
+            return self.used(t)
+
+    torch.manual_seed(0)
+    side = Side().double()
+    t = torch.rand(2, 3, dtype=torch.float64)
+    options = {"materialize_grads": True}
+    mine = ours.LayerGradCam(side, side.unused).attribute(t, target=1, grad_kwargs=options)
+    _close(mine, ca.LayerGradCam(side, side.unused).attribute(t, target=1, grad_kwargs=options))
+    assert mine.shape == (2, 1) and not mine.any()
+    with pytest.raises(RuntimeError, match="does not depend"):
+        ours.LayerGradCam(side, side.unused).attribute(t, target=1)

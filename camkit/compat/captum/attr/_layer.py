@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from .... import methods as km
+from ....errors import LayerNotReachedError
 from ....methods import Explainer
 from .._pack import Layout, as_tuple, baselines_like, fit_to
 from ._base import LayerAttribution, NotComputedError, gathered, raw_of
@@ -120,8 +121,17 @@ class LayerGradCam(_Layered):
             return kind(model, layer, reshape=_grid(x.dim()))
 
         dtype = as_tuple(inputs)[0].dtype
-        results, _, route = self._on_layer(inputs, target, additional_forward_args, make, attribute_to_layer_input,
-                                           each=True)
+        try:
+            results, _, route = self._on_layer(inputs, target, additional_forward_args, make, attribute_to_layer_input,
+                                               each=True)
+        except LayerNotReachedError:
+            if not grad_kwargs:  # captum's autograd raises too unless the gradients are materialised
+                raise
+            # the score does not depend on the layer: its gradient, hence every Grad-CAM weight, is zero
+            route = Route(self.layer, attribute_to_layer_input)
+            route.survey(self.forward_func, inputs, additional_forward_args)
+            zeros = tuple(torch.zeros(shape[0], 1, *shape[2:], dtype=dtype) for shape in route.shapes)
+            return zeros if route.several else zeros[0]
         maps = tuple(raw.reshape(raw.shape[0], 1, *shape[2:]).to(dtype) for raw, shape in results)
         return maps if route.several else maps[0]
 
