@@ -12,8 +12,12 @@ from torch import nn
 
 import camkit
 from camkit.compat.captum import attr as ours
-from camkit.compat.captum._support import _reshape_and_sum, apply_gradient_requirements, approximation_parameters
-from camkit.compat.captum._support import undo_gradient_requirements
+from camkit.compat.captum._support import (
+    _reshape_and_sum,
+    apply_gradient_requirements,
+    approximation_parameters,
+    undo_gradient_requirements,
+)
 
 ca = pytest.importorskip("captum.attr")
 
@@ -213,7 +217,7 @@ def test_gradient_shap_delta_per_draw_in_captums_layout():
     x, dist = torch.rand(3, 5, dtype=torch.float64), torch.rand(4, 5, dtype=torch.float64)
     attr, delta = ours.GradientShap(lin).attribute(x, dist, n_samples=7, stdevs=0.2, target=0, return_convergence_delta=True)
     _, theirs = ca.GradientShap(lin).attribute(x, dist, n_samples=7, stdevs=0.2, target=0, return_convergence_delta=True)
-    assert delta.shape == theirs.shape == (21,) and delta.dtype == theirs.dtype
+    assert attr.shape == x.shape and delta.shape == theirs.shape == (21,) and delta.dtype == theirs.dtype
     assert delta.abs().max() < 1e-5 and theirs.abs().max() < 1e-5
     with pytest.raises(ours.NotComputedError, match="multiply_by_inputs=False"):
         ours.GradientShap(lin, multiply_by_inputs=False).attribute(x, dist, target=0, return_convergence_delta=True)

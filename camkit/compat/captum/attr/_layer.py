@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -91,7 +91,7 @@ class _Layered(LayerAttribution):
         layers = self.layer
         try:
             out = []
-            for layer in layers:
+            for layer in cast(list[nn.Module], layers):
                 self.layer = layer
                 out.append(method(*args, **kwargs))
             return out
