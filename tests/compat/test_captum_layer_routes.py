@@ -131,3 +131,13 @@ def test_grad_cam_of_a_layer_the_score_does_not_read_is_zero_with_materialised_g
     assert mine.shape == (2, 1) and not mine.any()
     with pytest.raises(RuntimeError, match="does not depend"):
         ours.LayerGradCam(side, side.unused).attribute(t, target=1)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_grad_cam_per_channel_equals_captum(net, x, relu):
+    mine = ours.LayerGradCam(net, net.conv).attribute(x, target=2, attr_dim_summation=False, relu_attributions=relu)
+    _close(mine, ca.LayerGradCam(net, net.conv).attribute(x, target=2, attr_dim_summation=False, relu_attributions=relu))
+    assert mine.shape == (2, 3, 4, 4)
+    summed = ours.LayerGradCam(net, net.conv).attribute(x, target=2)
+    if not relu:
+        _close(mine.sum(dim=1, keepdim=True), summed)

@@ -2,31 +2,28 @@
 
 How a call runs
 ---------------
-1. *Reference pass*: the model runs once on the baseline (one image when the baseline is
-   the same for the whole batch, as for a number or a [C, *S] tensor) without autograd,
-   while a :class:`~torch.overrides.TorchFunctionMode` records the input of every
-   activation call, in call order.
-2. *Main pass*: the model runs on the images under a second mode that replaces the k-th
-   activation call by an autograd Function computing the same value (in place when the
-   call was in place) whose backward multiplies the gradient by the Rescale multiplier
-   ``(f(x) - f(x0)) / (x - x0)`` against the k-th recorded reference ``x0``
+1. *Reference pass*: the model runs once on the baseline (one image when the baseline is the same for the whole batch,
+   as for a number or a [C, *S] tensor) without autograd, while a :class:`~torch.overrides.TorchFunctionMode` records
+   the input of every activation call, in call order.
+2. *Main pass*: the model runs on the images under a second mode that replaces the k-th activation call by an autograd
+   Function computing the same value (in place when the call was in place) whose backward multiplies the gradient by
+   the Rescale multiplier ``(f(x) - f(x0)) / (x - x0)`` against the k-th recorded reference ``x0``
    (:func:`camkit.functional.rescale_multiplier`).
 3. One backward to the input gives the multipliers ``m``; ``raw = (x - x0) * m``.
 
-Linear operations (convolutions, linear layers, batch norm in eval mode, average pooling,
-additions, reshapes) need no rule: their gradient is their multiplier. So on a network of
-such operations and elementwise activations, the attributions of an image sum to
-``score(x) - score(x0)`` (summation-to-delta), reported per image as ``extras["delta"]``.
+Linear operations (convolutions, linear layers, batch norm in eval mode, average pooling, additions, reshapes) need no
+rule: their gradient is their multiplier. So on a network of such operations and elementwise activations, the
+attributions of an image sum to ``score(x) - score(x0)`` (summation-to-delta), reported per image as
+``extras["delta"]``.
 
-Activations seen, in every spelling (module, functional, ``torch.*``, ``Tensor.*``, in
-place or not): ReLU, ReLU6/hardtanh, leaky ReLU, ELU, sigmoid, tanh, SiLU, GELU, softplus;
-and max-pooling of every rank (``nn.MaxPool1d/2d/3d``, ``F.max_pool1d/2d/3d``), whose output change
-is routed to the image's maxima and the reference's, as in captum (overlapping windows accumulate;
-see :mod:`camkit.methods.attribution._maxpool_rule`).
-Non-linear calls without a rule (softmax, other max-pooling, layer/group norm, ...) keep their
-gradient and raise one :class:`~camkit.errors.NoRuleWarning` per call, since the
-summation-to-delta then no longer holds exactly. Because the reference pass is one image,
-the cost of a call is about that of :class:`~camkit.Saliency` plus one single-image forward.
+Activations seen, in every spelling (module, functional, ``torch.*``, ``Tensor.*``, in place or not): ReLU,
+ReLU6/hardtanh, leaky ReLU, ELU, sigmoid, tanh, SiLU, GELU, softplus; and max-pooling of every rank
+(``nn.MaxPool1d/2d/3d``, ``F.max_pool1d/2d/3d``), whose output change is routed to the image's maxima and the
+reference's, as in captum (overlapping windows accumulate; see :mod:`camkit.methods.attribution._maxpool_rule`).
+Non-linear calls without a rule (softmax, other max-pooling, layer/group norm, ...) keep their gradient and raise one
+:class:`~camkit.errors.NoRuleWarning` per call, since the summation-to-delta then no longer holds exactly. Because the
+reference pass is one image, the cost of a call is about that of :class:`~camkit.Saliency` plus one single-image
+forward.
 """
 
 from __future__ import annotations
@@ -194,15 +191,13 @@ def _class_scores(output: Tensor, classes: Tensor) -> Tensor:
 class DeepLift(GradientAttribution):
     """DeepLift with the Rescale rule: ``raw = (x - x0) * m``, ``m`` the multipliers of the target score.
 
-    See :mod:`camkit.methods.attribution.deeplift` for how the rule reaches every activation spelling
-    without touching the model. Any rank: for ``x`` [B, C, *S] (a signal [B, C, T], an image
-    [B, C, H, W], a volume or a video [B, C, D, H, W]) ``raw`` is [B, C, *S] ([B, K, C, *S]
-    for [B, K] targets) and sums per input to ``score(x) - score(x0)`` on networks whose
-    non-linearities all have a rule (convolutions, batch norm in eval mode, average pooling
-    and linear layers of every rank need none); ``maps`` [B, *S] is the normalised ``max_c |raw|``. ``extras``:
-    ``"baseline_scores"`` (the target scores at ``x0``) and ``"delta"``
-    (``sum(raw) - (score(x) - score(x0))`` per image: zero up to rounding when every
-    non-linearity had a rule).
+    See :mod:`camkit.methods.attribution.deeplift` for how the rule reaches every activation spelling without touching
+    the model. Any rank: for ``x`` [B, C, *S] (a signal [B, C, T], an image [B, C, H, W], a volume or a video [B, C,
+    D, H, W]) ``raw`` is [B, C, *S] ([B, K, C, *S] for [B, K] targets) and sums per input to ``score(x) - score(x0)``
+    on networks whose non-linearities all have a rule (convolutions, batch norm in eval mode, average pooling and
+    linear layers of every rank need none); ``maps`` [B, *S] is the normalised ``max_c |raw|``. ``extras``:
+    ``"baseline_scores"`` (the target scores at ``x0``) and ``"delta"`` (``sum(raw) - (score(x) - score(x0))`` per
+    image: zero up to rounding when every non-linearity had a rule).
 
     Args:
         model: the model to explain.
@@ -210,9 +205,8 @@ class DeepLift(GradientAttribution):
             broadcasts to the input ([C, *S], [1, C, *S] or [B, C, *S]).
         eps: input changes ``|x - x0|`` below this use the activation's derivative instead
             of the difference quotient (default ``1e-10``).
-        multiply_by_inputs: ``False`` leaves out the factor ``x - x0``: ``raw`` is then the
-            multipliers ``m`` (the "local" form; captum's ``multiply_by_inputs=False``).
-            ``extras["delta"]`` still measures the multiplied attribution.
+        multiply_by_inputs: ``False``: ``raw`` is the multipliers ``m``, without the factor ``x - x0`` (captum's
+            local form); ``extras["delta"]`` still measures ``(x - x0) * m``.
         output, keep_mode, input_index: see :class:`~camkit.Explainer`. Keyword inputs
             (``explain(..., kwargs=...)``) reach both passes; other positional inputs are refused.
 
@@ -390,21 +384,18 @@ class DeepLift(GradientAttribution):
 class DeepLiftShap(DeepLift):
     """DeepLiftShap: DeepLift averaged over a set of baselines (an approximation of SHAP values).
 
-    ``raw = mean_j DeepLift(x, b_j)`` over the baselines ``b_j`` [N, C, *S]; it sums per
-    image to ``score(x) - mean_j score(b_j)`` (``extras["delta"]`` is the gap,
-    ``extras["baseline_scores"]`` the mean baseline score, ``extras["pair_deltas"]`` [B, N] each
-    DeepLift's own gap to its baseline).
+    ``raw = mean_j DeepLift(x, b_j)`` over the baselines ``b_j`` [N, C, *S]; it sums per image to ``score(x) - mean_j
+    score(b_j)`` (``extras["delta"]`` is the gap, ``extras["baseline_scores"]`` the mean baseline score,
+    ``extras["pair_deltas"]`` [B, N] each DeepLift's own gap to its baseline).
 
-    Several baselines share one pass: the B images are repeated once per baseline, up to
-    ``max_batch`` images at a time, and the reference pass runs on those baselines together,
-    so a call costs ``ceil(N / k)`` DeepLift passes, ``k = max(1, max_batch // B)`` baselines
-    each: memory is bounded by ``max_batch`` (or B, if larger), not by N. One baseline per pass
-    (plain DeepLift for each, in turn) is used instead when the passes could not be shared
-    safely: for a callable target (it scores the batch it is given), for per-call model
-    inputs (``kwargs=``), for a model with a module in training mode (``keep_mode=True``:
-    batch statistics would mix the baselines), or when B alone reaches ``max_batch``.
-    Sharing assumes that the model keeps the rows of a batch in their order (no layer sorts
-    or shuffles images); the result does not depend on ``max_batch`` up to float rounding.
+    Several baselines share one pass: the B images are repeated once per baseline, up to ``max_batch`` images at a
+    time, and the reference pass runs on those baselines together, so a call costs ``ceil(N / k)`` DeepLift passes,
+    ``k = max(1, max_batch // B)`` baselines each: memory is bounded by ``max_batch`` (or B, if larger), not by N. One
+    baseline per pass (plain DeepLift for each, in turn) is used instead when the passes could not be shared safely:
+    for a callable target (it scores the batch it is given), for per-call model inputs (``kwargs=``), for a model with
+    a module in training mode (``keep_mode=True``: batch statistics would mix the baselines), or when B alone reaches
+    ``max_batch``. Sharing assumes that the model keeps the rows of a batch in their order (no layer sorts or shuffles
+    images); the result does not depend on ``max_batch`` up to float rounding.
 
     Args:
         model: the model to explain.
@@ -412,8 +403,7 @@ class DeepLiftShap(DeepLift):
             of the data set, read when the input arrives; ``None`` (the default) is one
             all-zero input, which makes this plain DeepLift.
         max_batch: the most images (repeated images) run through the model at once (default 32).
-        eps, multiply_by_inputs, output, keep_mode, input_index: as for :class:`DeepLift` (without the
-            multiplication ``raw`` is the mean of the multipliers over the baselines).
+        eps, multiply_by_inputs, output, keep_mode, input_index: as for :class:`DeepLift` (``raw``: the mean ``m``).
 
     Example:
         >>> import torch

@@ -55,6 +55,20 @@ class _SignedGradCAM(km.GradCAM):
         return self.contributions(acts, grads).sum(dim=1)
 
 
+class _ChannelGradCAM(km.GradCAM):
+    """camkit's Grad-CAM, its raw map each channel's contribution [B, C, *s] (captum's ``attr_dim_summation=False``)."""
+
+    relu = False
+
+    def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        per_channel = self.contributions(acts, grads)
+        return per_channel.clamp(min=0) if self.relu else per_channel
+
+
+class _ChannelGradCAMReLU(_ChannelGradCAM):
+    relu = True
+
+
 Make = Callable[[nn.Module, nn.Module, Tensor, int], Explainer]
 
 
@@ -113,11 +127,10 @@ class LayerGradCam(_Layered):
         grad_kwargs: Any = None,
     ) -> Any:
         _check_grad_kwargs(grad_kwargs, "LayerGradCam")
-        if not attr_dim_summation:
-            raise NotComputedError("LayerGradCam(attr_dim_summation=False): camkit sums over channels")
+        summed = km.GradCAM if relu_attributions else _SignedGradCAM
+        kind = summed if attr_dim_summation else _ChannelGradCAMReLU if relu_attributions else _ChannelGradCAM
 
         def make(model: nn.Module, layer: nn.Module, x: Tensor, example: int) -> Explainer:
-            kind = km.GradCAM if relu_attributions else _SignedGradCAM
             return kind(model, layer, reshape=_grid(x.dim()))
 
         dtype = as_tuple(inputs)[0].dtype
@@ -132,7 +145,8 @@ class LayerGradCam(_Layered):
             route.survey(self.forward_func, inputs, additional_forward_args)
             zeros = tuple(torch.zeros(shape[0], 1, *shape[2:], dtype=dtype) for shape in route.shapes)
             return zeros if route.several else zeros[0]
-        maps = tuple(raw.reshape(raw.shape[0], 1, *shape[2:]).to(dtype) for raw, shape in results)
+        maps = tuple(raw.reshape(raw.shape[0], -1 if kind is not summed else 1, *shape[2:]).to(dtype)
+                     for raw, shape in results)
         return maps if route.several else maps[0]
 
 
