@@ -221,3 +221,19 @@ def test_gradient_shap_delta_per_draw_in_captums_layout():
     assert delta.abs().max() < 1e-5 and theirs.abs().max() < 1e-5
     with pytest.raises(ours.NotComputedError, match="multiply_by_inputs=False"):
         ours.GradientShap(lin, multiply_by_inputs=False).attribute(x, dist, target=0, return_convergence_delta=True)
+
+
+def test_lrp_passes_relevance_through_tanh_as_captum():
+    torch.manual_seed(0)
+    tanh_net = nn.Sequential(nn.Linear(4, 5, bias=False), nn.Tanh(), nn.Linear(5, 2, bias=False)).double()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    mine = ours.LRP(tanh_net).attribute(x, target=1)
+    _close(mine, ca.LRP(tanh_net).attribute(x, target=1))
+    # bias-free: the pass rule conserves relevance, so each row sums to the score
+    torch.testing.assert_close(mine.sum(dim=1), tanh_net(x)[:, 1].detach(), atol=1e-6, rtol=0)
+    plain = camkit.LRP(nn.Sequential(nn.Flatten(), tanh_net), "epsilon", epsilon=1e-9)
+    with pytest.warns(camkit.NoRuleWarning, match="tanh"):
+        gradient = plain.explain(x[:, :, None], target=1).raw[:, :, 0]  # the default keeps tanh's gradient
+    assert not torch.allclose(gradient.double(), mine, atol=1e-3)
+    with pytest.raises(camkit.InvalidInputError, match="activations"):
+        camkit.LRP(tanh_net, activations="identity")  # type: ignore[arg-type]
