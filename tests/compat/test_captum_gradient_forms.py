@@ -237,3 +237,28 @@ def test_lrp_passes_relevance_through_tanh_as_captum():
     assert not torch.allclose(gradient.double(), mine, atol=1e-3)
     with pytest.raises(camkit.InvalidInputError, match="activations"):
         camkit.LRP(tanh_net, activations="identity")  # type: ignore[arg-type]
+
+
+def test_lrp_of_two_summed_inputs_shares_relevance_where_captum_duplicates_it():
+    # the model adds its two inputs first; captum gives each summand the whole relevance of the sum,
+    # camkit shares it in proportion to the summands (here 1 : 3), so the two together carry it once
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2, bias=False).double()
+
+    class Summed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return self.lin(a + b)
+
+    a = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64)
+    inputs = (a, 3 * a)
+    mine = ours.LRP(Summed()).attribute(inputs, target=0)
+    theirs = ca.LRP(Summed()).attribute(inputs, target=0)
+    score = Summed()(*inputs)[0, 0].item()
+    _close(3 * mine[0], mine[1])
+    assert (mine[0] + mine[1]).sum().item() == pytest.approx(score, abs=1e-6)
+    _close(theirs[0], theirs[1])
+    assert (theirs[0] + theirs[1]).sum().item() == pytest.approx(2 * score, abs=1e-6)
