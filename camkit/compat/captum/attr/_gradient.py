@@ -213,7 +213,12 @@ class DeepLift(_WithDelta):
 
         answer = func(tuple(pairs(found, i) for i in range(len(xs))), tuple(x.repeat_interleave(count, dim=0) for x in xs),
                       tuple(pairs(references, i) for i in range(len(xs))))
-        means = tuple(a.reshape(-1, count, *a.shape[1:]).mean(dim=1) for a in as_tuple(answer))
+        answers = as_tuple(answer)
+        if len(answers) != len(xs) or not all(isinstance(a, Tensor) and a.shape[:1] == (len(xs[0]) * count,)
+                                              for a in answers):
+            raise CaptumInputError(f"custom_attribution_func must return one tensor per input with {len(xs[0]) * count} "
+                                   "rows (one per input-baseline pair), like the multipliers it is given")
+        means = tuple(a.reshape(-1, count, *a.shape[1:]).mean(dim=1) for a in answers)
         return means if isinstance(inputs, tuple) else means[0]
 
 
