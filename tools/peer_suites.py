@@ -174,9 +174,12 @@ SUITES["captum"] = Suite(
             "and propagates through each call"
         ),
     },
-    # CI: four files whose tests pass but the aggregated-neuron cases (two runs: about a minute on 2 cores);
-    # the other files by hand (`--suite captum`), as their failures are listed in docs/migration/captum.md
-    "(test_saliency or test_input_x_gradient or test_deconvolution or test_guided_backprop) and not agg_neurons",
+    # CI: ten files whose tests all pass, the gradient, Grad-CAM, layer-activation and neuron ones (two runs:
+    # about a minute on 2 cores); the other files by hand (`--suite captum`), as their failures are listed in
+    # docs/migration/captum.md
+    "test_saliency or test_input_x_gradient or test_deconvolution or test_guided_backprop or test_guided_grad_cam "
+    "or test_grad_cam or test_layer_activation or test_layer_gradient_x_activation or test_neuron_gradient "
+    "or test_neuron_integrated_gradients",
     files=_CAPTUM_FILES,
     left_out=_CAPTUM_LEFT_OUT,
 )

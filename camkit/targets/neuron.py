@@ -93,7 +93,7 @@ class NeuronTarget:
         def record(mod: nn.Module, args: Any, output: Any) -> None:
             if not isinstance(output, Tensor):
                 raise InvalidTargetError(f"NeuronTarget: layer '{name}' returned {type(output).__name__}, not a tensor")
-            local.value = output
+            local.value = output.clone()  # a later in-place operation (ReLU(inplace=True)) must not change it
 
         local.depth = getattr(local, "depth", 0) + 1
         try:
@@ -105,13 +105,35 @@ class NeuronTarget:
             if local.depth == 0:
                 local.value = None
 
-    def __call__(self, output: Any) -> Tensor:
+    def activation(self) -> Tensor:
+        """The layer's output recorded in the current forward (in this thread), with its autograd graph.
+
+        A subclass can score it its own way by overriding ``__call__`` and reading this.
+
+        Raises:
+            InvalidTargetError: outside an explainer's call, or when the layer has not run.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from camkit.targets.neuron import NeuronTarget, bind_target
+            >>> net = nn.Sequential(nn.Linear(2, 3))
+            >>> target = NeuronTarget("0", 0)
+            >>> with bind_target(target, net):
+            ...     _ = net(torch.ones(1, 2))
+            ...     print(list(target.activation().shape))
+            [1, 3]
+        """
         value: Tensor | None = getattr(self._local, "value", None)
         if value is None:
             raise InvalidTargetError(
                 f"{self!r} has no activation of layer '{self._name}': pass it as target= to a camkit explainer, "
                 "which records the layer during its forward, and pick a layer the forward runs."
             )
+        return value
+
+    def __call__(self, output: Any) -> Tensor:
+        value = self.activation()
         if value.dim() < 2 or not -value.shape[1] <= self.channel < value.shape[1]:
             raise InvalidTargetError(
                 f"channel {self.channel} is out of range for layer '{self._name}' with output shape {list(value.shape)}"

@@ -146,10 +146,13 @@ def test_what_camkit_does_not_compute_is_refused():
         ours.FeaturePermutation(net)
     with pytest.raises(NotComputedError, match="LLM attribution"):
         ours.LLMAttribution(net)
-    with pytest.raises(NotComputedError, match="multiply_by_inputs=False"):
-        ours.IntegratedGradients(net, multiply_by_inputs=False).attribute(torch.rand(1, 3), target=0)
-    with pytest.raises(NotComputedError, match="callable and slice selectors"):
-        ours.NeuronGradient(net, net).attribute(torch.rand(1, 3), (slice(0, 2),))
+    with pytest.raises(NotComputedError, match="custom_attribution_func"):
+        ours.DeepLiftShap(net).attribute(torch.rand(1, 3), torch.zeros(2, 3), target=0,
+                                         custom_attribution_func=lambda m, i, b: m, return_convergence_delta=True)
+    with pytest.raises(AssertionError, match="one tensor per input"):
+        ours.DeepLift(net).attribute(torch.rand(1, 3), target=0, custom_attribution_func=lambda *a: a)
+    with pytest.raises(NotComputedError, match="one path at once"):
+        ours.LayerIntegratedGradients(net, [net, net])
     with pytest.raises(AssertionError, match="Target not provided"):
         ours.Saliency(net).attribute(torch.rand(1, 3))
 

@@ -20,21 +20,21 @@ __all__ = [
     "_construct_future_forward",
     "_format_additional_forward_args",
     "_format_tensor_into_tuples",
+    "_forward_layer_eval",
     "_get_deep_layer_name",
+    "_reshape_and_sum",
     "_tensorize_baseline",
     "_zeros",
+    "apply_gradient_requirements",
+    "approximation_parameters",
     "compute_gradients",
     "stub",
+    "undo_gradient_requirements",
 ]
 
 #: names of captum's private modules that its test helpers import but camkit does not provide:
 #: importing them works, calling them raises (the helper's own tests then fail loudly)
 STUBS = {
-    "apply_gradient_requirements": "captum's private gradient bookkeeping",
-    "undo_gradient_requirements": "captum's private gradient bookkeeping",
-    "approximation_parameters": "captum's private quadrature tables (camkit.functional.integration_points is camkit's)",
-    "_reshape_and_sum": "captum's private reshaping step",
-    "_forward_layer_eval": "captum's private layer evaluation (camkit.LayerActivation is camkit's)",
     "_batch_example_iterator": "captum's private batching step",
     "_construct_default_feature_mask": "captum's private feature-mask step",
     "_format_input_baseline": "captum's private input formatting",
@@ -124,3 +124,74 @@ def compute_gradients(forward_fn: Any, inputs: Any, target_ind: Any = None,
         index = flat_targets(target_ind, shape, rows.shape[0]).to(rows.device)
         chosen = rows.gather(1, index[:, None])
         return torch.autograd.grad(chosen.sum(), xs, allow_unused=True)
+
+
+def apply_gradient_requirements(inputs: tuple[Tensor, ...], warn: bool = True) -> list[bool]:
+    """Make every floating-point input require gradients; the flags they had, for :func:`undo_gradient_requirements`."""
+    had = [x.requires_grad for x in inputs]
+    for x in inputs:
+        if x.is_floating_point() and not x.requires_grad:
+            x.requires_grad_()
+    return had
+
+
+def undo_gradient_requirements(inputs: tuple[Tensor, ...], grad_required: list[bool]) -> None:
+    """Give the inputs back the ``requires_grad`` flags :func:`apply_gradient_requirements` found."""
+    for x, had in zip(inputs, grad_required):
+        if not had and x.requires_grad and x.is_leaf:
+            x.requires_grad_(False)
+
+
+def _reshape_and_sum(tensor: Tensor, n_steps: int, batch: int, shape: tuple[int, ...]) -> Tensor:
+    """Rows laid out step by step ([n_steps * batch, *shape]) summed over the steps: [batch, *shape]."""
+    return tensor.reshape(n_steps, batch, *shape).sum(dim=0)
+
+
+def approximation_parameters(method: str) -> tuple[Any, Any]:
+    """``(step_sizes(n), alphas(n))`` of captum's method name, from :func:`camkit.functional.integration_points`.
+
+    The nodes are captum's; the weights are camkit's (for ``"riemann_trapezoid"`` they sum to 1,
+    where captum's sum to ``(n - 1) / n``: see docs/migration/captum.md).
+
+    Example:
+        >>> from camkit.compat.captum._support import approximation_parameters
+        >>> sizes, alphas = approximation_parameters("riemann_middle")
+        >>> alphas(4), sizes(4)
+        ([0.125, 0.375, 0.625, 0.875], [0.25, 0.25, 0.25, 0.25])
+    """
+    from ...functional.attribution import integration_points
+    from .attr._gradient import RULES
+
+    if method not in RULES:
+        raise ValueError(f"unknown integration method {method!r}; one of {sorted(RULES)}")
+    rule = RULES[method]
+
+    def alphas(n: int) -> list[float]:
+        return [float(a) for a in integration_points(n, rule, dtype=torch.float64)[0]]  # type: ignore[arg-type]
+
+    def step_sizes(n: int) -> list[float]:
+        return [float(w) for w in integration_points(n, rule, dtype=torch.float64)[1]]  # type: ignore[arg-type]
+
+    return step_sizes, alphas
+
+
+def _forward_layer_eval(forward_fn: Any, inputs: Any, layer: Any, additional_forward_args: Any = None,
+                        device_ids: Any = None, attribute_to_layer_input: bool = False,
+                        grad_enabled: bool = False) -> Any:
+    """The outputs (or inputs) of ``layer`` in one forward, as a tuple of tensors; a list of those for a list of layers."""
+    from ...hooks import HookScope
+
+    layers = layer if isinstance(layer, list) else [layer]
+    seen: dict[int, Any] = {}
+
+    def record(index: int) -> Any:
+        def hook(module: Any, args: Any, output: Any) -> None:
+            seen[index] = args if attribute_to_layer_input else output
+        return hook
+
+    with torch.set_grad_enabled(grad_enabled), HookScope() as scope:
+        for i, module in enumerate(layers):
+            scope.forward(module, record(i), own_thread=True)
+        forward_fn(*as_tuple(inputs), *forward_args(additional_forward_args))
+    found = [as_tuple(seen[i]) for i in range(len(layers))]
+    return found if isinstance(layer, list) else found[0]

@@ -25,7 +25,10 @@ from torch import Tensor
 
 from ...errors import NoRuleWarning
 
-__all__ = ["Activation", "match_activation", "slope", "unruled_name", "warn_unruled"]
+__all__ = ["ZERO_AT_ZERO", "Activation", "match_activation", "pass_relevance", "slope", "unruled_name", "warn_unruled"]
+
+#: the activations with ``f(0) = 0``, through which relevance can pass unchanged (:func:`pass_relevance`)
+ZERO_AT_ZERO = frozenset({"tanh", "gelu", "silu", "elu", "hardtanh", "relu6"})
 
 
 @dataclass(frozen=True)
@@ -188,3 +191,25 @@ def warn_unruled(method: str, names: set[str], instead: str) -> None:
             NoRuleWarning,
             stacklevel=_caller_level(),
         )
+
+
+def pass_relevance(activation: Activation, eps: float = 1e-12) -> Tensor:
+    """The activation's value, with a backward that passes relevance on unchanged: ``g_in = g_out * f(x) / x``.
+
+    Relevance is ``x * g``, so ``x * g_in = f(x) * g_out``: the relevance of the output, kept
+    (LRP's pass rule for activations, zennit's ``Pass``). Only for ``f(0) = 0``
+    (:data:`ZERO_AT_ZERO`); where ``|x| <= eps`` the relevance, about ``f(x) * g``, is dropped.
+
+    Example:
+        >>> import torch
+        >>> x = torch.tensor([0.5, -2.0], requires_grad=True)
+        >>> y = pass_relevance(Activation("tanh", x, torch.tanh, False))
+        >>> (g,) = torch.autograd.grad(y.sum(), x)
+        >>> torch.allclose(x * g, torch.tanh(x)), torch.allclose(y, torch.tanh(x))
+        (True, True)
+    """
+    x = activation.x
+    with torch.no_grad():
+        y = activation.fn(x)
+        ratio = torch.where(x.abs() > eps, y / torch.where(x.abs() > eps, x, torch.ones_like(x)), torch.zeros_like(x))
+    return y + (x - x.detach()) * ratio

@@ -2,31 +2,28 @@
 
 How a call runs
 ---------------
-1. *Reference pass*: the model runs once on the baseline (one image when the baseline is
-   the same for the whole batch, as for a number or a [C, *S] tensor) without autograd,
-   while a :class:`~torch.overrides.TorchFunctionMode` records the input of every
-   activation call, in call order.
-2. *Main pass*: the model runs on the images under a second mode that replaces the k-th
-   activation call by an autograd Function computing the same value (in place when the
-   call was in place) whose backward multiplies the gradient by the Rescale multiplier
-   ``(f(x) - f(x0)) / (x - x0)`` against the k-th recorded reference ``x0``
+1. *Reference pass*: the model runs once on the baseline (one image when the baseline is the same for the whole batch,
+   as for a number or a [C, *S] tensor) without autograd, while a :class:`~torch.overrides.TorchFunctionMode` records
+   the input of every activation call, in call order.
+2. *Main pass*: the model runs on the images under a second mode that replaces the k-th activation call by an autograd
+   Function computing the same value (in place when the call was in place) whose backward multiplies the gradient by
+   the Rescale multiplier ``(f(x) - f(x0)) / (x - x0)`` against the k-th recorded reference ``x0``
    (:func:`camkit.functional.rescale_multiplier`).
 3. One backward to the input gives the multipliers ``m``; ``raw = (x - x0) * m``.
 
-Linear operations (convolutions, linear layers, batch norm in eval mode, average pooling,
-additions, reshapes) need no rule: their gradient is their multiplier. So on a network of
-such operations and elementwise activations, the attributions of an image sum to
-``score(x) - score(x0)`` (summation-to-delta), reported per image as ``extras["delta"]``.
+Linear operations (convolutions, linear layers, batch norm in eval mode, average pooling, additions, reshapes) need no
+rule: their gradient is their multiplier. So on a network of such operations and elementwise activations, the
+attributions of an image sum to ``score(x) - score(x0)`` (summation-to-delta), reported per image as
+``extras["delta"]``.
 
-Activations seen, in every spelling (module, functional, ``torch.*``, ``Tensor.*``, in
-place or not): ReLU, ReLU6/hardtanh, leaky ReLU, ELU, sigmoid, tanh, SiLU, GELU, softplus;
-and max-pooling of every rank (``nn.MaxPool1d/2d/3d``, ``F.max_pool1d/2d/3d``), whose output change
-is routed to the image's maxima and the reference's, as in captum (overlapping windows accumulate;
-see :mod:`camkit.methods.attribution._maxpool_rule`).
-Non-linear calls without a rule (softmax, other max-pooling, layer/group norm, ...) keep their
-gradient and raise one :class:`~camkit.errors.NoRuleWarning` per call, since the
-summation-to-delta then no longer holds exactly. Because the reference pass is one image,
-the cost of a call is about that of :class:`~camkit.Saliency` plus one single-image forward.
+Activations seen, in every spelling (module, functional, ``torch.*``, ``Tensor.*``, in place or not): ReLU,
+ReLU6/hardtanh, leaky ReLU, ELU, sigmoid, tanh, SiLU, GELU, softplus; and max-pooling of every rank
+(``nn.MaxPool1d/2d/3d``, ``F.max_pool1d/2d/3d``), whose output change is routed to the image's maxima and the
+reference's, as in captum (overlapping windows accumulate; see :mod:`camkit.methods.attribution._maxpool_rule`).
+Non-linear calls without a rule (softmax, other max-pooling, layer/group norm, ...) keep their gradient and raise one
+:class:`~camkit.errors.NoRuleWarning` per call, since the summation-to-delta then no longer holds exactly. Because the
+reference pass is one image, the cost of a call is about that of :class:`~camkit.Saliency` plus one single-image
+forward.
 """
 
 from __future__ import annotations
@@ -194,15 +191,13 @@ def _class_scores(output: Tensor, classes: Tensor) -> Tensor:
 class DeepLift(GradientAttribution):
     """DeepLift with the Rescale rule: ``raw = (x - x0) * m``, ``m`` the multipliers of the target score.
 
-    See :mod:`camkit.methods.attribution.deeplift` for how the rule reaches every activation spelling
-    without touching the model. Any rank: for ``x`` [B, C, *S] (a signal [B, C, T], an image
-    [B, C, H, W], a volume or a video [B, C, D, H, W]) ``raw`` is [B, C, *S] ([B, K, C, *S]
-    for [B, K] targets) and sums per input to ``score(x) - score(x0)`` on networks whose
-    non-linearities all have a rule (convolutions, batch norm in eval mode, average pooling
-    and linear layers of every rank need none); ``maps`` [B, *S] is the normalised ``max_c |raw|``. ``extras``:
-    ``"baseline_scores"`` (the target scores at ``x0``) and ``"delta"``
-    (``sum(raw) - (score(x) - score(x0))`` per image: zero up to rounding when every
-    non-linearity had a rule).
+    See :mod:`camkit.methods.attribution.deeplift` for how the rule reaches every activation spelling without touching
+    the model. Any rank: for ``x`` [B, C, *S] (a signal [B, C, T], an image [B, C, H, W], a volume or a video [B, C,
+    D, H, W]) ``raw`` is [B, C, *S] ([B, K, C, *S] for [B, K] targets) and sums per input to ``score(x) - score(x0)``
+    on networks whose non-linearities all have a rule (convolutions, batch norm in eval mode, average pooling and
+    linear layers of every rank need none); ``maps`` [B, *S] is the normalised ``max_c |raw|``. ``extras``:
+    ``"baseline_scores"`` (the target scores at ``x0``) and ``"delta"`` (``sum(raw) - (score(x) - score(x0))`` per
+    image: zero up to rounding when every non-linearity had a rule).
 
     Args:
         model: the model to explain.
@@ -210,6 +205,8 @@ class DeepLift(GradientAttribution):
             broadcasts to the input ([C, *S], [1, C, *S] or [B, C, *S]).
         eps: input changes ``|x - x0|`` below this use the activation's derivative instead
             of the difference quotient (default ``1e-10``).
+        multiply_by_inputs: ``False``: ``raw`` is the multipliers ``m``, without the factor ``x - x0`` (captum's
+            local form); ``extras["delta"]`` still measures ``(x - x0) * m``.
         output, keep_mode, input_index: see :class:`~camkit.Explainer`. Keyword inputs
             (``explain(..., kwargs=...)``) reach both passes; other positional inputs are refused.
 
@@ -237,11 +234,13 @@ class DeepLift(GradientAttribution):
         *,
         baseline: Baseline = 0.0,
         eps: float = 1e-10,
+        multiply_by_inputs: bool = True,
         output: OutputSelector = None,
         keep_mode: bool = False,
         input_index: InputIndex = 0,
     ) -> None:
         super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
+        self.multiply_by_inputs = bool(multiply_by_inputs)
         if isinstance(baseline, bool) or not isinstance(baseline, (int, float, Tensor)):
             raise InvalidInputError(f"baseline must be a number or a tensor, got {type(baseline).__name__}")
         if not eps >= 0:
@@ -357,16 +356,19 @@ class DeepLift(GradientAttribution):
         classes, scores, base_scores, grads = self._checked_multipliers(x, base, target)
         diff = (x - base).float()
         raw = (diff.unsqueeze(1) if scores.dim() == 2 else diff) * grads.float()
-        return self._finish(x, raw, classes, scores, base_scores)
+        return self._finish(x, raw, classes, scores, base_scores, local=grads.float())
 
     def _finish(
-        self, x: Tensor, raw: Tensor, classes: Tensor | None, scores: Tensor, base_scores: Tensor, **extras: Any
+        self, x: Tensor, raw: Tensor, classes: Tensor | None, scores: Tensor, base_scores: Tensor,
+        local: Tensor | None = None, **extras: Any
     ) -> Explanation:
+        """Wrap ``raw`` (``(x - x0) * m``); ``local`` (``m``) replaces it when ``multiply_by_inputs`` is off."""
         if classes is None and scores.shape[0] != x.shape[0]:
             raise InvalidTargetError(f"a callable target must return one score per image ({x.shape[0]})")
         size = tuple(x.shape[2:])
-        maps, flat = self.maps_from_raw(raw, size)
         delta = completeness_gap(raw, scores.float(), base_scores.float(), spatial_dims=len(size))
+        raw = raw if self.multiply_by_inputs or local is None else local
+        maps, flat = self.maps_from_raw(raw, size)
         return Explanation(
             maps=maps,
             raw=raw,
@@ -382,21 +384,18 @@ class DeepLift(GradientAttribution):
 class DeepLiftShap(DeepLift):
     """DeepLiftShap: DeepLift averaged over a set of baselines (an approximation of SHAP values).
 
-    ``raw = mean_j DeepLift(x, b_j)`` over the baselines ``b_j`` [N, C, *S]; it sums per
-    image to ``score(x) - mean_j score(b_j)`` (``extras["delta"]`` is the gap,
-    ``extras["baseline_scores"]`` the mean baseline score, ``extras["pair_deltas"]`` [B, N] each
-    DeepLift's own gap to its baseline).
+    ``raw = mean_j DeepLift(x, b_j)`` over the baselines ``b_j`` [N, C, *S]; it sums per image to ``score(x) - mean_j
+    score(b_j)`` (``extras["delta"]`` is the gap, ``extras["baseline_scores"]`` the mean baseline score,
+    ``extras["pair_deltas"]`` [B, N] each DeepLift's own gap to its baseline).
 
-    Several baselines share one pass: the B images are repeated once per baseline, up to
-    ``max_batch`` images at a time, and the reference pass runs on those baselines together,
-    so a call costs ``ceil(N / k)`` DeepLift passes, ``k = max(1, max_batch // B)`` baselines
-    each: memory is bounded by ``max_batch`` (or B, if larger), not by N. One baseline per pass
-    (plain DeepLift for each, in turn) is used instead when the passes could not be shared
-    safely: for a callable target (it scores the batch it is given), for per-call model
-    inputs (``kwargs=``), for a model with a module in training mode (``keep_mode=True``:
-    batch statistics would mix the baselines), or when B alone reaches ``max_batch``.
-    Sharing assumes that the model keeps the rows of a batch in their order (no layer sorts
-    or shuffles images); the result does not depend on ``max_batch`` up to float rounding.
+    Several baselines share one pass: the B images are repeated once per baseline, up to ``max_batch`` images at a
+    time, and the reference pass runs on those baselines together, so a call costs ``ceil(N / k)`` DeepLift passes,
+    ``k = max(1, max_batch // B)`` baselines each: memory is bounded by ``max_batch`` (or B, if larger), not by N. One
+    baseline per pass (plain DeepLift for each, in turn) is used instead when the passes could not be shared safely:
+    for a callable target (it scores the batch it is given), for per-call model inputs (``kwargs=``), for a model with
+    a module in training mode (``keep_mode=True``: batch statistics would mix the baselines), or when B alone reaches
+    ``max_batch``. Sharing assumes that the model keeps the rows of a batch in their order (no layer sorts or shuffles
+    images); the result does not depend on ``max_batch`` up to float rounding.
 
     Args:
         model: the model to explain.
@@ -404,7 +403,7 @@ class DeepLiftShap(DeepLift):
             of the data set, read when the input arrives; ``None`` (the default) is one
             all-zero input, which makes this plain DeepLift.
         max_batch: the most images (repeated images) run through the model at once (default 32).
-        eps, output, keep_mode, input_index: as for :class:`DeepLift`.
+        eps, multiply_by_inputs, output, keep_mode, input_index: as for :class:`DeepLift` (``raw``: the mean ``m``).
 
     Example:
         >>> import torch
@@ -435,6 +434,7 @@ class DeepLiftShap(DeepLift):
         *,
         max_batch: int = 32,
         eps: float = 1e-10,
+        multiply_by_inputs: bool = True,
         output: OutputSelector = None,
         keep_mode: bool = False,
         input_index: InputIndex = 0,
@@ -442,7 +442,8 @@ class DeepLiftShap(DeepLift):
         check_baselines(baselines)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise InvalidInputError(f"max_batch must be a positive int, got {max_batch!r}")
-        super().__init__(model, baseline=0.0, eps=eps, output=output, keep_mode=keep_mode, input_index=input_index)
+        super().__init__(model, baseline=0.0, eps=eps, multiply_by_inputs=multiply_by_inputs, output=output,
+                         keep_mode=keep_mode, input_index=input_index)
         self.baselines = None if baselines is None else baselines.detach()
         self.max_batch = max_batch
 
@@ -465,6 +466,7 @@ class DeepLiftShap(DeepLift):
         count, batch = bases.shape[0], x.shape[0]
         per_pass = self._per_pass(target, batch, count)
         total: Tensor | None = None
+        local: Tensor | None = None  # the multipliers summed over the baselines
         base_total: Tensor | None = None
         classes: Tensor | None = None
         scores = x.new_zeros(0)
@@ -488,7 +490,9 @@ class DeepLiftShap(DeepLift):
             gaps.append(pairs.flatten(1 + scores.dim()).sum(dim=-1) - (scores.float() - base_pairs))
             base_part = base_pairs.sum(dim=0)
             total = part if total is None else total + part
+            local = grads.sum(dim=0) if local is None else local + grads.sum(dim=0)
             base_total = base_part if base_total is None else base_total + base_part
         pair_deltas = torch.cat(gaps).movedim(0, 1)  # [B, N(, K)]
         mean = cast(Tensor, total) / count
-        return self._finish(x, mean, classes, scores, cast(Tensor, base_total) / count, baselines=count, pair_deltas=pair_deltas)
+        return self._finish(x, mean, classes, scores, cast(Tensor, base_total) / count, cast(Tensor, local) / count,
+                            baselines=count, pair_deltas=pair_deltas)

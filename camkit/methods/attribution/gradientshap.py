@@ -48,6 +48,12 @@ class GradientShap(GradientAttribution):
         seed: the draws' seed; ``None`` draws one from torch's global generator (so
             ``torch.manual_seed`` fixes it too). ``extras["seed"]`` says which was used.
         max_batch: the most points run through the model at once (default 32).
+        multiply_by_inputs: ``False`` leaves out the factor ``x' - b``: ``raw`` is then the mean
+            gradient over the draws (captum's ``multiply_by_inputs=False``).
+        draw_gaps: also return ``extras["draw_gaps"]`` [B, samples] ([B, samples, K] for [B, K]
+            targets): each draw's ``sum((x' - b) * dS/dx) - (score(x') - score(b))`` (captum's
+            convergence delta per draw). Costs one forward of the baselines, and with noise one
+            forward of each noisy image, without gradients.
         output, keep_mode, input_index: see :class:`~camkit.Explainer` (keyword inputs only).
 
     Example:
@@ -77,6 +83,8 @@ class GradientShap(GradientAttribution):
         stdev: float = 0.0,
         seed: int | None = None,
         max_batch: int = 32,
+        multiply_by_inputs: bool = True,
+        draw_gaps: bool = False,
         output: OutputSelector = None,
         keep_mode: bool = False,
         input_index: InputIndex = 0,
@@ -90,6 +98,8 @@ class GradientShap(GradientAttribution):
             raise InvalidInputError(f"stdev must be a finite number >= 0, got {stdev!r}")
         self.baselines = None if baselines is None else baselines.detach()
         self.samples, self.stdev, self.seed, self.max_batch = samples, float(stdev), seed, max_batch
+        self.multiply_by_inputs = bool(multiply_by_inputs)
+        self.draw_gaps = bool(draw_gaps)
 
     def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Any:
         if inputs is not None:
@@ -136,6 +146,10 @@ class GradientShap(GradientAttribution):
             classes, scores = self._target_scores(x, target)
         batch, samples = x.shape[0], self.samples
         total = torch.zeros((batch, *scores.shape[1:], *x.shape[1:]), dtype=torch.float32, device=x.device)
+        gaps = torch.zeros((batch * samples, *scores.shape[1:]), dtype=torch.float32, device=x.device)
+        if self.draw_gaps:
+            with torch.no_grad():
+                base_out = self._forward(bases)
         for start in range(0, batch * samples, self.max_batch):
             rows = torch.arange(start, min(start + self.max_batch, batch * samples), device=x.device)
             image, draw = rows // samples, rows % samples
@@ -147,10 +161,16 @@ class GradientShap(GradientAttribution):
                 chunk_scores = self._scores(self._forward(point.clone()), classes, target, image)
                 grads = score_gradients(chunk_scores, point).float()
             part = (step.unsqueeze(1) if grads.dim() == step.dim() + 1 else step).float() * grads
-            total.index_add_(0, image, part)
+            if self.draw_gaps:
+                with torch.no_grad():
+                    ends = scores[image] if self.stdev == 0 else self._scores(self._forward(noisy), classes, target, image)
+                    starts = self._scores(base_out[index[draw]], classes, target, image)
+                gaps[rows] = part.flatten(part.dim() - x.dim() + 1).sum(dim=-1) - (ends - starts).float()
+            total.index_add_(0, image, part if self.multiply_by_inputs else grads)
         raw = total / samples
         maps, flat = self.maps_from_raw(raw, tuple(x.shape[2:]))
         return Explanation(
             maps=maps, raw=raw, target=classes, scores=scores.detach(), flat=flat, method=self.key,
-            extras={"samples": samples, "stdev": self.stdev, "seed": seed},
+            extras={"samples": samples, "stdev": self.stdev, "seed": seed,
+                    **({"draw_gaps": gaps.unflatten(0, (batch, samples))} if self.draw_gaps else {})},
         )

@@ -50,6 +50,9 @@ class IntegratedGradients(GradientAttribution):
         rule: ``"gausslegendre"`` (default), ``"midpoint"``, ``"trapezoid"``, ``"left"`` or ``"right"``; see
             :func:`camkit.functional.integration_points`.
         max_batch: the most path images run through the model at once (default 32).
+        multiply_by_inputs: ``False`` leaves out the factor ``x - x0``: ``raw`` is then the
+            path's mean gradient (the "local" form; captum's ``multiply_by_inputs=False``).
+            ``extras["completeness_gap"]`` still measures the multiplied attribution.
         blur_sigma: the blur baseline's sigma in samples; ``None`` means a tenth of the
             largest spatial side (``max(H, W) / 10`` for an image).
         output, keep_mode, input_index: see :class:`~camkit.Explainer`. Keyword inputs
@@ -81,6 +84,7 @@ class IntegratedGradients(GradientAttribution):
         baseline: Baseline = 0.0,
         rule: IntegrationRule = "gausslegendre",
         max_batch: int = 32,
+        multiply_by_inputs: bool = True,
         blur_sigma: float | None = None,
         output: OutputSelector = None,
         keep_mode: bool = False,
@@ -99,6 +103,7 @@ class IntegratedGradients(GradientAttribution):
         self.rule: IntegrationRule = rule
         self.max_batch = max_batch
         self.blur_sigma = blur_sigma
+        self.multiply_by_inputs = bool(multiply_by_inputs)
         self._on_device: dict[tuple[str, int, str], tuple[Tensor, Tensor]] = {}
 
     def _bind_inputs(self, x: Tensor, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Any:
@@ -201,8 +206,9 @@ class IntegratedGradients(GradientAttribution):
         diff = change.float()
         raw = (diff.unsqueeze(1) if scores.dim() == 2 else diff) * total
         size = tuple(x.shape[2:])
-        maps, flat = self.maps_from_raw(raw, size)
         gap = completeness_gap(raw, scores.float(), base_scores.float(), spatial_dims=len(size))
+        raw = raw if self.multiply_by_inputs else total
+        maps, flat = self.maps_from_raw(raw, size)
         return Explanation(
             maps=maps,
             raw=raw,

@@ -130,7 +130,8 @@ class LayerGradientXActivation(LayerAttribution):
     """Activation times the gradient of the target score at the layer: ``A * dS/dA``.
 
     One forward and one backward from the layer on (per target column). The map view,
-    ``sum_c A dS/dA``, is HiResCAM's map before its ReLU.
+    ``sum_c A dS/dA``, is HiResCAM's map before its ReLU. With ``multiply_by_inputs=False``
+    ``raw`` is the gradient ``dS/dA`` alone (captum's ``multiply_by_inputs=False``).
 
     Example:
         >>> import torch
@@ -147,6 +148,20 @@ class LayerGradientXActivation(LayerAttribution):
     cost: ClassVar[str] = "1 forward + 1 backward (from the layer)"
     use_when: ClassVar[str] = "You want a cheap signed attribution to each unit of a layer."
 
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: LayerSpec = None,
+        *,
+        multiply_by_inputs: bool = True,
+        call: int = -1,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        reshape: Reshape | None = None,
+    ) -> None:
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, reshape=reshape)
+        self.multiply_by_inputs = bool(multiply_by_inputs)
+
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         layer = self._layer(x)
         with LayerCapture([layer], gradients=True, call=self.call) as capture:
@@ -154,7 +169,7 @@ class LayerGradientXActivation(LayerAttribution):
             act = capture.activations()[0]
             grads = score_gradients(scores, act)
         act = act.detach().float()
-        attr = (act[:, None] if scores.dim() == 2 else act) * grads.float()
+        attr = (act[:, None] if scores.dim() == 2 else act) * grads.float() if self.multiply_by_inputs else grads.float()
         return self._finish(attr, x, classes, scores)
 
 
@@ -227,6 +242,9 @@ class LayerIntegratedGradients(_PathMethod):
         rule: ``"gausslegendre"`` (default), ``"midpoint"``, ``"trapezoid"``, ``"left"`` or ``"right"``.
         baseline: ``x0``, a number or a tensor that broadcasts to the input.
         max_batch: the most path points run at once.
+        multiply_by_inputs: ``False`` leaves out the factor ``a - a0``: ``raw`` is the path's mean
+            gradient at the layer (captum's ``multiply_by_inputs=False``); the gap still
+            measures the multiplied attribution.
 
     Example:
         >>> import torch
@@ -253,6 +271,7 @@ class LayerIntegratedGradients(_PathMethod):
         rule: IntegrationRule = "gausslegendre",
         baseline: float | Tensor = 0.0,
         max_batch: int = 32,
+        multiply_by_inputs: bool = True,
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
@@ -264,6 +283,7 @@ class LayerIntegratedGradients(_PathMethod):
         )
         integration_points(steps, rule)
         self.rule: IntegrationRule = rule
+        self.multiply_by_inputs = bool(multiply_by_inputs)
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         refuse_extra_inputs(self)
@@ -298,6 +318,8 @@ class LayerIntegratedGradients(_PathMethod):
         attr = attr if cap.multi else attr[:, 0]
         base_scores = cap0.scores.float()
         gap = attr.flatten(cap.scores.dim()).sum(dim=-1) - (cap.scores.float() - base_scores)
+        if not self.multiply_by_inputs:
+            attr = total if cap.multi else total[:, 0]
         return self._finish(
             attr, x, cap.classes, cap.scores, completeness_gap=gap, baseline_scores=base_scores, steps=self.steps,
             rule=self.rule,
@@ -309,18 +331,24 @@ class LayerConductance(_PathMethod):
     """Conductance (Dhamdhere et al. 2018): the flow of the target score through each unit
     of a layer along the straight path from the baseline image to the input.
 
-    With ``x_i = x0 + (i / steps) (x - x0)`` for ``i = 0 .. steps`` and ``a_i`` the layer's
-    output at ``x_i``: ``raw = sum_{i < steps} dS/da (x_i) * (a_{i+1} - a_i)``, a Riemann sum
-    over points that include both ends, so ``sum(raw)`` tends to ``S(x) - S(x0)``;
-    ``extras["completeness_gap"]`` is the difference. This equals captum's
-    ``LayerConductance`` with ``method="riemann_trapezoid"``; captum's default Gauss-Legendre
-    points leave out the path's two ends (its sum then approximates
-    ``S(x_last) - S(x_first)`` for its first and last inner points). ``B * (steps + 1)``
-    path images run in chunks of ``max_batch``.
+    With ``x_i = x0 + alpha_i (x - x0)`` for the ``steps + 1`` path points ``alpha_0 < .. <
+    alpha_steps`` and ``a_i`` the layer's output at ``x_i``:
+    ``raw = sum_{i < steps} dS/da (x_i) * (a_{i+1} - a_i)``, a Riemann sum. With the default
+    ``rule="trapezoid"`` the points are ``i / steps`` and include both ends, so ``sum(raw)``
+    tends to ``S(x) - S(x0)``; ``extras["completeness_gap"]`` is ``sum(raw) - (S(x) - S(x0))``
+    whatever the rule. The default equals captum's ``LayerConductance`` with
+    ``method="riemann_trapezoid"``, and each other rule captum's method of that name (its
+    default ``"gausslegendre"``: nodes that leave out the path's two ends, so the sum then
+    approximates ``S(x_last) - S(x_first)`` for the first and last inner points, and the gap
+    does not vanish). ``B * (steps + 1)`` path images run in chunks of ``max_batch``.
 
     Args:
         model, layer, call, output, keep_mode, reshape: as for :class:`~camkit.GradCAM`.
         steps: path segments (default 50).
+        rule: where the ``steps + 1`` points lie: the nodes of
+            :func:`camkit.functional.integration_points` for ``steps + 1`` nodes and this rule
+            (``"trapezoid"``, the default, ``"gausslegendre"``, ``"midpoint"``, ``"left"`` or
+            ``"right"``); only the nodes are used, not the weights.
         baseline: ``x0``, a number or a tensor that broadcasts to the input.
         max_batch: the most path images run at once.
 
@@ -339,6 +367,27 @@ class LayerConductance(_PathMethod):
     cost: ClassVar[str] = "(steps + 1) x (1 forward + 1 backward from the layer)"
     use_when: ClassVar[str] = "You want the share of the score that flows through each unit of a layer."
 
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: LayerSpec = None,
+        *,
+        steps: int = 50,
+        rule: IntegrationRule = "trapezoid",
+        baseline: float | Tensor = 0.0,
+        max_batch: int = 32,
+        call: int = -1,
+        output: OutputSelector = None,
+        keep_mode: bool = False,
+        reshape: Reshape | None = None,
+    ) -> None:
+        super().__init__(
+            model, layer, steps=steps, baseline=baseline, max_batch=max_batch, call=call, output=output,
+            keep_mode=keep_mode, reshape=reshape,
+        )
+        integration_points(steps + 1, rule)
+        self.rule: IntegrationRule = rule
+
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         refuse_extra_inputs(self)
         layer = self._layer(x)
@@ -348,7 +397,7 @@ class LayerConductance(_PathMethod):
             classes, scores = self._target_scores(x, target)
         scorer = RowScorer(target, expand_targets(classes), softmax=False, output=self.output)
         points = self.steps + 1
-        alphas = torch.linspace(0.0, 1.0, points, dtype=torch.float64, device=x.device).to(x.dtype)
+        alphas = integration_points(points, self.rule, dtype=torch.float64)[0].to(device=x.device, dtype=x.dtype)
         total: Tensor | None = None
         ends = torch.zeros(x.shape[0], 2, scores.shape[1] if scores.dim() == 2 else 1, device=x.device)
         prev_act: Tensor | None = None
@@ -379,5 +428,10 @@ class LayerConductance(_PathMethod):
             prev_act, prev_grad = act[-1:], grads[-1:]
         assert total is not None
         attr = total if scores.dim() == 2 else total[:, 0]
-        gap = attr.flatten(scores.dim()).sum(dim=-1) - (ends[:, 1] - ends[:, 0]).reshape(scores.shape)
-        return self._finish(attr, x, classes, scores, completeness_gap=gap, steps=self.steps)
+        start, stop = ends[:, 0].reshape(scores.shape), ends[:, 1].reshape(scores.shape)
+        if self.rule != "trapezoid":  # the points leave out an end: the scores there come from the ends themselves
+            stop = scores.float()
+            with torch.no_grad():
+                start = scorer(self.model(base), torch.arange(x.shape[0], device=x.device)).float().reshape(scores.shape)
+        gap = attr.flatten(scores.dim()).sum(dim=-1) - (stop - start)
+        return self._finish(attr, x, classes, scores, completeness_gap=gap, steps=self.steps, rule=self.rule)

@@ -67,7 +67,7 @@ from ...functional.propagation import gamma_params, relevance_gradient, split_by
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from .._core.binding import InputIndex
 from ..registry import register_method
-from ._activations import match_activation, unruled_name, warn_unruled
+from ._activations import ZERO_AT_ZERO, match_activation, pass_relevance, unruled_name, warn_unruled
 from ._canonize import (
     Attach,
     AttachEpsilon,
@@ -159,6 +159,8 @@ class _LRPMode(TorchFunctionMode):
             self.unruled.add("multi_head_attention_forward")
         activation = match_activation(func, args, kwargs)
         if activation is not None and activation.name not in _PASSING:
+            if self.lrp.activations == "pass" and activation.name in ZERO_AT_ZERO and not activation.inplace:
+                return pass_relevance(activation)
             self.unruled.add(activation.name)
         elif activation is None:
             name = unruled_name(func)
@@ -335,6 +337,9 @@ class LRP(GradientAttribution):
         alpha, beta: the alpha-beta rule's weights (default ``2`` and ``1``).
         low, high: the z-box rule's input bounds: numbers or tensors broadcasting to the first
             layer's input; ``None`` (default) takes each image's own minimum / maximum.
+        activations: ``"gradient"`` (default): activations without a rule keep their gradient (warned);
+            ``"pass"``: those with ``f(0) = 0`` (tanh, GELU, SiLU, ELU, hardtanh) pass relevance on unchanged,
+            as zennit's and captum's pass rule (see :func:`~camkit.methods.attribution._activations.pass_relevance`).
         output, keep_mode, input_index: see :class:`~camkit.Explainer`.
 
     Example:
@@ -367,6 +372,7 @@ class LRP(GradientAttribution):
         beta: float = 1.0,
         low: Bound = None,
         high: Bound = None,
+        activations: Literal["gradient", "pass"] = "gradient",
         output: OutputSelector = None,
         keep_mode: bool = False,
         input_index: InputIndex = 0,
@@ -387,6 +393,9 @@ class LRP(GradientAttribution):
         self.epsilon, self.stabilizer = float(epsilon), float(stabilizer)
         self.gamma, self.alpha, self.beta = float(gamma), float(alpha), float(beta)
         self.low, self.high = low, high
+        if activations not in ("gradient", "pass"):
+            raise InvalidInputError(f"activations must be 'gradient' or 'pass', got {activations!r}")
+        self.activations = activations
 
     def _rule_for(self, kind: str, first: bool) -> str:
         composite = _COMPOSITES.get(self.rule)

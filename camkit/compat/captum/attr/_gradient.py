@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from .... import methods as km
 from ....methods import Explainer
-from .._pack import CaptumInputError, Layout, baselines_like, fit_to
+from .._pack import CaptumInputError, Layout, as_tuple, baselines_like, fit_to
 from ._base import GradientAttribution, NotComputedError, gathered
 
 __all__ = [
@@ -101,14 +101,6 @@ class Deconvolution(GuidedBackprop):
         return km.Deconvolution(model)
 
 
-def _check_multiply(multiply_by_inputs: bool, name: str) -> None:
-    if not multiply_by_inputs:
-        raise NotComputedError(
-            f"{name}(multiply_by_inputs=False): camkit computes the attribution multiplied by (input - baseline) "
-            "only, its global form; the local form is not computed"
-        )
-
-
 class _WithDelta(GradientAttribution):
     """The methods with captum's convergence delta (camkit's completeness gap)."""
 
@@ -122,11 +114,16 @@ class _WithDelta(GradientAttribution):
     def multiplies_by_inputs(self) -> bool:
         return self._multiply
 
-    def _answer(self, inputs: Any, target: Any, extra: Any, build: Any, delta: bool, **run: Any) -> Any:
+    def _answer(self, inputs: Any, target: Any, extra: Any, build: Any, delta: bool, baselines: Any = (),
+                **run: Any) -> Any:
         raw, explanations = self._run(inputs, target, extra, build, **run)
         if not delta:
             return raw
         first = raw[0] if isinstance(raw, tuple) else raw
+        if not self._multiply:  # captum's delta of the local form: its sum against f(x) - f(x0), as captum computes it
+            if baselines == ():  # a distribution of baselines: no single start point
+                raise NotComputedError(f"{type(self).__name__}(multiply_by_inputs=False) with return_convergence_delta=True")
+            return raw, self.compute_convergence_delta(raw, baselines, inputs, target, extra).to(first.dtype)
         return raw, gathered(explanations, self.delta_key, first.dtype)
 
 
@@ -148,7 +145,6 @@ class IntegratedGradients(_WithDelta):
         internal_batch_size: int | None = None,
         return_convergence_delta: bool = False,
     ) -> Any:
-        _check_multiply(self._multiply, "IntegratedGradients")
         if method not in RULES:
             raise NotComputedError(f"method={method!r}: camkit integrates with {sorted(RULES)} only")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -157,9 +153,10 @@ class IntegratedGradients(_WithDelta):
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             base = fit_to(bases if example < 0 else bases[example : example + 1], x)
             chunk = internal_batch_size or max(1, x.shape[0] * n_steps)
-            return km.IntegratedGradients(model, steps=n_steps, rule=RULES[method], baseline=base, max_batch=chunk)  # type: ignore[arg-type]
+            return km.IntegratedGradients(model, steps=n_steps, rule=RULES[method], baseline=base, max_batch=chunk,  # type: ignore[arg-type]
+                                          multiply_by_inputs=self._multiply)
 
-        return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta)
+        return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta, baselines)
 
 
 class DeepLift(_WithDelta):
@@ -182,17 +179,47 @@ class DeepLift(_WithDelta):
         return_convergence_delta: bool = False,
         custom_attribution_func: Any = None,
     ) -> Any:
-        _check_multiply(self._multiply, "DeepLift")
-        if custom_attribution_func is not None:
-            raise NotComputedError("custom_attribution_func: camkit's DeepLift returns (x - x0) * multipliers only")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
+        if custom_attribution_func is not None:
+            attr = self._custom(custom_attribution_func, inputs, [baselines_like(baselines, xs)], target,
+                                additional_forward_args)
+            if not return_convergence_delta:
+                return attr
+            return attr, self.compute_convergence_delta(attr, baselines, inputs, target, additional_forward_args)
         bases = Layout.of(xs).pack(baselines_like(baselines, xs))
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
             base = fit_to(bases if example < 0 else bases[example : example + 1], x)
-            return km.DeepLift(model, baseline=base, eps=self.eps)
+            return km.DeepLift(model, baseline=base, eps=self.eps, multiply_by_inputs=self._multiply)
 
-        return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta)
+        return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta, baselines)
+
+    def _custom(self, func: Callable[..., Any], inputs: Any, references: list[tuple[Tensor, ...]], target: Any,
+                extra: Any) -> Any:
+        """captum's ``custom_attribution_func(multipliers, inputs, baselines)`` on camkit's multipliers.
+
+        The multipliers against each reference (one, or each row of a distribution) are camkit's
+        DeepLift without the multiplication; the function sees every (input, reference) pair in
+        one batch, example-major, and its answers are averaged over the references, as in captum.
+        """
+        xs = inputs if isinstance(inputs, tuple) else (inputs,)
+        local = DeepLift(self.model, multiply_by_inputs=False, eps=self.eps)
+        found = [local.attribute(xs, ref, target, extra) for ref in references]
+        count = len(references)
+
+        def pairs(parts: list[tuple[Tensor, ...]], i: int) -> Tensor:
+            stacked = torch.stack([p[i] for p in parts], dim=1)  # [B, N, ...]: input-major
+            return stacked.reshape(-1, *stacked.shape[2:])
+
+        answer = func(tuple(pairs(found, i) for i in range(len(xs))), tuple(x.repeat_interleave(count, dim=0) for x in xs),
+                      tuple(pairs(references, i) for i in range(len(xs))))
+        answers = as_tuple(answer)
+        if len(answers) != len(xs) or not all(isinstance(a, Tensor) and a.shape[:1] == (len(xs[0]) * count,)
+                                              for a in answers):
+            raise CaptumInputError(f"custom_attribution_func must return one tensor per input with {len(xs[0]) * count} "
+                                   "rows (one per input-baseline pair), like the multipliers it is given")
+        means = tuple(a.reshape(-1, count, *a.shape[1:]).mean(dim=1) for a in answers)
+        return means if isinstance(inputs, tuple) else means[0]
 
 
 def _distribution(baselines: Any, inputs: tuple[Tensor, ...]) -> Tensor:
@@ -221,14 +248,17 @@ class DeepLiftShap(DeepLift):
         return_convergence_delta: bool = False,
         custom_attribution_func: Any = None,
     ) -> Any:
-        if custom_attribution_func is not None:
-            raise NotComputedError("custom_attribution_func: camkit's DeepLiftShap returns (x - x0) * multipliers only")
-        _check_multiply(self._multiply, "DeepLiftShap")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
         dist = _distribution(baselines, xs)
+        if custom_attribution_func is not None:
+            if return_convergence_delta:
+                raise NotComputedError("DeepLiftShap(custom_attribution_func=..., return_convergence_delta=True)")
+            rows = Layout.of(xs).unpack(dist)  # the distribution per input, [N, *s_i]
+            references = [tuple(r[j : j + 1].expand_as(x) for r, x in zip(rows, xs)) for j in range(dist.shape[0])]
+            return self._custom(custom_attribution_func, inputs, references, target, additional_forward_args)
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.DeepLiftShap(model, baselines=fit_to(dist, x), eps=self.eps)
+            return km.DeepLiftShap(model, baselines=fit_to(dist, x), eps=self.eps, multiply_by_inputs=self._multiply)
 
         self.delta_key = "pair_deltas"  # captum's delta: one per example and baseline, example-major
         return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta)
@@ -251,12 +281,6 @@ class GradientShap(_WithDelta):
         additional_forward_args: Any = None,
         return_convergence_delta: bool = False,
     ) -> Any:
-        _check_multiply(self._multiply, "GradientShap")
-        if return_convergence_delta:
-            raise NotComputedError(
-                "GradientShap(return_convergence_delta=True): captum gives one delta per random draw; camkit does not "
-                "keep the draws"
-            )
         if isinstance(stdevs, tuple):
             if len(set(stdevs)) != 1:
                 raise NotComputedError("GradientShap with a different stdev per input: camkit adds one noise level")
@@ -266,6 +290,14 @@ class GradientShap(_WithDelta):
         seed = int(torch.randint(0, 2**31 - 1, ()).item())
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.GradientShap(model, baselines=fit_to(dist, x), samples=n_samples, stdev=float(stdevs), seed=seed)
+            return km.GradientShap(model, baselines=fit_to(dist, x), samples=n_samples, stdev=float(stdevs), seed=seed,
+                                   multiply_by_inputs=self._multiply, draw_gaps=return_convergence_delta)
 
-        return self._answer(inputs, target, additional_forward_args, build, False)
+        if return_convergence_delta and not self._multiply:
+            raise NotComputedError("GradientShap(multiply_by_inputs=False) with return_convergence_delta=True: camkit's "
+                                   "per-draw gaps measure the multiplied attribution")
+        self.delta_key = "draw_gaps"  # captum's delta: one per example and draw, example-major
+        raw, explanations = self._run(inputs, target, additional_forward_args, build)
+        if not return_convergence_delta:
+            return raw
+        return raw, gathered(explanations, self.delta_key, (raw[0] if isinstance(raw, tuple) else raw).dtype)

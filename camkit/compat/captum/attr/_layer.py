@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from .... import methods as km
-from ....hooks import LayerCapture
+from ....errors import LayerNotReachedError
 from ....methods import Explainer
-from .._pack import Layout, baselines_like, forward_args
+from .._pack import Layout, as_tuple, baselines_like, fit_to
 from ._base import LayerAttribution, NotComputedError, gathered, raw_of
 from ._gradient import GuidedBackprop
+from ._route import Route
 
 __all__ = [
     "GuidedGradCam",
@@ -38,9 +39,13 @@ def _grid(rank: int) -> Callable[[Tensor], Tensor]:
     return reshape
 
 
-def _refuse_layer_input(attribute_to_layer_input: bool, name: str) -> None:
-    if attribute_to_layer_input:
-        raise NotComputedError(f"{name}(attribute_to_layer_input=True): camkit attributes to a layer's output only")
+def _check_grad_kwargs(grad_kwargs: Any, name: str) -> None:
+    """captum's ``grad_kwargs`` for ``torch.autograd.grad``: camkit's gradients are materialised (zeros where unused)."""
+    if grad_kwargs and dict(grad_kwargs) != {"materialize_grads": True}:
+        raise NotComputedError(
+            f"{name}(grad_kwargs={grad_kwargs!r}): camkit takes its gradients itself, with unused parts as zeros "
+            "(grad_kwargs={'materialize_grads': True}); other autograd options are not passed on"
+        )
 
 
 class _SignedGradCAM(km.GradCAM):
@@ -50,23 +55,62 @@ class _SignedGradCAM(km.GradCAM):
         return self.contributions(acts, grads).sum(dim=1)
 
 
+class _ChannelGradCAM(km.GradCAM):
+    """camkit's Grad-CAM, its raw map each channel's contribution [B, C, *s] (captum's ``attr_dim_summation=False``)."""
+
+    relu = False
+
+    def raw_map(self, acts: Tensor, grads: Tensor) -> Tensor:
+        per_channel = self.contributions(acts, grads)
+        return per_channel.clamp(min=0) if self.relu else per_channel
+
+
+class _ChannelGradCAMReLU(_ChannelGradCAM):
+    relu = True
+
+
+Make = Callable[[nn.Module, nn.Module, Tensor, int], Explainer]
+
+
 class _Layered(LayerAttribution):
-    """A layer method whose raw attribution comes back in the layer output's own shape."""
+    """A layer method: camkit's layer explainer on the layer's output or input, returned in its shapes."""
 
-    def _layer_shape(self, inputs: Any, additional_forward_args: Any) -> tuple[int, ...]:
-        """The layer output's shape on these inputs (one forward, without autograd)."""
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        with LayerCapture([("layer", self.layer)], gradients=False) as capture:
-            self.forward_func(*xs, *forward_args(additional_forward_args))
-            recorded = capture.activations()
-        if not recorded:
-            raise NotComputedError("the layer did not run in the forward pass")
-        return tuple(recorded[0].shape)
+    def _on_layer(self, inputs: Any, target: Any, extra: Any, make: Make, to_input: bool,
+                  each: bool = False) -> tuple[list[tuple[Tensor, tuple[int, ...]]], list[Any], Route]:
+        """``make(model, probe, x)`` on the layer's tensors: ``([(raw, shape)], explanations, route)``.
 
+        One run for all the layer's tensors together (flattened side by side), or with ``each``
+        one run per tensor; ``raw`` is camkit's attribution [B, ...] to the run's tensor(s),
+        ``shape`` the tensor's shape (the first one's for a joint run).
+        """
+        route = Route(self.layer, to_input)
+        results: list[tuple[Tensor, tuple[int, ...]]] = []
+        explanations: list[Any] = []
+        with route.active():
+            count = route.survey(self.forward_func, inputs, extra)
+            for element in list(range(count)) if each and count > 1 else [None]:
+                route.element = element
 
-def _layer_raw(explanations: list[Any], shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    raw = torch.cat([raw_of(e) for e in explanations])
-    return raw.reshape(raw.shape[0], *shape[1:]).to(dtype)
+                def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
+                    model.add_module("probe", route.probe)
+                    return make(model, route.probe, x, example)
+
+                _, found = self._run(inputs, target, extra, build, unpack=False)
+                results.append((torch.cat([raw_of(e) for e in found]), route.shapes[element or 0]))
+                explanations += found
+        return results, explanations, route
+
+    def _each_layer(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """captum's list of layers: the method on each layer in turn (a list of its answers)."""
+        layers = self.layer
+        try:
+            out = []
+            for layer in cast(list[nn.Module], layers):
+                self.layer = layer
+                out.append(method(*args, **kwargs))
+            return out
+        finally:
+            self.layer = layers
 
 
 class LayerGradCam(_Layered):
@@ -82,19 +126,28 @@ class LayerGradCam(_Layered):
         attr_dim_summation: bool = True,
         grad_kwargs: Any = None,
     ) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "LayerGradCam")
-        if not attr_dim_summation or grad_kwargs:
-            raise NotComputedError("LayerGradCam(attr_dim_summation=False or grad_kwargs): camkit sums over channels")
+        _check_grad_kwargs(grad_kwargs, "LayerGradCam")
+        summed = km.GradCAM if relu_attributions else _SignedGradCAM
+        kind = summed if attr_dim_summation else _ChannelGradCAMReLU if relu_attributions else _ChannelGradCAM
 
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            kind = km.GradCAM if relu_attributions else _SignedGradCAM
-            return kind(model, self.layer, reshape=_grid(x.dim()))
+        def make(model: nn.Module, layer: nn.Module, x: Tensor, example: int) -> Explainer:
+            return kind(model, layer, reshape=_grid(x.dim()))
 
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        _, explanations = self._run(inputs, target, additional_forward_args, build, unpack=False)
-        shape = self._layer_shape(inputs, additional_forward_args)
-        raw = torch.cat([raw_of(e) for e in explanations])
-        return raw.reshape(raw.shape[0], 1, *shape[2:]).to(xs[0].dtype)
+        dtype = as_tuple(inputs)[0].dtype
+        try:
+            results, _, route = self._on_layer(inputs, target, additional_forward_args, make, attribute_to_layer_input,
+                                               each=True)
+        except LayerNotReachedError:
+            if not grad_kwargs:  # captum's autograd raises too unless the gradients are materialised
+                raise
+            # the score does not depend on the layer: its gradient, hence every Grad-CAM weight, is zero
+            route = Route(self.layer, attribute_to_layer_input)
+            route.survey(self.forward_func, inputs, additional_forward_args)
+            zeros = tuple(torch.zeros(shape[0], 1, *shape[2:], dtype=dtype) for shape in route.shapes)
+            return zeros if route.several else zeros[0]
+        maps = tuple(raw.reshape(raw.shape[0], -1 if kind is not summed else 1, *shape[2:]).to(dtype)
+                     for raw, shape in results)
+        return maps if route.several else maps[0]
 
 
 class LayerActivation(_Layered):
@@ -105,43 +158,39 @@ class LayerActivation(_Layered):
         return True
 
     def attribute(self, inputs: Any, additional_forward_args: Any = None, attribute_to_layer_input: bool = False) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "LayerActivation")
         if isinstance(self.layer, list):
-            return [LayerActivation(self.forward_func, layer).attribute(inputs, additional_forward_args) for layer in self.layer]
+            return self._each_layer(self.attribute, inputs, additional_forward_args, attribute_to_layer_input)
 
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.LayerActivation(model, self.layer, reshape=_grid(x.dim()))
+        def make(model: nn.Module, layer: nn.Module, x: Tensor, example: int) -> Explainer:
+            return km.LayerActivation(model, layer, reshape=_grid(x.dim()))
 
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        shape = self._layer_shape(inputs, additional_forward_args)
-        _, explanations = self._run(inputs, 0 if len(shape) > 1 else None, additional_forward_args, build, unpack=False)
-        return _layer_raw(explanations, shape, xs[0].dtype)
+        results, _, route = self._on_layer(inputs, 0, additional_forward_args, make, attribute_to_layer_input)
+        return route.split(results[0][0], as_tuple(inputs)[0].dtype)
 
 
 class LayerGradientXActivation(_Layered):
-    """captum's ``LayerGradientXActivation`` on :class:`camkit.LayerGradientXActivation`."""
+    """captum's ``LayerGradientXActivation`` on :class:`camkit.LayerGradientXActivation` (a list of layers gives a list)."""
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
                  multiply_by_inputs: bool = True) -> None:
-        if not multiply_by_inputs:
-            raise NotComputedError("LayerGradientXActivation(multiply_by_inputs=False): camkit multiplies by the activation")
         super().__init__(forward_func, layer, device_ids)
+        self._multiply = multiply_by_inputs
 
     @property
     def multiplies_by_inputs(self) -> bool:
-        return True
+        return self._multiply
 
     def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
-                  attribute_to_layer_input: bool = False) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "LayerGradientXActivation")
+                  attribute_to_layer_input: bool = False, grad_kwargs: Any = None) -> Any:
+        _check_grad_kwargs(grad_kwargs, "LayerGradientXActivation")
+        if isinstance(self.layer, list):
+            return self._each_layer(self.attribute, inputs, target, additional_forward_args, attribute_to_layer_input)
 
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.LayerGradientXActivation(model, self.layer, reshape=_grid(x.dim()))
+        def make(model: nn.Module, layer: nn.Module, x: Tensor, example: int) -> Explainer:
+            return km.LayerGradientXActivation(model, layer, multiply_by_inputs=self._multiply, reshape=_grid(x.dim()))
 
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        shape = self._layer_shape(inputs, additional_forward_args)
-        _, explanations = self._run(inputs, target, additional_forward_args, build, unpack=False)
-        return _layer_raw(explanations, shape, xs[0].dtype)
+        results, _, route = self._on_layer(inputs, target, additional_forward_args, make, attribute_to_layer_input)
+        return route.split(results[0][0], as_tuple(inputs)[0].dtype)
 
 
 class _LayerPath(_Layered):
@@ -152,27 +201,34 @@ class _LayerPath(_Layered):
     def multiplies_by_inputs(self) -> bool:
         return True
 
-    def _path(self, inputs: Any, baselines: Any, target: Any, extra: Any, make: Any, delta: bool) -> Any:
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
+    def _path(self, inputs: Any, baselines: Any, target: Any, extra: Any, make: Any, delta: bool, to_input: bool) -> Any:
+        xs = as_tuple(inputs)
         bases = Layout.of(xs).pack(baselines_like(baselines, xs))
 
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return make(model, bases if example < 0 else bases[example : example + 1], x.dim())
+        def build(model: nn.Module, layer: nn.Module, x: Tensor, example: int) -> Explainer:
+            return make(model, layer, fit_to(bases if example < 0 else bases[example : example + 1], x), x.dim())
 
-        shape = self._layer_shape(inputs, extra)
-        _, explanations = self._run(inputs, target, extra, build, unpack=False)
-        raw = _layer_raw(explanations, shape, xs[0].dtype)
+        results, explanations, route = self._on_layer(inputs, target, extra, build, to_input)
+        raw = route.split(results[0][0], xs[0].dtype)
         return (raw, gathered(explanations, "completeness_gap", xs[0].dtype)) if delta else raw
 
 
 class LayerIntegratedGradients(_LayerPath):
-    """captum's ``LayerIntegratedGradients`` on :class:`camkit.LayerIntegratedGradients`."""
+    """captum's ``LayerIntegratedGradients`` on :class:`camkit.LayerIntegratedGradients` (all the layer's tensors on one path)."""
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
                  multiply_by_inputs: bool = True) -> None:
-        if not multiply_by_inputs or isinstance(layer, list):
-            raise NotComputedError("LayerIntegratedGradients with multiply_by_inputs=False or several layers")
+        if isinstance(layer, list):
+            raise NotComputedError(
+                "LayerIntegratedGradients with a list of layers: captum moves all of them on one path at once; "
+                "camkit attributes to one layer (or one layer's several tensors) at a time"
+            )
         super().__init__(forward_func, layer, device_ids)
+        self._multiply = multiply_by_inputs
+
+    @property
+    def multiplies_by_inputs(self) -> bool:
+        return self._multiply
 
     def attribute(self, inputs: Any, baselines: Any = None, target: Any = None, additional_forward_args: Any = None,
                   n_steps: int = 50, method: str = "gausslegendre", internal_batch_size: int | None = None,
@@ -180,36 +236,38 @@ class LayerIntegratedGradients(_LayerPath):
                   grad_kwargs: Any = None) -> Any:
         from ._gradient import RULES
 
-        _refuse_layer_input(attribute_to_layer_input, "LayerIntegratedGradients")
-        if method not in RULES or grad_kwargs:
-            raise NotComputedError(f"LayerIntegratedGradients(method={method!r}, grad_kwargs): camkit integrates with {sorted(RULES)}")
+        _check_grad_kwargs(grad_kwargs, "LayerIntegratedGradients")
+        if method not in RULES:
+            raise NotComputedError(f"LayerIntegratedGradients(method={method!r}): camkit integrates with {sorted(RULES)}")
 
-        def make(model: nn.Module, base: Tensor, rank: int) -> Explainer:
-            return km.LayerIntegratedGradients(model, self.layer, steps=n_steps, rule=RULES[method],  # type: ignore[arg-type]
-                                               baseline=base, max_batch=internal_batch_size or 10**9, reshape=_grid(rank))
+        def make(model: nn.Module, layer: nn.Module, base: Tensor, rank: int) -> Explainer:
+            return km.LayerIntegratedGradients(model, layer, steps=n_steps, rule=RULES[method],  # type: ignore[arg-type]
+                                               baseline=base, max_batch=internal_batch_size or 10**9, reshape=_grid(rank),
+                                               multiply_by_inputs=self._multiply)
 
-        return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta)
+        return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta,
+                          attribute_to_layer_input)
 
 
 class LayerConductance(_LayerPath):
-    """captum's ``LayerConductance`` (``method="riemann_trapezoid"``) on :class:`camkit.LayerConductance`."""
+    """captum's ``LayerConductance`` (every ``method``: the path's points) on :class:`camkit.LayerConductance`."""
 
     def attribute(self, inputs: Any, baselines: Any = None, target: Any = None, additional_forward_args: Any = None,
                   n_steps: int = 50, method: str = "gausslegendre", internal_batch_size: int | None = None,
                   return_convergence_delta: bool = False, attribute_to_layer_input: bool = False,
                   grad_kwargs: Any = None) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "LayerConductance")
-        if method != "riemann_trapezoid" or grad_kwargs:
-            raise NotComputedError(
-                f"LayerConductance(method={method!r}): camkit's conductance is the Riemann sum over the path's "
-                "n_steps points including both ends, captum's method='riemann_trapezoid'"
-            )
+        from ._gradient import RULES
 
-        def make(model: nn.Module, base: Tensor, rank: int) -> Explainer:
-            return km.LayerConductance(model, self.layer, steps=n_steps - 1, baseline=base,
+        _check_grad_kwargs(grad_kwargs, "LayerConductance")
+        if method not in RULES:
+            raise NotComputedError(f"LayerConductance(method={method!r}): camkit's path points are {sorted(RULES)}")
+
+        def make(model: nn.Module, layer: nn.Module, base: Tensor, rank: int) -> Explainer:
+            return km.LayerConductance(model, layer, steps=n_steps, rule=RULES[method], baseline=base,  # type: ignore[arg-type]
                                        max_batch=internal_batch_size or 10**9, reshape=_grid(rank))
 
-        return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta)
+        return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta,
+                          attribute_to_layer_input)
 
 
 class GuidedGradCam(LayerAttribution):
@@ -222,9 +280,9 @@ class GuidedGradCam(LayerAttribution):
 
     def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
                   interpolate_mode: str = "nearest", attribute_to_layer_input: bool = False) -> Any:
-        _refuse_layer_input(attribute_to_layer_input, "GuidedGradCam")
         xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        cam = self.grad_cam.attribute(xs, target, additional_forward_args, relu_attributions=True)
+        cam = self.grad_cam.attribute(xs, target, additional_forward_args, attribute_to_layer_input=attribute_to_layer_input,
+                                      relu_attributions=True)
         guided = self.guided_backprop.attribute(xs, target, additional_forward_args)
         out = []
         for i, (x, g) in enumerate(zip(xs, guided)):

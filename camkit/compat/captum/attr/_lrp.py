@@ -58,7 +58,7 @@ _WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _RULED = (
     *_WEIGHTED, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
     nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d,
-    nn.ReLU, nn.LeakyReLU, nn.Dropout, nn.Flatten, nn.Identity,
+    nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Dropout, nn.Flatten, nn.Identity,
 )
 
 
@@ -112,7 +112,7 @@ class LRP(GradientAttribution):
         options = self._camkit_rule()
 
         def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.LRP(model, **options)
+            return km.LRP(model, activations="pass", **options)  # captum passes relevance through tanh
 
         raw, explanations = self._run(inputs, target, additional_forward_args, build)
         if not return_convergence_delta:
