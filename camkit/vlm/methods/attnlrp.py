@@ -1,0 +1,200 @@
+"""AttnLRP through a vision-language model: relevance of each image token (or patch) for a written token.
+
+The rules are :class:`camkit.AttnLRP`'s, applied by it (nothing is reimplemented here): the uniform
+rule on the attention products and on gated MLPs, the softmax's own gradient, the identity rule on
+RMS and layer norms and on activations, ``rule`` (epsilon or gamma) on linear layers; rotary
+embeddings are products with constants, hence linear. SDPA and eager attention run as loaded.
+
+**What is explained.** A target's relevance is its **logit** (the sum of its tokens' logits), not
+its log-probability: ``log_softmax`` is not conservative (gradient x input at the logits of
+``log p_t`` gives ``log p_t + H(p)``, the entropy of the next-token distribution added), while the
+logit is what every rule conserves. With ``attention="cp"``, ``epsilon=0`` and no biases, the
+relevance found at the inputs sums to the logit (``extras["relevance"]`` and ``extras["logits"]``);
+``UnitScores.log_probs`` are still the log-probabilities.
+
+``onto`` chooses where relevance is read:
+
+* ``"tokens"``: at the language model's input embeddings of the image tokens (relevance through the
+  language model only), summed over channels: [T_b, N_b]. Any family whose language model takes
+  ``inputs_embeds``.
+* ``"pixels"`` (default): at ``pixel_values``, through the language model, the projector and the
+  vision tower, summed over each patch's pixels and channels, one score per feature row of the
+  family's feature layer: [T_b, R_b] (a class-token row gets zero). For models whose
+  ``pixel_values`` are images [B, C, H, W] or views [B, V, C, H, W] cut into square patches, one
+  image per prompt (LLaVA, LLaVA-NeXT, PaliGemma); others are refused with a pointer to ``"tokens"``.
+
+Options: ``onto``, ``attention`` (``"attnlrp"`` or ``"cp"``), ``rule``, ``epsilon``, ``gamma`` as
+:class:`camkit.AttnLRP` takes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ...errors import InvalidInputError, UnsupportedModelError
+from ...hooks import HookScope
+from ...methods import AttnLRP
+from ._language import Targets, decoder_of, logits_of, model_inputs, per_sample
+from .registry import MethodRequest, UnitScores, register_vlm_method
+
+__all__ = ["attnlrp", "patch_relevance"]
+
+_EXPLAINER_OPTIONS = ("attention", "rule", "epsilon", "gamma", "conv_gamma")
+
+
+class _Stop(Exception):
+    """Ends a forward once what was needed of it has been read."""
+
+
+class _LanguageHead(nn.Module):
+    """The language model and its head on given input embeddings: logits of the kept rows [B, U, V]."""
+
+    def __init__(self, model: nn.Module, decoder: nn.Module, kwargs: dict[str, Any], rows: Tensor) -> None:
+        super().__init__()
+        self.decoder, self.head = decoder, model.get_output_embeddings()
+        self.kwargs, self.rows = kwargs, rows
+        config = getattr(model.config, "text_config", model.config)
+        self.cap = getattr(config, "final_logit_softcapping", None)
+
+    def forward(self, inputs_embeds: Tensor) -> Tensor:
+        hidden = self.decoder(inputs_embeds=inputs_embeds, **self.kwargs)
+        hidden = hidden[0] if isinstance(hidden, (tuple, list)) else hidden.last_hidden_state
+        logits: Tensor = self.head(hidden[:, self.rows])
+        if self.cap:
+            logits = torch.tanh(logits / self.cap) * self.cap
+        return logits
+
+
+def _decoder_call(request: MethodRequest, targets: Targets) -> dict[str, Any]:
+    """The keyword inputs the language model gets, read in a forward stopped at its start."""
+    decoder = decoder_of(request.model)
+    seen: list[dict[str, Any]] = []
+
+    def before(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        seen.append(dict(kwargs))
+        raise _Stop
+
+    with torch.no_grad(), HookScope() as scope:
+        scope.forward_pre(decoder, before, with_kwargs=True)
+        try:
+            request.model(**model_inputs(request, targets))
+        except _Stop:
+            pass
+    if not seen or not isinstance(seen[0].get("inputs_embeds"), Tensor):
+        raise UnsupportedModelError(
+            f"the language model ({type(decoder).__name__}) was not called with inputs_embeds; use onto='pixels' or "
+            "another method for this model"
+        )
+    return seen[0]
+
+
+def _explainer(model: nn.Module, request: MethodRequest, **kwargs: Any) -> AttnLRP:
+    settings = {name: request.options[name] for name in _EXPLAINER_OPTIONS if name in request.options}
+    return AttnLRP(model, **settings, **kwargs)
+
+
+def _onto_tokens(request: MethodRequest, targets: Targets) -> tuple[list[Tensor], Tensor, Tensor]:
+    call = _decoder_call(request, targets)
+    embeds = call.pop("inputs_embeds").detach()
+    call.pop("use_cache", None)
+    head = _LanguageHead(request.model, decoder_of(request.model), {**call, "use_cache": False}, targets.rows)
+    e = _explainer(head, request).explain(embeds, lambda logits: targets.scores(logits, log_probs=False))
+    relevance = e.raw.sum(dim=-1)  # [B, T, L]
+    positions = [layout.positions for layout in request.layouts]
+    return per_sample(relevance, positions, targets.counts), e.scores, e.extras["relevance"]
+
+
+def patch_relevance(raw: Tensor, patch: int) -> Tensor:
+    """Relevance summed over channels and each ``patch`` x ``patch`` block: [..., C, H, W] -> [..., H/p * W/p].
+
+    Example:
+        >>> import torch
+        >>> patch_relevance(torch.ones(1, 3, 4, 4), 2).tolist()
+        [[12.0, 12.0, 12.0, 12.0]]
+    """
+    *lead, _, height, width = raw.shape
+    blocks = raw.sum(dim=-3).reshape(*lead, height // patch, patch, width // patch, patch)
+    return blocks.sum(dim=(-3, -1)).flatten(-2)
+
+
+def _rows_per_view(request: MethodRequest, targets: Targets) -> int:
+    layer = request.layer if request.layer is not None else request.family.feature_layer(request.model)
+    shapes: list[torch.Size] = []
+
+    def after(_: nn.Module, args: Any, output: Any) -> None:
+        tensor = output if isinstance(output, Tensor) else output[0]
+        shapes.append(tensor.shape)
+        raise _Stop
+
+    with torch.no_grad(), HookScope() as scope:
+        scope.forward(layer, after)
+        try:
+            request.model(**model_inputs(request, targets))
+        except _Stop:
+            pass
+    if not shapes or len(shapes[0]) < 2:
+        raise UnsupportedModelError("the feature layer did not run or gave no [..., rows, channels] output")
+    return int(shapes[0][-2])
+
+
+def _onto_pixels(request: MethodRequest, targets: Targets) -> tuple[list[Tensor], Tensor, Tensor]:
+    pixels = request.inputs.get("pixel_values")
+    vision = getattr(request.model.config, "vision_config", None)
+    patch = getattr(vision, "patch_size", None)
+    batch = len(request.layouts)
+    if (pixels is None or pixels.dim() not in (4, 5) or pixels.shape[0] != batch or not isinstance(patch, int)
+            or pixels.shape[-1] % patch or pixels.shape[-2] % patch):  # fmt: skip
+        raise UnsupportedModelError(
+            f"AttnLRP onto pixels reads pixel_values [B, (V,) C, H, W] cut into square patches, one image per prompt; "
+            f"this model's are {None if pixels is None else list(pixels.shape)}: use onto='tokens'"
+        )
+    per_view = _rows_per_view(request, targets)
+    grid = (pixels.shape[-1] // patch) * (pixels.shape[-2] // patch)
+    extra = per_view - grid
+    if extra not in (0, 1):
+        raise UnsupportedModelError(
+            f"the feature layer has {per_view} rows per view for {grid} patches: rows and patches do not match one to "
+            "one (merged patches); use onto='tokens'"
+        )
+    rest = {k: v for k, v in model_inputs(request, targets).items() if k != "pixel_values"}
+    e = _explainer(request.model, request, input_index="pixel_values").explain(
+        pixels, lambda logits: targets.scores(logits, log_probs=False), kwargs=rest
+    )
+    patches = patch_relevance(e.raw.float(), patch)  # [B, T, (V,) P]
+    if patches.dim() == 3:
+        patches = patches[:, :, None]
+    out = []
+    for b, layout in enumerate(request.layouts):
+        rows = layout.feature_rows.to(patches.device)
+        index = rows % per_view - extra
+        views = layout.feature_view.to(patches.device)
+        values = patches[b, : targets.counts[b]][:, views, index.clamp(min=0)]
+        out.append(torch.where(index >= 0, values, 0.0))
+    return out, e.scores, e.extras["relevance"]
+
+
+@register_vlm_method("attnlrp")
+def attnlrp(request: MethodRequest) -> UnitScores:
+    """AttnLRP relevance of each image token (``onto="tokens"``) or feature row (``"pixels"``) for each target.
+
+    Example:
+        >>> from camkit.vlm.methods import get_vlm_method
+        >>> get_vlm_method("attnlrp") is attnlrp
+        True
+    """
+    onto = request.options.get("onto", "pixels")
+    if onto not in ("pixels", "tokens"):
+        raise InvalidInputError(f"onto must be 'pixels' or 'tokens', got {onto!r}")
+    targets = Targets.of(request)
+    with torch.no_grad():
+        log_probs = targets.scores(logits_of(request.model(**model_inputs(request, targets))))
+    scores, logits, relevance = (_onto_pixels if onto == "pixels" else _onto_tokens)(request, targets)
+    counts = targets.counts
+    return UnitScores(
+        scores, "rows" if onto == "pixels" else "tokens", [log_probs[b, :n].float() for b, n in enumerate(counts)],
+        extras={"onto": onto, "logits": [logits[b, :n] for b, n in enumerate(counts)],
+                "relevance": [relevance[b, :n] for b, n in enumerate(counts)]},
+    )  # fmt: skip
