@@ -11,8 +11,8 @@ from camkit.vlm.methods.attention import attention_rollout, sdpa_probabilities
 
 pytest.importorskip("transformers")
 
-import tiny_llava  # noqa: E402
-from vlm_methods_helpers import images, request  # noqa: E402
+import tiny_llava
+from vlm_methods_helpers import images, request, tiny_llava_pair
 
 PROMPTS, ANSWERS = ["what is this ?", "describe the picture"], ["a red cat", "two dogs"]
 
@@ -20,7 +20,7 @@ PROMPTS, ANSWERS = ["what is this ?", "describe the picture"], ["a red cat", "tw
 @pytest.mark.parametrize("layers", [1, 2])
 def test_rollout_equals_eager_attention_by_hand(layers: int) -> None:
     """Â_l = (A_l averaged over heads + I) / 2, the product Â_n ... Â_1; row p - 1 at the image tokens."""
-    model, processor = tiny_llava.build(layers=layers)
+    model, processor = tiny_llava_pair(layers=layers)
     eager, _ = tiny_llava.build(layers=layers, attn_implementation="eager")
     eager.load_state_dict(model.state_dict())
     pictures = images(2)
@@ -43,7 +43,7 @@ def test_rollout_equals_eager_attention_by_hand(layers: int) -> None:
 
 def test_rollout_on_eager_attention_reads_the_same() -> None:
     model, processor = tiny_llava.build(attn_implementation="eager")
-    sdpa, _ = tiny_llava.build()
+    sdpa, _ = tiny_llava_pair()
     req = request(model, processor, images(1), PROMPTS[:1], ANSWERS[:1])
     a = get_vlm_method("attention")(req)
     b = get_vlm_method("attention")(request(sdpa, processor, images(1), PROMPTS[:1], ANSWERS[:1]))
@@ -71,6 +71,6 @@ def test_rollout_residual_zero_is_the_plain_product() -> None:
 
 
 def test_residual_out_of_range_is_refused() -> None:
-    model, processor = tiny_llava.build()
+    model, processor = tiny_llava_pair()
     with pytest.raises(InvalidInputError, match="residual"):
         get_vlm_method("attention")(request(model, processor, images(1), PROMPTS[:1], ANSWERS[:1], residual=2.0))

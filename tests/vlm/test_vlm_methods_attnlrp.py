@@ -17,8 +17,8 @@ from camkit.vlm.methods import get_vlm_method
 
 pytest.importorskip("transformers")
 
-import tiny_llava  # noqa: E402
-from vlm_methods_helpers import images, request  # noqa: E402
+import tiny_llava
+from vlm_methods_helpers import images, request, tiny_llava_pair
 
 PROMPTS, ANSWERS = ["what is this ?", "describe the picture"], ["a red cat", "two dogs"]
 
@@ -64,7 +64,7 @@ def test_pixels_receive_what_the_image_tokens_received() -> None:
 
 
 def test_log_probs_are_reported_beside_the_logits() -> None:
-    model, processor = tiny_llava.build()
+    model, processor = tiny_llava_pair()
     req = request(model, processor, images(1), PROMPTS[:1], ANSWERS[:1], onto="tokens")
     out = get_vlm_method("attnlrp")(req)
     with torch.no_grad():
@@ -73,6 +73,6 @@ def test_log_probs_are_reported_beside_the_logits() -> None:
 
 
 def test_unknown_onto_is_refused() -> None:
-    model, processor = tiny_llava.build()
+    model, processor = tiny_llava_pair()
     with pytest.raises(InvalidInputError, match="onto"):
         get_vlm_method("attnlrp")(request(model, processor, images(1), PROMPTS[:1], ANSWERS[:1], onto="patches"))

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import camkit
-
 from vlm_methods_lm import (
     LANGUAGE_MODELS,
     PatchBatch,
@@ -25,6 +22,8 @@ from vlm_methods_lm import (
     token_logit,
     zero_biases,
 )
+
+import camkit
 
 pytest.importorskip("transformers")
 
@@ -52,7 +51,9 @@ def test_conserves_the_logit_on_a_bias_free_model(kind: str) -> None:
     # the tokens after the explained one (causal attention) take no relevance
     assert e.raw[1, 4:].abs().max() == 0 and e.raw[0, 6:].abs().max() == 0
     # AttnLRP's softmax rule leaves a share with the softmax's bias term: not conserved
-    full = camkit.AttnLRP(model, epsilon=0.0, input_index="inputs_embeds").explain(embeds, token_logit(positions, tokens))
+    full = camkit.AttnLRP(model, epsilon=0.0, input_index="inputs_embeds").explain(
+        embeds, token_logit(positions, tokens)
+    )
     assert (full.extras["relevance"] - expected).abs().max() > 1e-4
 
 

@@ -9,8 +9,7 @@ from camkit.vlm.methods import get_vlm_method
 
 pytest.importorskip("transformers")
 
-import tiny_llava  # noqa: E402
-from vlm_methods_helpers import images, request  # noqa: E402
+from vlm_methods_helpers import images, request, tiny_llava_pair
 
 PROMPTS, ANSWERS = ["what is this ?", "describe the picture"], ["a red cat", "two dogs"]
 
@@ -27,7 +26,7 @@ def _merged_embeddings(model: torch.nn.Module, inputs: dict) -> torch.Tensor:
 
 
 def test_equals_gradient_times_input_by_hand() -> None:
-    model, processor = tiny_llava.build()
+    model, processor = tiny_llava_pair()
     pictures = images(2)
     req = request(model, processor, pictures, PROMPTS, ANSWERS)
     out = get_vlm_method("gradient_input")(req)
@@ -47,7 +46,7 @@ def test_equals_gradient_times_input_by_hand() -> None:
 
 
 def test_batch_tokens_bounds_each_backward_without_changing_the_result() -> None:
-    model, processor = tiny_llava.build()
+    model, processor = tiny_llava_pair()
     pictures = images(2)
     whole = get_vlm_method("gradient_input")(request(model, processor, pictures, PROMPTS, ANSWERS))
     bounded = get_vlm_method("gradient_input")(request(model, processor, pictures, PROMPTS, ANSWERS, batch_tokens=1))

@@ -9,8 +9,8 @@ from camkit.vlm.methods import get_vlm_method
 
 pytest.importorskip("transformers")
 
-import tiny_llava  # noqa: E402
-from vlm_methods_helpers import State, images, one, request  # noqa: E402
+import tiny_llava
+from vlm_methods_helpers import State, images, one, request, tiny_llava_pair
 
 PROMPTS, ANSWERS = ["what is this ?", "describe the big picture"], ["a red cat", "two dogs"]
 METHODS = {
@@ -24,7 +24,7 @@ METHODS = {
 
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_batch_equals_one_by_one(name: str) -> None:
-    model, processor = tiny_llava.build()
+    model, processor = tiny_llava_pair()
     pictures = images(2)
     req = request(model, processor, pictures, PROMPTS, ANSWERS, **METHODS[name])
     batch = get_vlm_method(name)(req)

@@ -14,8 +14,7 @@ from camkit.vlm.methods.perturbation import rise_masks, rise_scores
 
 pytest.importorskip("transformers")
 
-import tiny_llava  # noqa: E402
-from vlm_methods_helpers import images, request  # noqa: E402
+from vlm_methods_helpers import images, request, tiny_llava_pair
 
 PROMPTS, ANSWERS = ["what is this ?", "describe the picture"], ["a red cat", "two dogs"]
 
@@ -41,7 +40,7 @@ def _occluded(pixels: torch.Tensor, dropped: list[list[int]], value: float) -> t
 
 @pytest.mark.parametrize("baseline", [0.0, -1.5])
 def test_occlusion_is_the_drop_of_each_patch(baseline: float) -> None:
-    model, processor = tiny_llava.build()
+    model, processor = tiny_llava_pair()
     req = request(model, processor, images(2), PROMPTS, ANSWERS, batch_tokens=6, baseline=baseline)
     out = get_vlm_method("occlusion")(req)
     pixels = req.inputs["pixel_values"]
@@ -55,7 +54,7 @@ def test_occlusion_is_the_drop_of_each_patch(baseline: float) -> None:
 
 
 def test_rise_is_its_estimate_on_four_masks_by_hand() -> None:
-    model, processor = tiny_llava.build()
+    model, processor = tiny_llava_pair()
     req = request(model, processor, images(2), PROMPTS, ANSWERS, masks=4, keep=0.5, seed=3)
     out = get_vlm_method("rise")(req)
     generator = torch.Generator().manual_seed(3)

@@ -77,3 +77,16 @@ class State:
                 assert all(torch.equal(now[key][k], v) for k, v in value.items()), "inputs changed"
             else:
                 assert now[key] == value, f"{key} changed: {value} -> {now[key]}"
+
+
+def tiny_llava_pair(**sizes: Any) -> tuple[nn.Module, Any]:
+    """The tiny LLaVA and its processor, built once per set of sizes (the methods leave them as they were)."""
+    key = tuple(sorted(sizes.items()))
+    if key not in _BUILT:
+        import tiny_llava
+
+        _BUILT[key] = tiny_llava.build(**sizes)
+    return _BUILT[key]
+
+
+_BUILT: dict[tuple[Any, ...], tuple[nn.Module, Any]] = {}

@@ -96,7 +96,9 @@ class Targets:
         return torch.where(valid, values.float(), 0.0).sum(dim=-1)
 
 
-def model_inputs(request: MethodRequest, targets: Targets, inputs: Mapping[str, Tensor] | None = None) -> dict[str, Any]:
+def model_inputs(
+    request: MethodRequest, targets: Targets, inputs: Mapping[str, Tensor] | None = None
+) -> dict[str, Any]:
     """The keyword inputs of one forward: the batch, no cache, and only the targets' rows of logits."""
     call: dict[str, Any] = dict(request.inputs if inputs is None else inputs)
     call["use_cache"] = False
@@ -136,4 +138,6 @@ def per_sample(values: Tensor, positions: Sequence[Tensor], counts: Sequence[int
         [tensor([[0., 2.],
                 [3., 5.]]), tensor([[7.]])]
     """
-    return [values[b, :count][:, pos.to(values.device)].float() for b, (pos, count) in enumerate(zip(positions, counts))]
+    return [
+        values[b, :count][:, pos.to(values.device)].float() for b, (pos, count) in enumerate(zip(positions, counts))
+    ]

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from ...errors import InvalidInputError, UnsupportedModelError

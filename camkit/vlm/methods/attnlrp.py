@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import InvalidInputError, UnsupportedModelError
+from ...explanation import Explanation
 from ...hooks import HookScope
 from ...methods import AttnLRP
 from ._language import Targets, decoder_of, logits_of, model_inputs, per_sample
@@ -54,7 +55,10 @@ class _LanguageHead(nn.Module):
 
     def __init__(self, model: nn.Module, decoder: nn.Module, kwargs: dict[str, Any], rows: Tensor) -> None:
         super().__init__()
-        self.decoder, self.head = decoder, model.get_output_embeddings()
+        head = model.get_output_embeddings()  # type: ignore[operator]
+        if not isinstance(head, nn.Module):
+            raise UnsupportedModelError(f"{type(model).__name__} has no output embeddings (its generation head)")
+        self.decoder, self.head = decoder, head
         self.kwargs, self.rows = kwargs, rows
         config = getattr(model.config, "text_config", model.config)
         self.cap = getattr(config, "final_logit_softcapping", None)
@@ -91,6 +95,12 @@ def _decoder_call(request: MethodRequest, targets: Targets) -> dict[str, Any]:
     return seen[0]
 
 
+def _raw(e: Explanation) -> Tensor:
+    if not isinstance(e.raw, Tensor):
+        raise UnsupportedModelError("AttnLRP gave no single relevance tensor for this model")
+    return e.raw
+
+
 def _explainer(model: nn.Module, request: MethodRequest, **kwargs: Any) -> AttnLRP:
     settings = {name: request.options[name] for name in _EXPLAINER_OPTIONS if name in request.options}
     return AttnLRP(model, **settings, **kwargs)
@@ -102,7 +112,7 @@ def _onto_tokens(request: MethodRequest, targets: Targets) -> tuple[list[Tensor]
     call.pop("use_cache", None)
     head = _LanguageHead(request.model, decoder_of(request.model), {**call, "use_cache": False}, targets.rows)
     e = _explainer(head, request).explain(embeds, lambda logits: targets.scores(logits, log_probs=False))
-    relevance = e.raw.sum(dim=-1)  # [B, T, L]
+    relevance = _raw(e).sum(dim=-1)  # [B, T, L]
     positions = [layout.positions for layout in request.layouts]
     return per_sample(relevance, positions, targets.counts), e.scores, e.extras["relevance"]
 
@@ -163,7 +173,7 @@ def _onto_pixels(request: MethodRequest, targets: Targets) -> tuple[list[Tensor]
     e = _explainer(request.model, request, input_index="pixel_values").explain(
         pixels, lambda logits: targets.scores(logits, log_probs=False), kwargs=rest
     )
-    patches = patch_relevance(e.raw.float(), patch)  # [B, T, (V,) P]
+    patches = patch_relevance(_raw(e).float(), patch)  # [B, T, (V,) P]
     if patches.dim() == 3:
         patches = patches[:, :, None]
     out = []
