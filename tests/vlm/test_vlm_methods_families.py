@@ -1,0 +1,57 @@
+"""camkit's vision-language methods on every family with a tiny model here, through ``explain_generation``.
+
+Each method gives finite, non-constant scores for every token, and a batch of two prompts (images of
+different sizes, answers of different lengths) equals each prompt alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import camkit
+from conftest import picture
+
+FAMILIES = ("llava", "llava_next", "paligemma")
+METHODS = {"gradient_input": {}, "attention": {}, "attnlrp": {}, "occlusion": {}, "rise": {"masks": 8}}
+IMAGES = ((40, 70, 5), (50, 30, 6))
+PROMPTS, ANSWERS = ["what is this ?", "describe the picture"], ["a red cat", "two dogs"]
+
+
+@pytest.mark.heavy  # 15 cases of three explain_generation calls; test_vlm_methods_invariants covers LLaVA in make test
+@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_equals_one_by_one(request: pytest.FixtureRequest, family: str, method: str) -> None:
+    model, processor = request.getfixturevalue(family)
+    images = [picture(h, w, seed=s) for h, w, s in IMAGES]
+    options = METHODS[method]
+    batch = camkit.explain_generation(model, processor, images, PROMPTS, answer=ANSWERS, method=method, **options)
+    for b in range(2):
+        alone = camkit.explain_generation(model, processor, images[b], PROMPTS[b], answer=ANSWERS[b], method=method,
+                                          **options)  # fmt: skip
+        units, single = batch.explanations[b].extras["unit_scores"], alone.explanations[0].extras["unit_scores"]
+        assert torch.isfinite(units).all() and float(units.std()) > 0
+        torch.testing.assert_close(units, single, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(batch.scores[b], alone.scores[0], rtol=1e-4, atol=1e-5)
+        assert batch.maps[b].shape == (len(batch.tokens[b]), *IMAGES[b][:2])
+
+
+@pytest.mark.parametrize("family", ["llava", "paligemma"])
+def test_attnlrp_pixels_receive_what_the_image_tokens_received(family: str) -> None:
+    """Bias-free (biases, position and class embeddings zero), ``attention="cp"``, ``epsilon=0``: the relevance
+    that reaches the image tokens' embeddings flows on, whole, through the projector and the vision tower."""
+    import importlib
+
+    model, processor = importlib.import_module(f"tiny_{family}").build()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("bias") or "position_embedding" in name or "class_embedding" in name:
+                param.zero_()
+    image, common = picture(40, 70, seed=5), dict(answer=ANSWERS[0], method="attnlrp", attention="cp", epsilon=0.0)
+    tokens = camkit.explain_generation(model, processor, image, PROMPTS[0], onto="tokens", **common)
+    pixels = camkit.explain_generation(model, processor, image, PROMPTS[0], **common)
+    assert pixels.explanations[0].extras["units"] == "rows" and tokens.explanations[0].extras["units"] == "tokens"
+    into_tokens = tokens.explanations[0].extras["unit_scores"].sum(-1)
+    into_pixels = pixels.explanations[0].extras["unit_scores"].sum(-1)
+    torch.testing.assert_close(into_pixels, into_tokens, rtol=1e-3, atol=1e-5)
+    assert float(into_tokens.abs().min()) > 1e-4
