@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
@@ -28,16 +27,3 @@ def paligemma():
     import tiny_paligemma
 
     return tiny_paligemma.build()
-
-
-def picture(height: int, width: int, seed: int = 0):
-    """A seeded random RGB picture (PIL) of the given size."""
-    from PIL import Image
-
-    rng = np.random.RandomState(seed)
-    return Image.fromarray((rng.rand(height, width, 3) * 255).astype("uint8"))
-
-
-@pytest.fixture
-def photo():
-    return picture(40, 70)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import picture
+from vlm_helpers import picture
 
 import camkit
 from camkit.vlm.families import family_of

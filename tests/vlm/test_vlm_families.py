@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import picture
 from PIL import Image
+from vlm_helpers import picture
 
 import camkit
 from camkit.hooks import LayerCapture
@@ -75,7 +75,7 @@ def test_a_block_changed_in_the_image_changes_the_patches_whose_boxes_hold_it(re
     base = np.asarray(picture(40, 70, seed=1)).copy()
     changed = base.copy()
     changed[12:18, 23:29] = 255 - changed[12:18, 23:29]  # a 6 x 6 block around (15, 26)
-    family, p, layout = _layout(model, processor, Image.fromarray(base))
+    _, p, layout = _layout(model, processor, Image.fromarray(base))
     _, q, _ = _layout(model, processor, Image.fromarray(changed))
     vision = model.config.vision_config
     patch, cls = vision.patch_size, 1 if name != "paligemma" else 0
@@ -127,5 +127,5 @@ def test_a_language_model_shown_one_image_token_depends_on_that_tokens_box_only(
 def test_an_unsupported_model_is_refused_naming_the_families():
     from torch import nn
 
-    with pytest.raises(camkit.UnsupportedModelError, match="supported families: .*llava.*paligemma"):
+    with pytest.raises(camkit.UnsupportedModelError, match=r"supported families: .*llava.*paligemma"):
         family_of(nn.Linear(2, 2))

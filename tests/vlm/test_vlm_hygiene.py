@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import picture
+from vlm_helpers import picture
 
 import camkit
 from camkit.vlm.families import family_of
@@ -106,7 +106,7 @@ def test_token_target_drives_camkits_gradcam_on_the_pixel_values(llava):
     answer = result.token_ids[0][None]
     ids = torch.cat([p.inputs["input_ids"], answer], 1)
     start = p.inputs["input_ids"].shape[1]
-    name = [n for n, m in model.named_modules() if m is family.feature_layer(model)][0]
+    name = next(n for n, m in model.named_modules() if m is family.feature_layer(model))
     explainer = camkit.GradCAM(model, name, input_index="pixel_values")
     target = camkit.TokenTarget(torch.arange(start, ids.shape[1]), reduce="none")
     e = explainer.explain(p.inputs["pixel_values"], target, kwargs={"input_ids": ids})

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import torch
-
 import tiny_llava
+import torch
 from tiny_words import word_tokenizer
 
 PINPOINTS = [[32, 64], [64, 32], [64, 64]]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from tiny_words import word_tokenizer
 
 IMAGE = "<image>"
