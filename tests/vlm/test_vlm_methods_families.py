@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import camkit
-from conftest import picture
+from vlm_helpers import picture
 
 FAMILIES = ("llava", "llava_next", "paligemma")
 METHODS = {"gradient_input": {}, "attention": {}, "attnlrp": {}, "occlusion": {}, "rise": {"masks": 8}}
