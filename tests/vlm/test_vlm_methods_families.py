@@ -6,13 +6,27 @@ different sizes, answers of different lengths) equals each prompt alone.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
-
-import camkit
 from vlm_helpers import picture
 
-FAMILIES = ("llava", "llava_next", "paligemma")
+import camkit
+
+FAMILIES = ("llava", "llava_next", "paligemma", "qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm", "gemma3")
+_BUILT: dict[str, tuple[Any, Any]] = {}
+
+
+def _tiny(family: str) -> tuple[Any, Any]:
+    """The family's tiny model and processor (skipped where its builder is not in this tree), built once."""
+    if family not in _BUILT:
+        if family == "smolvlm":
+            pytest.importorskip("num2words")  # SmolVLM's processor needs it
+        _BUILT[family] = pytest.importorskip(f"tiny_{family}").build()
+    return _BUILT[family]
+
+
 METHODS = {"gradient_input": {}, "attention": {}, "attnlrp": {}, "occlusion": {}, "rise": {"masks": 8}}
 IMAGES = ((40, 70, 5), (50, 30, 6))
 PROMPTS, ANSWERS = ["what is this ?", "describe the picture"], ["a red cat", "two dogs"]
@@ -21,8 +35,8 @@ PROMPTS, ANSWERS = ["what is this ?", "describe the picture"], ["a red cat", "tw
 @pytest.mark.heavy  # 15 cases of three explain_generation calls; test_vlm_methods_invariants covers LLaVA in make test
 @pytest.mark.parametrize("method", sorted(METHODS))
 @pytest.mark.parametrize("family", FAMILIES)
-def test_batch_equals_one_by_one(request: pytest.FixtureRequest, family: str, method: str) -> None:
-    model, processor = request.getfixturevalue(family)
+def test_batch_equals_one_by_one(family: str, method: str) -> None:
+    model, processor = _tiny(family)
     images = [picture(h, w, seed=s) for h, w, s in IMAGES]
     options = METHODS[method]
     batch = camkit.explain_generation(model, processor, images, PROMPTS, answer=ANSWERS, method=method, **options)
@@ -36,13 +50,11 @@ def test_batch_equals_one_by_one(request: pytest.FixtureRequest, family: str, me
         assert batch.maps[b].shape == (len(batch.tokens[b]), *IMAGES[b][:2])
 
 
-@pytest.mark.parametrize("family", ["llava", "paligemma"])
+@pytest.mark.parametrize("family", ["llava", "paligemma", "gemma3"])
 def test_attnlrp_pixels_receive_what_the_image_tokens_received(family: str) -> None:
     """Bias-free (biases, position and class embeddings zero), ``attention="cp"``, ``epsilon=0``: the relevance
     that reaches the image tokens' embeddings flows on, whole, through the projector and the vision tower."""
-    import importlib
-
-    model, processor = importlib.import_module(f"tiny_{family}").build()
+    model, processor = pytest.importorskip(f"tiny_{family}").build()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("bias") or "position_embedding" in name or "class_embedding" in name:
@@ -55,3 +67,17 @@ def test_attnlrp_pixels_receive_what_the_image_tokens_received(family: str) -> N
     into_pixels = pixels.explanations[0].extras["unit_scores"].sum(-1)
     torch.testing.assert_close(into_pixels, into_tokens, rtol=1e-3, atol=1e-5)
     assert float(into_tokens.abs().min()) > 1e-4
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "idefics3"])
+def test_attnlrp_onto_pixels_refused_where_views_do_not_map(family: str) -> None:
+    """Qwen-VL's flattened patches and Idefics3's tiles-then-image views: onto="pixels" is refused, the
+    default reads the image tokens."""
+    model, processor = _tiny(family)
+    image = picture(40, 70, seed=5)
+    with pytest.raises(camkit.UnsupportedModelError, match="onto='tokens'"):
+        camkit.explain_generation(
+            model, processor, image, PROMPTS[0], answer=ANSWERS[0], method="attnlrp", onto="pixels"
+        )
+    result = camkit.explain_generation(model, processor, image, PROMPTS[0], answer=ANSWERS[0], method="attnlrp")
+    assert result.explanations[0].extras["onto"] == "tokens" and result.explanations[0].extras["units"] == "tokens"

@@ -17,11 +17,13 @@ relevance found at the inputs sums to the logit (``extras["relevance"]`` and ``e
 * ``"tokens"``: at the language model's input embeddings of the image tokens (relevance through the
   language model only), summed over channels: [T_b, N_b]. Any family whose language model takes
   ``inputs_embeds``.
-* ``"pixels"`` (default): at ``pixel_values``, through the language model, the projector and the
-  vision tower, summed over each patch's pixels and channels, one score per feature row of the
-  family's feature layer: [T_b, R_b] (a class-token row gets zero). For models whose
-  ``pixel_values`` are images [B, C, H, W] or views [B, V, C, H, W] cut into square patches, one
-  image per prompt (LLaVA, LLaVA-NeXT, PaliGemma); others are refused with a pointer to ``"tokens"``.
+* ``"pixels"``: at ``pixel_values``, through the language model, the projector and the vision
+  tower, summed over each patch's pixels and channels, one score per feature row of the family's
+  feature layer: [T_b, R_b] (a class-token row gets zero). For families whose ``pixel_values`` are
+  images [B, C, H, W] or views [B, V, C, H, W] in feature-row order, cut into square patches, one
+  image per prompt: LLaVA, LLaVA-NeXT, PaliGemma, Gemma 3. Qwen-VL (flattened patches) and
+  Idefics3 / SmolVLM (tiles before the whole image) are refused with a pointer to ``"tokens"``.
+* default: ``"pixels"`` where the model allows it, else ``"tokens"``; ``extras["onto"]`` says which.
 
 Options: ``onto``, ``attention`` (``"attnlrp"`` or ``"cp"``), ``rule``, ``epsilon``, ``gamma`` as
 :class:`camkit.AttnLRP` takes them.
@@ -44,6 +46,7 @@ from .registry import MethodRequest, UnitScores, register_vlm_method
 __all__ = ["attnlrp", "patch_relevance"]
 
 _EXPLAINER_OPTIONS = ("attention", "rule", "epsilon", "gamma", "conv_gamma")
+_PIXEL_FAMILIES = ("llava", "llava_next", "paligemma", "gemma3")  # pixel_values' views in feature-row order
 
 
 class _Stop(Exception):
@@ -150,25 +153,28 @@ def _rows_per_view(request: MethodRequest, targets: Targets) -> int:
     return int(shapes[0][-2])
 
 
-def _onto_pixels(request: MethodRequest, targets: Targets) -> tuple[list[Tensor], Tensor, Tensor]:
+def _pixel_geometry(request: MethodRequest, targets: Targets) -> tuple[int, int, int] | str:
+    """``(patch, rows per view, class rows)`` where pixels map to feature rows one patch each, else why not."""
     pixels = request.inputs.get("pixel_values")
-    vision = getattr(request.model.config, "vision_config", None)
-    patch = getattr(vision, "patch_size", None)
-    batch = len(request.layouts)
-    if (pixels is None or pixels.dim() not in (4, 5) or pixels.shape[0] != batch or not isinstance(patch, int)
-            or pixels.shape[-1] % patch or pixels.shape[-2] % patch):  # fmt: skip
-        raise UnsupportedModelError(
-            f"AttnLRP onto pixels reads pixel_values [B, (V,) C, H, W] cut into square patches, one image per prompt; "
-            f"this model's are {None if pixels is None else list(pixels.shape)}: use onto='tokens'"
-        )
+    patch = getattr(getattr(request.model.config, "vision_config", None), "patch_size", None)
+    shape = None if pixels is None else list(pixels.shape)
+    if request.family.name not in _PIXEL_FAMILIES:
+        return f"the views of {request.family.name} are not laid out in pixel_values as its feature rows are"
+    if (pixels is None or pixels.dim() not in (4, 5) or pixels.shape[0] != len(request.layouts)
+            or not isinstance(patch, int) or pixels.shape[-1] % patch or pixels.shape[-2] % patch):  # fmt: skip
+        return f"pixel_values {shape} are not [B, (V,) C, H, W] in square patches, one image per prompt"
     per_view = _rows_per_view(request, targets)
-    grid = (pixels.shape[-1] // patch) * (pixels.shape[-2] // patch)
-    extra = per_view - grid
+    extra = per_view - (pixels.shape[-1] // patch) * (pixels.shape[-2] // patch)
     if extra not in (0, 1):
-        raise UnsupportedModelError(
-            f"the feature layer has {per_view} rows per view for {grid} patches: rows and patches do not match one to "
-            "one (merged patches); use onto='tokens'"
-        )
+        return f"the feature layer has {per_view} rows per view, which are not the patches of pixel_values {shape}"
+    return patch, per_view, extra
+
+
+def _onto_pixels(
+    request: MethodRequest, targets: Targets, geometry: tuple[int, int, int]
+) -> tuple[list[Tensor], Tensor, Tensor]:
+    patch, per_view, extra = geometry
+    pixels = request.inputs["pixel_values"]
     rest = {k: v for k, v in model_inputs(request, targets).items() if k != "pixel_values"}
     e = _explainer(request.model, request, input_index="pixel_values").explain(
         pixels, lambda logits: targets.scores(logits, log_probs=False), kwargs=rest
@@ -195,13 +201,21 @@ def attnlrp(request: MethodRequest) -> UnitScores:
         >>> get_vlm_method("attnlrp") is attnlrp
         True
     """
-    onto = request.options.get("onto", "pixels")
-    if onto not in ("pixels", "tokens"):
+    onto = request.options.get("onto")
+    if onto not in (None, "pixels", "tokens"):
         raise InvalidInputError(f"onto must be 'pixels' or 'tokens', got {onto!r}")
     targets = Targets.of(request)
+    geometry = _pixel_geometry(request, targets) if onto != "tokens" else "not asked for"
+    if onto == "pixels" and isinstance(geometry, str):
+        raise UnsupportedModelError(f"AttnLRP cannot read relevance onto pixels here: {geometry}; use onto='tokens'")
+    if onto is None:
+        onto = "tokens" if isinstance(geometry, str) else "pixels"
     with torch.no_grad():
         log_probs = targets.scores(logits_of(request.model(**model_inputs(request, targets))))
-    scores, logits, relevance = (_onto_pixels if onto == "pixels" else _onto_tokens)(request, targets)
+    if isinstance(geometry, str):
+        scores, logits, relevance = _onto_tokens(request, targets)
+    else:
+        scores, logits, relevance = _onto_pixels(request, targets, geometry)
     counts = targets.counts
     return UnitScores(
         scores, "rows" if onto == "pixels" else "tokens", [log_probs[b, :n].float() for b, n in enumerate(counts)],
