@@ -134,7 +134,7 @@ def patch_relevance(raw: Tensor, patch: int) -> Tensor:
 
 
 def _rows_per_view(request: MethodRequest, targets: Targets) -> int:
-    layer = request.layer if request.layer is not None else request.family.feature_layer(request.model)
+    layer = request.family.feature_layer(request.model)  # the layer the layout's feature rows number
     shapes: list[torch.Size] = []
 
     def after(_: nn.Module, args: Any, output: Any) -> None:
