@@ -83,10 +83,14 @@ def test_a_batch_of_prompts_equals_each_prompt_alone(request, name):
     assert [tuple(m.shape[1:]) for m in batch.maps] == [(40, 70), (50, 30)]
 
 
-def test_batched_and_looped_backwards_agree_and_span_sums_the_phrase(llava):
+def test_batched_and_looped_backwards_agree_and_span_sums_the_phrase(llava, monkeypatch):
+    from camkit.vlm.methods import gradcam
+
     model, processor = llava
     image = picture(40, 70, seed=7)
-    batched = camkit.explain_generation(model, processor, image, "what is this ?", answer="a red cat sat")
+    with monkeypatch.context() as patch:  # the batched backward really runs (no silent fallback to the loop)
+        patch.setattr(gradcam, "_looped", lambda *a: pytest.fail("fell back to one backward per token"))
+        batched = camkit.explain_generation(model, processor, image, "what is this ?", answer="a red cat sat")
     looped = camkit.explain_generation(model, processor, image, "what is this ?", answer="a red cat sat", batched=False)
     chunked = camkit.explain_generation(model, processor, image, "what is this ?", answer="a red cat sat", batch_tokens=3)
     for other in (looped, chunked):
@@ -96,3 +100,16 @@ def test_batched_and_looped_backwards_agree_and_span_sums_the_phrase(llava):
     torch.testing.assert_close(phrase.scores[0], batched.scores[0][1:3].sum()[None], rtol=1e-5, atol=1e-5)
     with pytest.raises(camkit.InvalidInputError, match="span"):
         batched.span(2, 9)
+
+
+def test_answers_of_other_lengths_in_one_batch_equal_each_alone(llava):
+    model, processor = llava
+    images, answers = [picture(40, 70, seed=5), picture(50, 30, seed=6)], ["a cat", "a red big cat on the left"]
+    batch = camkit.explain_generation(model, processor, images, "what is this ?", answer=answers)
+    assert [len(t) for t in batch.tokens] == [2, 7]
+    for b in range(2):
+        alone = camkit.explain_generation(model, processor, images[b], "what is this ?", answer=answers[b])
+        torch.testing.assert_close(batch.scores[b], alone.scores[0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(batch.explanations[b].raw, alone.explanations[0].raw, rtol=1e-3, atol=1e-6)
+    with pytest.raises(camkit.InvalidInputError, match="shapes"):
+        batch.maps_tensor()

@@ -35,10 +35,10 @@ def _layout(model, processor, image, prompt="what is this ?"):
     return family, p, family.layout(model, processor, p.inputs, [p.size])[0]
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-def test_positions_are_the_image_tokens_and_rows_feed_them_as_the_model_does(request, name):
+@pytest.mark.parametrize(("name", "size"), [(n, (40, 70)) for n in FAMILIES] + [("llava_next", (50, 30)), ("llava", (50, 30))])
+def test_positions_are_the_image_tokens_and_rows_feed_them_as_the_model_does(request, name, size):
     model, processor = _built(request, name)
-    family, p, layout = _layout(model, processor, picture(40, 70))
+    family, p, layout = _layout(model, processor, picture(*size))
     assert family.name == name
     ids = p.inputs["input_ids"][0]
     assert torch.equal(layout.positions, (ids == family.image_token_id(model)).nonzero()[:, 0])
@@ -59,7 +59,7 @@ def test_positions_are_the_image_tokens_and_rows_feed_them_as_the_model_does(req
     if name == "llava_next":
         assert int(newline.sum()) > 0
         torch.testing.assert_close(pooled[newline], model.model.image_newline.expand(int(newline.sum()), -1))
-        assert set(layout.view.tolist()) == {0, 1, 2, 3, 4}
+        assert set(layout.view.tolist()) == set(range(3 if size == (50, 30) else 5))  # 64 x 32 or 64 x 64 tiled
 
 
 def _patch_changes(pixels: torch.Tensor, other: torch.Tensor, patch: int) -> torch.Tensor:
@@ -69,9 +69,14 @@ def _patch_changes(pixels: torch.Tensor, other: torch.Tensor, patch: int) -> tor
     return diff.reshape(views, h // patch, patch, w // patch, patch).sum((2, 4)).reshape(views, -1)
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", [*FAMILIES, "llava_padded"])
 def test_a_block_changed_in_the_image_changes_the_patches_whose_boxes_hold_it(request, name):
-    model, processor = _built(request, name)
+    if name == "llava_padded":  # LLaVA 1.5's "pad to a square" preprocessing
+        import tiny_llava
+
+        model, processor = _built(request, "llava")[0], tiny_llava.processor(do_pad=True)
+    else:
+        model, processor = _built(request, name)
     base = np.asarray(picture(40, 70, seed=1)).copy()
     changed = base.copy()
     changed[12:18, 23:29] = 255 - changed[12:18, 23:29]  # a 6 x 6 block around (15, 26)
@@ -79,6 +84,9 @@ def test_a_block_changed_in_the_image_changes_the_patches_whose_boxes_hold_it(re
     _, q, _ = _layout(model, processor, Image.fromarray(changed))
     vision = model.config.vision_config
     patch, cls = vision.patch_size, 1 if name != "paligemma" else 0
+    if name == "llava_padded":
+        # 40 x 70 padded by 15 rows above to 70 x 70: the first patch row spans [-15, 2.5), clipped to the image
+        assert layout.feature_boxes[0].tolist() == [0.0, 0.0, 2.5, 17.5]
     per_view = (vision.image_size // patch) ** 2 + cls
     change = _patch_changes(p.inputs["pixel_values"], q.inputs["pixel_values"], patch).flatten()
     view, cell = layout.feature_rows // per_view, layout.feature_rows % per_view - cls
@@ -129,3 +137,32 @@ def test_an_unsupported_model_is_refused_naming_the_families():
 
     with pytest.raises(camkit.UnsupportedModelError, match=r"supported families: .*llava.*paligemma"):
         family_of(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_occlude_sets_the_pixels_of_the_dropped_tokens_only(request, name):
+    model, processor = _built(request, name)
+    family, p, layout = _layout(model, processor, picture(40, 70))
+    keep = torch.zeros(layout.count, dtype=torch.bool)
+    kept = int(layout.feature_token[3])
+    keep[kept] = True
+    before = p.inputs["pixel_values"].clone()
+    occluded = family.occlude(model, p.inputs, [keep], 7.0)["pixel_values"]
+    assert torch.equal(p.inputs["pixel_values"], before)  # the inputs given are not changed
+    untouched = occluded == before
+    vision = model.config.vision_config
+    side, patch = vision.image_size // vision.patch_size, vision.patch_size
+    per_view = side * side + (0 if name == "paligemma" else 1)
+    view, cell = divmod(int(layout.feature_rows[3]), per_view)
+    r, c = divmod(cell - (0 if name == "paligemma" else 1), side)
+    region = untouched.reshape(-1, *untouched.shape[-3:])[view, :, r * patch : (r + 1) * patch, c * patch : (c + 1) * patch]
+    assert bool(region.all())  # the kept token's patch is as it was
+    covered = torch.zeros_like(untouched.reshape(-1, *untouched.shape[-3:]))
+    for row in layout.feature_rows.tolist():
+        v, k = divmod(row, per_view)
+        rr, cc = divmod(k - (0 if name == "paligemma" else 1), side)
+        covered[v, :, rr * patch : (rr + 1) * patch, cc * patch : (cc + 1) * patch] = True
+    flat_occluded = occluded.reshape(covered.shape)
+    covered[view, :, r * patch : (r + 1) * patch, c * patch : (c + 1) * patch] = False
+    assert bool((flat_occluded[covered] == 7.0).all())  # every other token's patch holds the baseline
+    assert bool(untouched.reshape(covered.shape)[~covered].all())  # pixels no token reads stay

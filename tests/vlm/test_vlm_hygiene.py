@@ -68,6 +68,8 @@ def test_bad_input_is_refused_with_the_fix(llava):
         camkit.explain_generation(model, processor, torch.zeros(3, 0, 5, dtype=torch.uint8), "what is this ?")
     with pytest.raises(camkit.InvalidInputError, match=r"\[3, H, W\]"):
         camkit.explain_generation(model, processor, torch.zeros(40, 70), "what is this ?")
+    with pytest.raises(camkit.InvalidInputError, match=r"outside \[0, 1\]"):
+        camkit.explain_generation(model, processor, torch.full((3, 40, 70), -2.0), "what is this ?")
     with pytest.raises(camkit.InvalidInputError, match="one prompt"):
         camkit.explain_generation(model, processor, [picture(40, 70)] * 2, ["a", "b", "c"])
     with pytest.raises(camkit.UnknownMethodError, match="gradcam"):
@@ -90,10 +92,10 @@ def test_half_precision_runs_and_keeps_to_float32s_map(llava, dtype):
     ref = camkit.explain_generation(full, processor, image, "what is this ?", answer="a red cat")
     got = camkit.explain_generation(half, processor, image, "what is this ?", answer="a red cat")
     assert got.maps[0].dtype == torch.float32 and bool(torch.isfinite(got.maps[0]).all())
-    torch.testing.assert_close(got.scores[0], ref.scores[0], rtol=0, atol=0.05)
+    torch.testing.assert_close(got.scores[0], ref.scores[0], rtol=0, atol=0.01)  # seen: 1e-3 (bf16), 1e-4 (fp16)
     a, b = got.explanations[0].extras["unit_scores"], ref.explanations[0].extras["unit_scores"]
     cosine = torch.nn.functional.cosine_similarity(a, b, dim=1)
-    assert bool((cosine > 0.9).all()), cosine
+    assert bool((cosine > 0.999).all()), cosine  # seen: above 0.99996
 
 
 def test_token_target_drives_camkits_gradcam_on_the_pixel_values(llava):
@@ -114,3 +116,42 @@ def test_token_target_drives_camkits_gradcam_on_the_pixel_values(llava):
     torch.testing.assert_close(e.raw[0].reshape(3, 16), result.explanations[0].extras["unit_scores"], rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(e.scores[0], result.scores[0], rtol=1e-5, atol=1e-5)
     assert _hooks(model) == hooks
+
+
+def test_one_forward_explains_every_token_and_eager_attention_gives_sdpas_maps(llava):
+    import tiny_llava
+
+    model, processor = llava
+    eager, _ = tiny_llava.build(attn_implementation="eager")
+    image = picture(40, 70, seed=5)
+    calls = []
+    handle = model.model.vision_tower.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        sdpa = camkit.explain_generation(model, processor, image, "what is this ?", answer="a red cat on the left")
+    finally:
+        handle.remove()
+    assert len(calls) == 1 and len(sdpa.tokens[0]) == 6
+    got = camkit.explain_generation(eager, processor, image, "what is this ?", answer="a red cat on the left")
+    assert eager.config._attn_implementation == "eager"
+    torch.testing.assert_close(got.explanations[0].raw, sdpa.explanations[0].raw, rtol=1e-4, atol=1e-6)
+
+
+def test_layer_by_name_or_module_and_a_layer_without_the_rows_is_refused(llava):
+    model, processor = llava
+    image, name = picture(40, 70, seed=5), "model.vision_tower.encoder.layers.0"
+    by_name = camkit.explain_generation(model, processor, image, "what is this ?", answer="a cat", layer=name)
+    by_module = camkit.explain_generation(
+        model, processor, image, "what is this ?", answer="a cat", layer=model.model.vision_tower.encoder.layers[0]
+    )
+    assert by_name.explanations[0].layers == (name,)
+    torch.testing.assert_close(by_name.explanations[0].raw, by_module.explanations[0].raw)
+    with pytest.raises(camkit.InvalidInputError, match="has 16 rows but the layout reads row 16"):
+        camkit.explain_generation(model, processor, image, "what is this ?", answer="a cat", layer="model.multi_modal_projector")
+
+
+def test_a_float_image_in_unit_range_reads_as_its_uint8_pixels(llava):
+    model, processor = llava
+    pixels = torch.randint(0, 256, (3, 40, 70), dtype=torch.uint8)
+    as_bytes = camkit.explain_generation(model, processor, pixels, "what is this ?", answer="a cat")
+    as_floats = camkit.explain_generation(model, processor, pixels.float() / 255, "what is this ?", answer="a cat")
+    torch.testing.assert_close(as_floats.explanations[0].raw, as_bytes.explanations[0].raw)
