@@ -119,3 +119,15 @@ def test_qwen2_vl_vision_tower_conserves() -> None:
     e = camkit.AttnLRP(net, "cp", epsilon=0.0).explain(x, 0)
     torch.testing.assert_close(e.raw.sum(), e.scores[0])
     assert e.raw.abs().sum() > 0 and e.raw[5].abs().sum() > 0
+
+
+def test_token_target_is_the_log_probability_target() -> None:
+    """camkit.TokenTarget given to camkit.AttnLRP scores what the hand-written log-probability target does."""
+    model = causal_lm("qwen2")
+    embeds, positions, tokens = _inputs(model)
+    explainer = camkit.AttnLRP(model, "cp", epsilon=0.0, input_index="inputs_embeds")
+    by_hand = explainer.explain(embeds, token_log_prob(positions, tokens))
+    target = camkit.TokenTarget(positions[:, None], token_ids=tokens[:, None])
+    e = explainer.explain(embeds, target)
+    torch.testing.assert_close(e.scores, by_hand.scores)
+    torch.testing.assert_close(e.raw, by_hand.raw)
