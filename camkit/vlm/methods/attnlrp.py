@@ -40,7 +40,7 @@ from ...errors import InvalidInputError, UnsupportedModelError
 from ...explanation import Explanation
 from ...hooks import HookScope
 from ...methods import AttnLRP
-from ._language import Targets, decoder_of, logits_of, model_inputs, per_sample
+from ._language import Targets, decoder_of, model_inputs, per_sample
 from .registry import MethodRequest, UnitScores, register_vlm_method
 
 __all__ = ["attnlrp", "patch_relevance"]
@@ -109,12 +109,27 @@ def _explainer(model: nn.Module, request: MethodRequest, **kwargs: Any) -> AttnL
     return AttnLRP(model, **settings, **kwargs)
 
 
-def _onto_tokens(request: MethodRequest, targets: Targets) -> tuple[list[Tensor], Tensor, Tensor]:
+class _LogitTarget:
+    """The targets' logits as AttnLRP's target; their log-probabilities kept aside from the same forward."""
+
+    def __init__(self, targets: Targets) -> None:
+        self.targets = targets
+        self.log_probs: Tensor | None = None
+
+    def __call__(self, logits: Tensor) -> Tensor:
+        self.log_probs = self.targets.scores(logits.detach())
+        return self.targets.scores(logits, log_probs=False)
+
+
+Relevance = tuple[list[Tensor], Tensor, Tensor]
+
+
+def _onto_tokens(request: MethodRequest, targets: Targets, target: _LogitTarget) -> Relevance:
     call = _decoder_call(request, targets)
     embeds = call.pop("inputs_embeds").detach()
     call.pop("use_cache", None)
     head = _LanguageHead(request.model, decoder_of(request.model), {**call, "use_cache": False}, targets.rows)
-    e = _explainer(head, request).explain(embeds, lambda logits: targets.scores(logits, log_probs=False))
+    e = _explainer(head, request).explain(embeds, target)
     relevance = _raw(e).sum(dim=-1)  # [B, T, L]
     positions = [layout.positions for layout in request.layouts]
     return per_sample(relevance, positions, targets.counts), e.scores, e.extras["relevance"]
@@ -171,14 +186,12 @@ def _pixel_geometry(request: MethodRequest, targets: Targets) -> tuple[int, int,
 
 
 def _onto_pixels(
-    request: MethodRequest, targets: Targets, geometry: tuple[int, int, int]
-) -> tuple[list[Tensor], Tensor, Tensor]:
+    request: MethodRequest, targets: Targets, target: _LogitTarget, geometry: tuple[int, int, int]
+) -> Relevance:
     patch, per_view, extra = geometry
     pixels = request.inputs["pixel_values"]
     rest = {k: v for k, v in model_inputs(request, targets).items() if k != "pixel_values"}
-    e = _explainer(request.model, request, input_index="pixel_values").explain(
-        pixels, lambda logits: targets.scores(logits, log_probs=False), kwargs=rest
-    )
+    e = _explainer(request.model, request, input_index="pixel_values").explain(pixels, target, kwargs=rest)
     patches = patch_relevance(_raw(e).float(), patch)  # [B, T, (V,) P]
     if patches.dim() == 3:
         patches = patches[:, :, None]
@@ -210,12 +223,14 @@ def attnlrp(request: MethodRequest) -> UnitScores:
         raise UnsupportedModelError(f"AttnLRP cannot read relevance onto pixels here: {geometry}; use onto='tokens'")
     if onto is None:
         onto = "tokens" if isinstance(geometry, str) else "pixels"
-    with torch.no_grad():
-        log_probs = targets.scores(logits_of(request.model(**model_inputs(request, targets))))
+    target = _LogitTarget(targets)
     if isinstance(geometry, str):
-        scores, logits, relevance = _onto_tokens(request, targets)
+        scores, logits, relevance = _onto_tokens(request, targets, target)
     else:
-        scores, logits, relevance = _onto_pixels(request, targets, geometry)
+        scores, logits, relevance = _onto_pixels(request, targets, target, geometry)
+    log_probs = target.log_probs
+    if log_probs is None:  # the target was not scored: AttnLRP would have raised
+        raise UnsupportedModelError("AttnLRP did not score the targets")
     counts = targets.counts
     return UnitScores(
         scores, "rows" if onto == "pixels" else "tokens", [log_probs[b, :n].float() for b, n in enumerate(counts)],
