@@ -74,3 +74,17 @@ def test_residual_out_of_range_is_refused() -> None:
     model, processor = tiny_llava_pair()
     with pytest.raises(InvalidInputError, match="residual"):
         get_vlm_method("attention")(request(model, processor, images(1), PROMPTS[:1], ANSWERS[:1], residual=2.0))
+
+
+@pytest.mark.heavy  # transformers compiles flex attention (tens of seconds on a CPU)
+def test_a_kernel_camkit_cannot_see_is_refused_by_name() -> None:
+    """Flex attention (as flash attention) is no torch function camkit's mode sees: refused, the model as loaded."""
+    import tiny_llava
+
+    from camkit.errors import UnsupportedModelError
+
+    model, processor = tiny_llava.build(attn_implementation="flex_attention")
+    req = request(model, processor, images(1), PROMPTS[:1], ANSWERS[:1])
+    with pytest.raises(UnsupportedModelError, match="'flex_attention'"):
+        get_vlm_method("attention")(req)
+    assert model.config._attn_implementation == "flex_attention"
