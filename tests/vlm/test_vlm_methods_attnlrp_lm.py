@@ -131,3 +131,21 @@ def test_token_target_is_the_log_probability_target() -> None:
     e = explainer.explain(embeds, target)
     torch.testing.assert_close(e.scores, by_hand.scores)
     torch.testing.assert_close(e.raw, by_hand.raw)
+
+
+def test_qwen2_5_vl_vision_tower_conserves() -> None:
+    """Qwen2.5-VL's vision tower: RMS norms, gated MLPs, window attention with its token reordering, bias-free.
+
+    Its RMS norm computes in float32 whatever the input's dtype, hence the tolerance of float32."""
+    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+
+    torch.manual_seed(0)
+    config = Qwen2_5_VLVisionConfig(depth=2, hidden_size=16, out_hidden_size=24, intermediate_size=32, num_heads=2,
+                                    patch_size=4, window_size=16, fullatt_block_indexes=[1],
+                                    attn_implementation="sdpa")  # fmt: skip
+    tower = zero_biases(Qwen2_5_VisionTransformerPretrainedModel(config).double().eval())
+    net = PatchBatch(tower, torch.tensor([[1, 8, 8]]), torch.randn(24, dtype=torch.float64))
+    e = camkit.AttnLRP(net, "cp", epsilon=0.0).explain(torch.randn(64, 3, 2, 4, 4, dtype=torch.float64), 0)
+    torch.testing.assert_close(e.raw.sum(), e.scores[0], rtol=1e-5, atol=1e-7)
+    assert (e.raw.flatten(1).abs().sum(1) > 0).all()  # every patch takes some relevance
