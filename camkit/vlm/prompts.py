@@ -96,14 +96,14 @@ def as_image(image: Any) -> tuple[Any, tuple[int, int]]:
     )
 
 
-def _text(processor: Any, prompt: str) -> str:
+def _text(processor: Any, prompt: str, family: Family) -> str:
     token = getattr(processor, "image_token", None)
     if isinstance(token, str) and token in prompt:
         return prompt
     if getattr(processor, "chat_template", None):
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
         return str(processor.apply_chat_template(messages, add_generation_prompt=True))
-    if isinstance(token, str) and type(processor).__name__.startswith("PaliGemma"):
+    if isinstance(token, str) and family.name == "paligemma":
         return token + prompt  # the image tokens open a PaliGemma prompt (its processor would put them there too)
     return prompt
 
@@ -120,7 +120,7 @@ def prepare(model: nn.Module, processor: Any, family: Family, images: Any, promp
     out = []
     for index, (image, text) in enumerate(zip(listed, prompts)):
         picture, size = as_image(image)
-        text = _text(processor, text)
+        text = _text(processor, text, family)
         marker = getattr(processor, "image_token", None)
         if isinstance(marker, str) and marker not in text:
             raise InvalidInputError(

@@ -166,3 +166,23 @@ def test_occlude_sets_the_pixels_of_the_dropped_tokens_only(request, name):
     covered[view, :, r * patch : (r + 1) * patch, c * patch : (c + 1) * patch] = False
     assert bool((flat_occluded[covered] == 7.0).all())  # every other token's patch holds the baseline
     assert bool(untouched.reshape(covered.shape)[~covered].all())  # pixels no token reads stay
+
+
+def test_llava_with_the_full_feature_strategy_keeps_the_cls_row_as_a_token_without_a_box():
+    import tiny_llava
+    from transformers import LlavaForConditionalGeneration
+
+    config = tiny_llava.config()
+    config.vision_feature_select_strategy = "full"
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration(config).eval()
+    processor = tiny_llava.processor()
+    processor.vision_feature_select_strategy = "full"
+    _, p, layout = _layout(model, processor, picture(40, 70))
+    assert layout.count == 17 and layout.feature_rows.tolist() == list(range(17))
+    assert bool(layout.boxes[0].isnan().all()) and not bool(layout.boxes[1:].isnan().any())
+    with torch.no_grad(), LayerCapture([("f", family_of(model).feature_layer(model))], gradients=False) as cap:
+        pooled = model.model.get_image_features(p.inputs["pixel_values"]).pooler_output
+        (features,) = cap.activations()
+    projected = model.model.multi_modal_projector(features.reshape(-1, features.shape[-1])[layout.feature_rows])
+    torch.testing.assert_close(projected, torch.cat(list(pooled))[layout.feature_token], rtol=1e-5, atol=1e-5)
