@@ -82,10 +82,10 @@ def sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], variant: str, depends: D
     """``F.scaled_dot_product_attention(*args, **kwargs)`` by :func:`attention`."""
     call = _SDPA.bind(*args, **kwargs).arguments
     q, k, v = call["query"], call["key"], call["value"]
+    flags = (depends(q), depends(k), depends(v))  # before the grouped heads are repeated (untagged copies)
     if call.get("enable_gqa", False) and k.shape[-3] != q.shape[-3]:
         groups = q.shape[-3] // k.shape[-3]
         k, v = k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3)
-    flags = (depends(q), depends(k), depends(v))
     out, _ = attention(
         q, k, v, variant, flags, mask=call.get("attn_mask"), causal=bool(call.get("is_causal", False)),
         scale=call.get("scale"), dropout=float(call.get("dropout_p", 0.0)),
