@@ -1,0 +1,48 @@
+"""The HTML view of an answer: self-contained, one button per word carrying exactly that word's overlay."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import cv2
+import numpy as np
+import torch
+
+from camkit.explain.tokens_page import token_page
+from camkit.viz.overlay import overlay
+
+
+def _decode(uri: str) -> np.ndarray:
+    assert uri.startswith("data:image/png;base64,")
+    raw = np.frombuffer(base64.b64decode(uri.split(",", 1)[1]), np.uint8)
+    return cv2.imdecode(raw, cv2.IMREAD_COLOR)[:, :, ::-1]
+
+
+def test_each_word_carries_its_own_overlay_and_nothing_is_fetched():
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)
+    maps = torch.rand(3, 12, 10, generator=torch.Generator().manual_seed(0))
+    html = token_page(image, (maps, ["A", " <b>bold</b>", " cube"], [-0.25, -1.5, -3.0]), prompt="Say & tell")
+    uris = re.findall(r'data-map="([^"]+)"', html)
+    assert len(uris) == 3
+    for t, uri in enumerate(uris):
+        np.testing.assert_array_equal(_decode(uri), overlay(image, maps[t].numpy()))
+    plain = re.search(r'data-plain="([^"]+)"', html)
+    assert plain is not None
+    np.testing.assert_array_equal(_decode(plain.group(1)), image)
+    assert "&lt;b&gt;bold&lt;/b&gt;" in html and "<b>bold" not in html  # words are escaped
+    assert "Say &amp; tell" in html
+    assert "default-src 'none'" in html and "script-src 'unsafe-inline'" in html
+    assert not re.search(r'(src|href)="(?!data:)', html)  # every image inline, nothing linked
+    assert "-1.50" in html  # the log-probabilities beside the words
+
+
+def test_an_object_with_maps_and_tokens():
+    from types import SimpleNamespace
+
+    image = np.zeros((4, 4, 3), np.uint8)
+    result = SimpleNamespace(maps=[torch.zeros(1, 4, 4), torch.ones(2, 4, 4)], tokens=[["x"], ["a", "b"]],
+                             scores=[torch.tensor([0.0]), torch.tensor([-1.0, -2.0])])
+    html = token_page(image, result, index=1)
+    assert html.count("data-map=") == 2 and "-2.00" in html
