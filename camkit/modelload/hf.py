@@ -259,6 +259,7 @@ def load_hf_generation(
             f"--model hf:{path}: its config ({type(config).__name__}) is not a vision-language model's (no "
             "vision_config and text_config); image classifiers load without --prompt"
         )
+    processor = _generation_processor(transformers, folder, path)  # the cheaper check first
     kind = _generation_class(transformers, config)
     options: dict[str, Any] = {"local_files_only": True, "dtype": _DTYPES.get(dtype or "auto", "auto")}
     if attn_implementation:
@@ -270,7 +271,6 @@ def load_hf_generation(
             f"--model hf:{path}: the model weights could not be read (model.safetensors or pytorch_model.bin; "
             f"{type(err).__name__}: {str(err).strip()[:200]})"
         ) from None
-    processor = _generation_processor(transformers, folder, path)
     model.eval()
     if device is not None:
         model.to(device)
