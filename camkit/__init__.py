@@ -32,6 +32,7 @@ from .errors import (
     NoRuleWarning,
     OutputSelectionError,
     UnknownMethodError,
+    UnsupportedModelError,
 )
 from .explanation import Explanation
 from .functional.views import attribution_view
@@ -105,6 +106,7 @@ from .targets import (
     RegressionTarget,
     SegmentationTarget,
     SimilarityTarget,
+    TokenTarget,
     resolve_target,
     select_output,
 )
@@ -225,7 +227,9 @@ __all__ = [
     "ShapleyValueSampling",
     "SimilarityTarget",
     "SmoothGrad",
+    "TokenTarget",
     "UnknownMethodError",
+    "UnsupportedModelError",
     "XGradCAM",
     "__version__",
     "app",

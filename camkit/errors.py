@@ -20,6 +20,7 @@ __all__ = [
     "NoRuleWarning",
     "OutputSelectionError",
     "UnknownMethodError",
+    "UnsupportedModelError",
 ]
 
 
@@ -127,6 +128,23 @@ class UnknownMethodError(CamkitError, _KeyMessage):
         ...     camkit.get_method("gradcamm")
         ... except camkit.UnknownMethodError as err:
         ...     "did you mean 'gradcam'" in str(err)
+        True
+    """
+
+
+class UnsupportedModelError(CamkitError, TypeError):
+    """A model of a kind camkit has no support for here (a vision-language model of an unknown family, say).
+
+    The message names what is supported.
+
+    Example:
+        >>> from torch import nn
+        >>> import camkit
+        >>> from camkit.vlm.families import family_of
+        >>> try:
+        ...     family_of(nn.Linear(2, 2))
+        ... except camkit.UnsupportedModelError as err:
+        ...     isinstance(err, TypeError)
         True
     """
 

@@ -147,7 +147,7 @@ def test_the_root_holds_a_handful_of_modules():
     assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules directly under camkit/: {root}; put new ones in a wing"
     wings = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert {"layers", "targets", "detection", "viz", "functional", "methods", "metrics", "runs", "audit", "evaluation",
-            "explain", "debug", "cli", "explorer", "bundled", "demo"} <= wings
+            "explain", "debug", "cli", "explorer", "bundled", "demo", "vlm"} <= wings
 
 
 # Who may not import whom: (importer prefix, imported prefixes it must not reach, why).
@@ -158,19 +158,30 @@ FORBIDDEN = [
      "the functional core is pure tensor math: no hooks, explainers or datasets"),
     ("camkit.hooks", ("camkit.methods", "camkit.layers", "camkit.targets", "camkit.audit", "camkit.cli"),
      "hooks know no explainers"),
-    ("camkit.layers", ("camkit.methods", "camkit.targets", "camkit.detection", "camkit.viz", "camkit.audit",
+    ("camkit.layers", ("camkit.methods", "camkit.vlm", "camkit.targets", "camkit.detection", "camkit.viz", "camkit.audit",
                        "camkit.cli"),
      "layers are below the explainers and the targets"),
-    ("camkit.targets", ("camkit.methods", "camkit.viz", "camkit.audit", "camkit.cli"),
+    ("camkit.targets", ("camkit.methods", "camkit.vlm", "camkit.viz", "camkit.audit", "camkit.cli"),
      "targets are below the explainers"),
     ("camkit.detection", ("camkit.targets", "camkit.methods", "camkit.viz", "camkit.audit", "camkit.explorer",
                           "camkit.cli"),
      "detection is below the explainers, the audit and the explorer; camkit.targets re-exports its target"),
     ("camkit.viz", ("camkit.methods", "camkit.explanation", "camkit.hooks", "camkit.runs", "camkit.audit", "camkit.evaluation", "camkit.explain", "camkit.explorer", "camkit.demo", "camkit.cli"),
      "pictures take any object with maps"),
-    ("camkit.methods", ("camkit.viz", "camkit.metrics", "camkit.modelload", "camkit.debug", "camkit.media",
+    ("camkit.methods", ("camkit.viz", "camkit.vlm", "camkit.metrics", "camkit.modelload", "camkit.debug", "camkit.media",
                         "camkit.runs", "camkit.audit", "camkit.evaluation", "camkit.explain", "camkit.explorer", "camkit.demo", "camkit.cli"),
      "the explainers know no pictures, metrics, files or apps"),
+    ("camkit.vlm", ("camkit.viz", "camkit.metrics", "camkit.runs", "camkit.audit", "camkit.evaluation", "camkit.explain",
+                    "camkit.explorer", "camkit.demo", "camkit.modelload", "camkit.cli", "camkit.compat"),
+     "vision-language models are explained on the explainers' level: no pictures, metrics, run plumbing or apps"),
+    ("camkit.vlm.families.base", ("camkit.vlm.families.llava", "camkit.vlm.families.paligemma",
+                                  "camkit.vlm.families.qwen_vl", "camkit.vlm.families.idefics",
+                                  "camkit.vlm.families.gemma3", "camkit.vlm.methods", "camkit.vlm.explain"),
+     "each family registers itself; the protocol knows none of them"),
+    ("camkit.vlm.methods.registry", ("camkit.vlm.methods.gradcam", "camkit.vlm.methods.gradient_input",
+                                     "camkit.vlm.methods.attention", "camkit.vlm.methods.attnlrp",
+                                     "camkit.vlm.methods.perturbation", "camkit.vlm.explain"),
+     "each vision-language method registers itself"),
     ("camkit.io", ("camkit.methods", "camkit.viz", "camkit.hooks", "camkit.explanation", "camkit.runs", "camkit.audit", "camkit.evaluation", "camkit.explain", "camkit.explorer", "camkit.demo", "camkit.cli"),
      "image files know no explainers, pictures or apps"),
     ("camkit.explanation", ("camkit.methods", "camkit.metrics", "camkit.runs", "camkit.audit", "camkit.evaluation", "camkit.explain", "camkit.explorer", "camkit.demo", "camkit.cli"),
@@ -389,7 +400,7 @@ def test_nothing_imports_the_apps_on_top_but_what_is_above_them():
 # `import camkit` loads the explanation core only.
 HEAVY = ("camkit.audit", "camkit.evaluation", "camkit.explorer", "camkit.cli", "camkit.compat", "camkit.demo",
          "camkit.runs", "camkit.explain", "camkit.modelload", "camkit.debug", "camkit.metrics", "camkit.viz",
-         "camkit.media", "scipy", "sklearn", "gradio", "matplotlib", "cv2", "pandas", "PIL")
+         "camkit.media", "camkit.vlm", "transformers", "scipy", "sklearn", "gradio", "matplotlib", "cv2", "pandas", "PIL")
 
 
 def heavy_at_import(package: str, path: Path, heavy: tuple[str, ...]) -> list[str]:
