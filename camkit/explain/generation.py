@@ -115,9 +115,8 @@ def explain_generation_files(
     """
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidInputError("--prompt needs the question or instruction to answer about the image")
-    from ..vlm.explain import explain_generation
-
     loaded, proc, description = load_generation_model(model, processor, dtype=dtype, device=device)
+    from ..vlm.explain import explain_generation
     refresh_umask()
     out_dir = Path(out)
     entries: list[dict[str, Any]] = []
