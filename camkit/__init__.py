@@ -114,9 +114,11 @@ from .targets import (
 # Names whose modules load on first use: {name: module}.
 _LAZY = {
     "ExplanationFigure": "camkit.viz",
+    "GenerationExplanation": "camkit.vlm",
     "app": "camkit.explorer.entry",
     "audit": "camkit.audit",
     "evaluate": "camkit.evaluation",
+    "explain_generation": "camkit.vlm",
     "extract_features": "camkit.debug.features",
     "figure": "camkit.viz",
     "load_model": "camkit.modelload",
@@ -130,6 +132,7 @@ if TYPE_CHECKING:
     from .explorer.entry import app
     from .modelload import load_model
     from .viz import ExplanationFigure, figure, overlay
+    from .vlm import GenerationExplanation, explain_generation
 
 
 def __getattr__(name: str) -> Any:
@@ -184,6 +187,7 @@ __all__ = [
     "FeatureAblation",
     "FinerCAM",
     "FullGrad",
+    "GenerationExplanation",
     "GradCAM",
     "GradCAMElementWise",
     "GradCAMPlusPlus",
@@ -239,6 +243,7 @@ __all__ = [
     "default_layer",
     "denormalize",
     "evaluate",
+    "explain_generation",
     "extract_features",
     "factorization_image",
     "figure",

@@ -5,6 +5,7 @@
 every family module, each of which registers its families.
 """
 
+from . import llava, paligemma  # noqa: F401  (each family module registers its families)
 from .base import FAMILIES, Family, ImageTokens, family_of, list_families, register_family
 
 __all__ = ["FAMILIES", "Family", "ImageTokens", "family_of", "list_families", "register_family"]

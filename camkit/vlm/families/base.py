@@ -29,6 +29,7 @@ Decisions this module fixes for every family:
   and every tensor of the same ``[B, L]`` shape right-padded (the answer's tokens appended
   before the padding), the other tensors (``pixel_values``, ``image_sizes``...) concatenated
   over the batch (a tile dimension zero-padded). ``image_sizes`` passed to :meth:`Family.layout`
+  (with the processor that made the inputs)
   are the ``(H, W)`` of the original images, in the order their images appear in the batch.
 """
 
@@ -147,8 +148,14 @@ class Family(Protocol):
         """The module whose output are the vision features the language model receives (Grad-CAM's default)."""
         ...
 
-    def layout(self, model: nn.Module, inputs: Mapping[str, Tensor], image_sizes: Sequence[tuple[int, int]]) -> list[ImageTokens]:
-        """One :class:`ImageTokens` per sample of the processed batch ``inputs``."""
+    def layout(
+        self, model: nn.Module, processor: Any, inputs: Mapping[str, Tensor], image_sizes: Sequence[tuple[int, int]]
+    ) -> list[ImageTokens]:
+        """One :class:`ImageTokens` per sample of the processed batch ``inputs``.
+
+        ``processor`` is the transformers processor that made ``inputs`` (its image processor's
+        resize, crop, pad and tiling settings place the views on the original image).
+        """
         ...
 
     def occlude(self, model: nn.Module, inputs: Mapping[str, Tensor], keep: Sequence[Tensor], baseline: float | Tensor) -> Mapping[str, Tensor]:
