@@ -32,7 +32,7 @@ from ..viz.tokens import token_strip
 from .manifest import write_manifest
 from .tokens_page import token_page
 
-__all__ = ["explain_generation_files", "load_generation_model", "token_records"]
+__all__ = ["answer_text", "explain_generation_files", "load_generation_model", "token_records"]
 
 
 def load_generation_model(
@@ -85,6 +85,20 @@ def token_records(result: Any, index: int = 0) -> list[dict[str, Any]]:
     ]
 
 
+def answer_text(processor: Any, result: Any, index: int = 0) -> str:
+    """The answer to prompt ``index`` as the tokenizer decodes its ids together (spaces as the tokenizer puts them).
+
+    Example:
+        >>> import torch
+        >>> from types import SimpleNamespace
+        >>> from camkit.explain.generation import answer_text
+        >>> tokenizer = SimpleNamespace(decode=lambda ids: " ".join(str(i) for i in ids))
+        >>> answer_text(SimpleNamespace(tokenizer=tokenizer), SimpleNamespace(token_ids=[torch.tensor([3, 4])]))
+        '3 4'
+    """
+    return str(processor.tokenizer.decode(result.token_ids[index].tolist()))
+
+
 def explain_generation_files(
     images: Sequence[str | os.PathLike[str]], model: str | nn.Module, processor: Any = None, *, prompt: str,
     out: str | os.PathLike[str], answer: str | None = None, method: str = "gradcam", max_new_tokens: int = 20,
@@ -131,16 +145,16 @@ def explain_generation_files(
         except (CamkitError, OSError, ValueError) as err:  # this image only; the others go on
             entry["error"] = error_reason(err)
             continue
-        _write_files(entry, rgb, result, prompt, method, out_dir)
+        _write_files(entry, rgb, result, answer_text(proc, result), prompt, method, out_dir)
     fields = {"prompt": prompt, "answer": answer, "max_new_tokens": max_new_tokens}
     return write_manifest(out_dir, description, method, layer, fields, entries)
 
 
-def _write_files(entry: dict[str, Any], rgb: Any, result: Any, prompt: str, method: str, out_dir: Path) -> None:
+def _write_files(entry: dict[str, Any], rgb: Any, result: Any, text: str, prompt: str, method: str, out_dir: Path) -> None:
     """One image's strip, page, tokens and maps; their paths and the answer in ``entry``."""
     stem = safe_name(entry["path"])[: -len(".png")]
     tokens = token_records(result)
-    entry["answer"] = "".join(t["token"] for t in tokens)
+    entry["answer"] = text
     entry["tokens"] = len(tokens)
     if tokens:
         atomic_write(out_dir / f"{stem}-strip.png", encode_image(token_strip(rgb, result).image, "png"))

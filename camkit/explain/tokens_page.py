@@ -108,7 +108,10 @@ def token_page(
             f'<button type="button" data-map="{uri}" data-word="{escape(label)}" title="{escape(tip)}">'
             f"{escape(label)}{note}</button>"
         )
-    asked = f'<p class="prompt">prompt: {escape(prompt)}</p>' if prompt else ""
+    method = getattr(explained, "method", None)
+    said = [f"prompt: {escape(prompt)}"] if prompt else []
+    said += [f"method: {escape(str(method))}"] if isinstance(method, str) else []
+    asked = f'<p class="prompt">{" &middot; ".join(said)}</p>' if said else ""
     body = (
         f"<h1>{escape(title)}</h1>{asked}"
         f'<p class="answer">{"".join(buttons)}</p>'

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidInputError
-from ..explain.generation import load_generation_model, token_records
+from ..explain.generation import answer_text, load_generation_model, token_records
 from ..explain.tokens_page import token_page
 from ..viz.overlay import overlay
 from ..viz.tokens import shown_word, token_strip
@@ -37,6 +37,7 @@ class GenerationResult:
         strip: uint8 [H, W, 3], the strip of overlays (one per generated token, the token beneath).
         page: the self-contained HTML page (pointing at a word shows its map).
         tokens: per generated token ``{"index", "token", "id", "log_prob"}``.
+        answer: the answer as the tokenizer decodes it.
         image: the uint8 RGB image [H, W, 3] explained.
         explanation: the :class:`camkit.GenerationExplanation` (one prompt).
         prompt: the prompt; ``method`` the method's key.
@@ -45,15 +46,11 @@ class GenerationResult:
     strip: np.ndarray
     page: str
     tokens: list[dict[str, Any]]
+    answer: str
     image: np.ndarray
     explanation: Any
     prompt: str
     method: str
-
-    @property
-    def answer(self) -> str:
-        """The answer's text: its tokens joined."""
-        return "".join(t["token"] for t in self.tokens)
 
     def words(self) -> list[str]:
         """Each token as shown under its overlay, numbered: ``"0: A"``, ``"1: cat"``..."""
@@ -125,5 +122,5 @@ class GenerationSession:
         tokens = token_records(explained)
         strip = token_strip(rgb, explained).image if tokens else rgb.copy()
         page = token_page(rgb, explained, prompt=prompt)
-        return GenerationResult(strip=strip, page=page, tokens=tokens, image=rgb, explanation=explained, prompt=prompt,
+        return GenerationResult(strip=strip, page=page, tokens=tokens, answer=answer_text(self.processor, explained), image=rgb, explanation=explained, prompt=prompt,
                                 method=method)  # fmt: skip
