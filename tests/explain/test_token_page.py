@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import base64
 import re
+import shutil
+import subprocess
 
 import cv2
 import numpy as np
+import pytest
 import torch
 
 from camkit.explain.tokens_page import token_page
@@ -46,3 +49,19 @@ def test_an_object_with_maps_and_tokens():
                              scores=[torch.tensor([0.0]), torch.tensor([-1.0, -2.0])])
     html = token_page(image, result, index=1)
     assert html.count("data-map=") == 2 and "-2.00" in html
+
+
+@pytest.mark.heavy  # starts headless Chromium
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs headless Chromium")
+def test_the_page_shows_the_word_asked_for_in_a_browser(tmp_path):
+    image = np.random.default_rng(1).integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    maps = torch.rand(3, 6, 8, generator=torch.Generator().manual_seed(1))
+    page = tmp_path / "answer.html"
+    page.write_text(token_page(image, (maps, ["a", " red", " cube"])), encoding="utf-8")
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", f"{page.as_uri()}#t=1"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
+    shown = re.search(r'<img id="shown"[^>]*?src="([^"]+)"', dom)
+    buttons = re.findall(r"<button[^>]*>", dom)
+    assert shown is not None and len(buttons) == 3
+    assert 'class="on"' in buttons[1] and not any('class="on"' in b for b in (buttons[0], buttons[2]))
+    assert f'data-map="{shown.group(1)}"' in buttons[1]  # the script put word 1's overlay in the picture
