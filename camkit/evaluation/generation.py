@@ -155,7 +155,10 @@ def evaluate_generation(
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
     if not names or not all(names) or CONTROL in names:
         raise InvalidInputError(f"give one or more vision-language method keys (not {CONTROL!r}: it is the control)")
-    paths = [Path(p) for p in data] if isinstance(data, (list, tuple)) else [r.path for r in discover(data).records]
+    if isinstance(data, (str, os.PathLike)):
+        paths = [r.path for r in discover(data).records]
+    else:
+        paths = [Path(p) for p in data]
     paths = paths[:limit] if limit is not None else paths
     loaded, proc, description = load_generation_model(model, processor, dtype=dtype, device=device)
     settings = {"answer": answer, "max_new_tokens": max_new_tokens, "steps": steps, "chunk_size": chunk_size,

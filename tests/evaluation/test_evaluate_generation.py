@@ -18,7 +18,7 @@ from camkit.metrics import token_deletion_curve
 
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vlm"))
-import tiny_llava  # noqa: E402
+import tiny_llava
 
 PROMPT = "what is in the picture ?"
 
@@ -57,7 +57,7 @@ def test_the_scorer_hides_the_patches_of_the_image_tokens(pair):
     want = logits[0, positions[2] - 1].float().log_softmax(-1)[ids[2]]
     torch.testing.assert_close(score(keep, torch.tensor([2])), want[None], rtol=1e-4, atol=1e-5)
     # the deletion curve starts at the token's own log-probability and ends with every patch hidden
-    fractions, curves = token_deletion_curve(score, torch.rand(3, 16), steps=2)
+    _, curves = token_deletion_curve(score, torch.rand(3, 16), steps=2)
     torch.testing.assert_close(curves[:, 0], result.scores[0], rtol=1e-4, atol=1e-5)
     pixels[:] = 0.5
     with torch.no_grad():

@@ -17,7 +17,7 @@ from camkit.cli import main
 
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vlm"))
-import tiny_llava  # noqa: E402
+import tiny_llava
 
 
 def _image(path: Path) -> Path:

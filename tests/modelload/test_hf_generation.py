@@ -25,9 +25,9 @@ def _tiny_llava(folder):
 def test_missing_pieces_are_named(tmp_path):
     with pytest.raises(ModelLoadError, match="no such folder"):
         load_hf_generation(str(tmp_path / "absent"))
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         load_hf_generation(str(tmp_path))
-    with pytest.raises(ModelLoadError, match="--dtype 'int8'"):
+    with pytest.raises(ModelLoadError, match=r"--dtype 'int8'"):
         (tmp_path / "config.json").write_text("{}")
         load_hf_generation(str(tmp_path), dtype="int8")
 
