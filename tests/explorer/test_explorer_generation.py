@@ -79,3 +79,10 @@ def test_the_page_has_one_tab_taking_a_prompt(session):
     assert "prompt (what to ask about the image)" in labels
     public = sorted(fn.api_name for fn in blocks.fns.values() if getattr(fn, "api_visibility", "public") == "public")
     assert public == ["explain"]
+
+
+def test_camkit_app_on_a_saved_folder_builds_the_prompt_page(pair, tmp_path):
+    pair[0].save_pretrained(tmp_path)
+    pair[1].save_pretrained(tmp_path)
+    blocks = camkit.app(model=f"hf:{tmp_path}", device="cpu")
+    assert [b.label for b in blocks.blocks.values() if isinstance(b, gr.Tab)] == ["Explain"]
