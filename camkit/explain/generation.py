@@ -52,7 +52,7 @@ def load_generation_model(
     if isinstance(model, nn.Module):
         if processor is None:
             raise InvalidInputError("give the model's processor too (transformers' AutoProcessor of the model)")
-        if dtype is not None:
+        if dtype is not None and dtype != "auto":
             model = model.to(getattr(torch, dtype))
         if device is not None:
             model = model.to(device)
