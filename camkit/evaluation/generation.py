@@ -160,6 +160,10 @@ def evaluate_generation(
     else:
         paths = [Path(p) for p in data]
     paths = paths[:limit] if limit is not None else paths
+    from ..vlm.methods import get_vlm_method
+
+    for name in names:
+        get_vlm_method(name)  # an unknown method stops the run before any model loads
     loaded, proc, description = load_generation_model(model, processor, dtype=dtype, device=device)
     settings = {"answer": answer, "max_new_tokens": max_new_tokens, "steps": steps, "chunk_size": chunk_size,
                 "seed": seed, "baseline": baseline}  # fmt: skip

@@ -129,8 +129,11 @@ def explain_generation_files(
     """
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidInputError("--prompt needs the question or instruction to answer about the image")
-    loaded, proc, description = load_generation_model(model, processor, dtype=dtype, device=device)
     from ..vlm.explain import explain_generation
+    from ..vlm.methods import get_vlm_method
+
+    get_vlm_method(method)  # an unknown method stops the run before any model loads
+    loaded, proc, description = load_generation_model(model, processor, dtype=dtype, device=device)
     refresh_umask()
     out_dir = Path(out)
     entries: list[dict[str, Any]] = []

@@ -43,6 +43,9 @@ def test_prompt_needs_a_vision_language_folder(tmp_path, capsys):
     code = main(["explain", str(image), "--model", "hf:x", "--prompt", "what?", "--size", "8", "--out", str(tmp_path / "o")])
     assert code == 2
     assert "--size do not apply with --prompt" in capsys.readouterr().err
+    code = main(["explain", str(image), "--model", "hf:x", "--prompt", "what?", "--method", "gradcam++", "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "gradcam++" in capsys.readouterr().err
 
 
 def test_the_strip_page_and_tokens_are_the_python_apis(folder, tmp_path, capsys):
