@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import Tensor, nn
@@ -44,14 +44,12 @@ def _package(
         normalised, constant = normalize_maps(raw)
         flat = constant | flat_maps(raw)
         normalised = normalised.masked_fill(flat[:, None, None], 0.0)
-        scores = units.log_probs[b].detach().float()
         explanations.append(Explanation(
-            maps=normalised, raw=raw, target=token_ids[b], scores=scores, flat=flat, method=method, layers=units.layers,
+            maps=normalised, raw=raw, target=token_ids[b], scores=units.log_probs[b].detach().float(), flat=flat, method=method, layers=units.layers,
             extras={**units.extras, "unit_scores": units.scores[b].detach(), "units": units.units},
         ))  # fmt: skip
         maps.append(normalised)
-    scores = [e.scores for e in explanations]
-    return GenerationExplanation(texts, token_ids, maps, scores, explanations, method, again)
+    return GenerationExplanation(texts, token_ids, maps, [e.scores for e in explanations], explanations, method, again)
 
 
 def _run(
@@ -65,6 +63,23 @@ def _run(
     )
     with eval_mode(model):
         return get_vlm_method(method)(request)
+
+
+def _phrases(
+    model: nn.Module, family: Family, method: str, forced: TeacherForced, layouts: list[ImageTokens],
+    ids: list[Tensor], decode: Any, settings: dict[str, Any],
+) -> Callable[[int, int], GenerationExplanation]:
+    """What ``GenerationExplanation.span`` runs: tokens ``start`` to ``end`` of every answer as one target."""
+
+    def again(start: int, end: int) -> GenerationExplanation:
+        positions = [p[start:end, 0][None] for p in forced.positions]
+        tokens = [t[start:end, 0][None] for t in forced.token_ids]
+        _say(settings["progress"], f"explaining tokens {start} to {end} as one phrase with {method}")
+        units = _run(model, family, method, forced, layouts, positions, tokens, settings)
+        phrase = [[str(decode(a[start:end].tolist()))] for a in ids]
+        return _package(units, layouts, [a[start:end] for a in ids], phrase, method, None)
+
+    return again
 
 
 def explain_generation(
@@ -134,18 +149,9 @@ def explain_generation(
     layouts = family.layout(model, processor, forced.inputs, [p.size for p in prompts])
     decode = processor.tokenizer.decode
     texts = [[decode([t]) for t in a.tolist()] for a in answers]
-    ids = [a.long() for a in answers]
-
-    def again(start: int, end: int) -> GenerationExplanation:
-        positions = [p[start:end, 0][None] for p in forced.positions]
-        tokens = [t[start:end, 0][None] for t in forced.token_ids]
-        _say(progress, f"explaining tokens {start} to {end} as one phrase with {method}")
-        units = _run(model, family, method, forced, layouts, positions, tokens, settings)
-        phrase = [["".join(decode(a[start:end].tolist()))] for a in answers]
-        return _package(units, layouts, [a[start:end] for a in ids], phrase, method, None)
-
+    again = _phrases(model, family, method, forced, layouts, [a.long() for a in answers], decode, settings)
     if not any(a.numel() for a in answers):
         raise InvalidInputError("the model wrote no token before its end of sequence for any prompt: nothing to explain")
     _say(progress, f"explaining {sum(a.numel() for a in answers)} token(s) with {method}")
     units = _run(model, family, method, forced, layouts, forced.positions, forced.token_ids, settings)
-    return _package(units, layouts, ids, texts, method, again)
+    return _package(units, layouts, [a.long() for a in answers], texts, method, again)

@@ -64,7 +64,8 @@ def generate_answers(model: nn.Module, processor: Any, prompts: Sequence[Prompt]
         inputs = {k: v.to(device) for k, v in prompt.inputs.items()}
         with torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*(generation flags|do_sample|temperature|top_p|top_k).*")
-            out = model.generate(
+            generate: Any = model.generate
+            out = generate(
                 **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
                 pad_token_id=pad if pad is not None else next(iter(stops), 0),
             )

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError
-from ..io import read_rgb
+from ..io import check_unit_range, read_rgb
 from .families.base import Family
 
 __all__ = ["Prompt", "TeacherForced", "as_image", "prepare", "teacher_forced"]
@@ -59,13 +59,18 @@ class TeacherForced:
 
 
 def as_image(image: Any) -> tuple[Any, tuple[int, int]]:
-    """An image the processor takes, and its (H, W): a PIL image, a uint8 or float tensor [3, H, W], an array [H, W, 3], a path.
+    """An image the processor takes, and its (H, W): a PIL image, a tensor [3, H, W], an array [H, W, 3], a path.
+
+    A float tensor holds values in [0, 1] (as camkit reads images) and is handed on as uint8; a
+    normalised one is refused.
 
     Example:
         >>> import torch
         >>> from camkit.vlm.prompts import as_image
         >>> as_image(torch.zeros(3, 4, 6, dtype=torch.uint8))[1]
         (4, 6)
+        >>> as_image(torch.full((3, 1, 1), 0.5))[0].flatten().tolist()
+        [128, 128, 128]
     """
     if isinstance(image, (str, os.PathLike)):
         image = read_rgb(image)
@@ -74,7 +79,11 @@ def as_image(image: Any) -> tuple[Any, tuple[int, int]]:
             raise InvalidInputError(
                 f"an image tensor must be [3, H, W] (one image, channels first), got shape {list(image.shape)}"
             )
-        return image.detach().cpu(), (int(image.shape[1]), int(image.shape[2]))
+        image = image.detach().cpu()
+        if image.is_floating_point():  # values in [0, 1], as camkit reads images; the processor rescales uint8 itself
+            check_unit_range(image)
+            image = (image.clamp(0, 1) * 255).round().to(torch.uint8)
+        return image, (int(image.shape[1]), int(image.shape[2]))
     if isinstance(image, np.ndarray):
         if image.ndim != 3 or image.shape[2] not in (1, 3, 4):
             raise InvalidInputError(f"an image array must be [H, W, 3], got shape {list(image.shape)}")
@@ -87,14 +96,14 @@ def as_image(image: Any) -> tuple[Any, tuple[int, int]]:
     )
 
 
-def _text(processor: Any, prompt: str) -> str:
+def _text(processor: Any, prompt: str, family: Family) -> str:
     token = getattr(processor, "image_token", None)
     if isinstance(token, str) and token in prompt:
         return prompt
     if getattr(processor, "chat_template", None):
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
         return str(processor.apply_chat_template(messages, add_generation_prompt=True))
-    if isinstance(token, str) and type(processor).__name__.startswith("PaliGemma"):
+    if isinstance(token, str) and family.name == "paligemma":
         return token + prompt  # the image tokens open a PaliGemma prompt (its processor would put them there too)
     return prompt
 
@@ -111,10 +120,16 @@ def prepare(model: nn.Module, processor: Any, family: Family, images: Any, promp
     out = []
     for index, (image, text) in enumerate(zip(listed, prompts)):
         picture, size = as_image(image)
-        text = _text(processor, text)
+        text = _text(processor, text, family)
+        marker = getattr(processor, "image_token", None)
+        if isinstance(marker, str) and marker not in text:
+            raise InvalidInputError(
+                f"prompt {index} has no image token ({text!r}); put the processor's image token ({marker!r}) where "
+                "the image goes, or use a processor with a chat template"
+            )
         try:
             encoded = processor(images=picture, text=text, return_tensors="pt")
-        except (ValueError, TypeError, RuntimeError, IndexError) as err:
+        except (ValueError, TypeError, RuntimeError, IndexError, ArithmeticError) as err:
             raise InvalidInputError(f"the processor refused image {index} (size {size[0]}x{size[1]}): {err}") from err
         inputs = {k: v for k, v in encoded.items() if isinstance(v, Tensor) and k not in _NOT_INPUTS}
         if not bool((inputs["input_ids"] == token).any()):

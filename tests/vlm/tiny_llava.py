@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import torch
-
-from tokenizer import word_tokenizer
+from tiny_words import word_tokenizer
 
 IMAGE = "<image>"
 CHAT = (

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import torch
-
 import tiny_llava
-from tokenizer import word_tokenizer
+import torch
+from tiny_words import word_tokenizer
 
 PINPOINTS = [[32, 64], [64, 32], [64, 64]]
 

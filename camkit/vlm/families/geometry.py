@@ -87,7 +87,7 @@ def resized_size(size: Any, height: int, width: int) -> tuple[int, int]:
             probe, size=keys["shortest_edge"], default_to_square=False, input_data_format=ChannelDimension.FIRST
         )
     elif "max_height" in keys and "max_width" in keys:
-        from transformers.image_transforms import get_image_size_for_max_height_width
+        from transformers.image_utils import get_image_size_for_max_height_width
 
         h, w = get_image_size_for_max_height_width((height, width), keys["max_height"], keys["max_width"])
     else:

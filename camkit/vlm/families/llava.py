@@ -44,15 +44,14 @@ def inner_model(model: nn.Module) -> nn.Module:
 
 def encoder_layer(tower: nn.Module, index: int) -> nn.Module:
     """The module whose output is ``hidden_states[index]`` of a CLIP or SigLIP vision tower."""
-    core = getattr(tower, "vision_model", tower)
-    layers = core.encoder.layers
+    core: Any = getattr(tower, "vision_model", tower)
+    layers: Any = core.encoder.layers
     position = index + len(layers) + 1 if index < 0 else index
     if not 0 <= position <= len(layers):
         raise InvalidInputError(f"vision_feature_layer {index} is out of range for {len(layers)} encoder layers")
-    if position > 0:
-        return layers[position - 1]
-    before = getattr(core, "pre_layrnorm", None)  # CLIP normalises the embeddings before the first layer
-    return before if before is not None else core.embeddings
+    before: Any = getattr(core, "pre_layrnorm", None)  # CLIP normalises the embeddings before the first layer
+    chosen: nn.Module = layers[position - 1] if position > 0 else before if before is not None else core.embeddings
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,8 @@ class _LlavaBase:
         return index
 
     def feature_layer(self, model: nn.Module) -> nn.Module:
-        return encoder_layer(inner_model(model).vision_tower, self._feature_index(model))
+        tower: Any = inner_model(model).vision_tower
+        return encoder_layer(tower, self._feature_index(model))
 
     def _geometry(self, model: nn.Module) -> tuple[int, int, int]:
         """(patch size, rows per view, CLS rows per view) of the vision tower."""
@@ -115,7 +115,7 @@ class _LlavaBase:
         patch, per_view, cls = self._geometry(model)
         side = int(config_of(model).vision_config.image_size) // patch
         row_boxes = [
-            torch.cat([torch.full((cls, 4), float("nan")), patch_boxes((side, side), patch, v.map, tuple(image_sizes[v.image]))])
+            torch.cat([torch.full((cls, 4), float("nan")), patch_boxes((side, side), patch, v.map, (int(image_sizes[v.image][0]), int(image_sizes[v.image][1])))])
             for v in views
         ]
         view_of = torch.tensor([v.view for v in views])
@@ -295,7 +295,8 @@ class LlavaNext(_LlavaBase):
             features.append(rows[..., None].double())
             offset += count
         newline = torch.tensor([-1.0], dtype=torch.float64)
-        packed, _ = inner_model(model).pack_image_features(
+        inner: Any = inner_model(model)
+        packed, _ = inner.pack_image_features(
             features, torch.tensor(sizes), config_of(model).vision_feature_select_strategy, image_newline=newline
         )
         return [p[:, 0].round().long() for p in packed]

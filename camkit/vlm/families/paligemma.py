@@ -9,6 +9,8 @@ turns into the language model's image tokens.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from .base import config_of, register_family
@@ -31,9 +33,9 @@ class PaliGemma(Llava):
     answer_token_type = 1
 
     def feature_layer(self, model: nn.Module) -> nn.Module:
-        tower = inner_model(model).vision_tower
-        core = getattr(tower, "vision_model", tower)
-        last = getattr(core, "post_layernorm", None)
+        tower: Any = inner_model(model).vision_tower
+        core: Any = getattr(tower, "vision_model", tower)
+        last: nn.Module | None = getattr(core, "post_layernorm", None)
         return last if last is not None else core.encoder.layers[-1]
 
     def _skip(self, model: nn.Module) -> int:
