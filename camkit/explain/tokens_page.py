@@ -58,6 +58,19 @@ def _uri(rgb: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(encode_image(rgb, "png")).decode("ascii")
 
 
+def _fit(rgb: Any, max_side: int) -> Any:
+    import cv2
+
+    if isinstance(max_side, bool) or not isinstance(max_side, int) or max_side < 1:
+        raise InvalidInputError(f"max_side must be a positive int, got {max_side!r}")
+    height, width = rgb.shape[:2]
+    if max(height, width) <= max_side:
+        return rgb
+    scale = max_side / max(height, width)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)
+
+
 def token_page(
     image: Any,
     explained: Any,
@@ -67,6 +80,7 @@ def token_page(
     title: str = "camkit: what in the image made the model say each word",
     alpha: float = 0.5,
     colormap: str = "jet",
+    max_side: int = 768,
 ) -> str:
     """The HTML page of one answer: its words, each showing its map over ``image`` when pointed at.
 
@@ -80,6 +94,9 @@ def token_page(
         title: the page's title.
         alpha: the map's weight in the overlays.
         colormap: the maps' colour table.
+        max_side: the page's pictures are at most this many pixels on their longer side (the image
+            shrunk with area averaging, each map resized onto it), so a long answer on a large
+            photograph stays a page of a few megabytes.
 
     Returns:
         The page as text (UTF-8 HTML).
@@ -97,7 +114,7 @@ def token_page(
         maps, words, scores = token_maps(explained[0], explained[1], explained[2] if len(explained) == 3 else None)
     else:
         maps, words, scores = token_maps(explained, index=index)
-    rgb = to_uint8_rgb(image)
+    rgb = _fit(to_uint8_rgb(image), max_side)
     buttons = []
     for t, word in enumerate(words):
         label = shown_word(word)

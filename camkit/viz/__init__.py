@@ -18,5 +18,8 @@ from .canvas import ExplanationFigure
 from .colormaps import colormap_names
 from .figures import Explained, figure
 from .overlay import overlay
+from .tokens import token_strip
 
-__all__ = ["Explained", "ExplanationFigure", "colormap_names", "draw_boxes", "figure", "overlay", "renormalize_in_boxes"]
+__all__ = [
+    "Explained", "ExplanationFigure", "colormap_names", "draw_boxes", "figure", "overlay", "renormalize_in_boxes", "token_strip",
+]

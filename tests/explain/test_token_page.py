@@ -65,3 +65,10 @@ def test_the_page_shows_the_word_asked_for_in_a_browser(tmp_path):
     assert shown is not None and len(buttons) == 3
     assert 'class="on"' in buttons[1] and not any('class="on"' in b for b in (buttons[0], buttons[2]))
     assert f'data-map="{shown.group(1)}"' in buttons[1]  # the script put word 1's overlay in the picture
+
+
+def test_a_large_image_is_shrunk_for_the_page():
+    image = np.zeros((100, 50, 3), np.uint8)
+    html = token_page(image, (torch.rand(1, 100, 50), ["a"]), max_side=40)
+    (uri,) = re.findall(r'data-map="([^"]+)"', html)
+    assert _decode(uri).shape == (40, 20, 3)
