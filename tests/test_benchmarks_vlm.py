@@ -8,8 +8,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from benchmarks import _vlm_models as vlm  # noqa: E402
-from benchmarks import case_vlm  # noqa: E402
+from benchmarks import _vlm_models as vlm
+from benchmarks import case_vlm
 
 
 @pytest.fixture(scope="module")
