@@ -170,7 +170,8 @@ def _time(ctx: Context, size: str, tokens: int, impls: Sequence[str]) -> tuple[l
         else:
             notes[CAPTUM] = "camkit's occlusion scores per image token were not found in its result: not compared"
     timings = ctx.time(calls, repeats=ctx.repeats if ctx.smoke else REPEATS, warmup=0)
-    camkit_row = next((i for i in impls if i.startswith("camkit")), "camkit gradcam")
+    # the "camkit / this" column speaks of the one anchor: captum beside camkit's occlusion (the same quantity)
+    camkit_row = "camkit occlusion" if CAPTUM in timings else next((i for i in impls if i.startswith("camkit")), "")
     rows = rows_for_timings(TITLE, timings, reference=GENERATE, model=f"llava {size}, T={tokens}", batch=1,
                             device=ctx.device, camkit=camkit_row, diffs=diffs, notes=notes) + rows  # fmt: skip
     return rows, timings
