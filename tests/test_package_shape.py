@@ -222,6 +222,13 @@ def test_nothing_in_camkit_imports_the_compatibility_layers():
     assert users == [], f"camkit.compat translates other APIs onto camkit; camkit never depends on it: {users}"
 
 
+# Imports a rule above forbids but that stay, each with its reason (CONTRIBUTING names them).
+EXCEPTIONS = {
+    ("camkit.vlm.result", "camkit.viz.tokens"): "GenerationExplanation.show() draws its strip when called, as Explanation.show()",
+    ("camkit.vlm.result", "camkit.viz.canvas"): "the type of the figure show() returns (type checking only)",
+}
+
+
 @pytest.mark.heavy
 @pytest.mark.parametrize("importer, banned, why", FORBIDDEN, ids=[rule[0] for rule in FORBIDDEN])
 def test_wings_keep_to_their_side(importer, banned, why):
@@ -231,7 +238,7 @@ def test_wings_keep_to_their_side(importer, banned, why):
         for module, targets in graph.items()
         if module == importer or module.startswith(importer + ".")
         for target in targets
-        if any(target == b or target.startswith(b + ".") for b in banned)
+        if any(target == b or target.startswith(b + ".") for b in banned) and (module, target) not in EXCEPTIONS
     )
     assert wrong == [], f"{why}: {wrong}"
 

@@ -2,7 +2,7 @@
 # Everything camkit checks on a GPU, in one call of a GPU machine (see docs/guide/gpu.md).
 #
 #   bash tools/gpu_session.sh                # all stages
-#   STAGES="bench" bash tools/gpu_session.sh # some stages: env test-gpu bench-attention bench audit-bench metrics suite
+#   STAGES="bench" bash tools/gpu_session.sh # some stages: env test-gpu bench-attention bench audit-bench metrics vlm suite
 #
 # Run from the repository root. Results go to $OUT (default ./gpu-session), at most two
 # folders down: env.txt, test-gpu.log, <stage>.log and <stage>/RESULTS.md for each benchmark stage
@@ -17,7 +17,11 @@
 # Each stage has its own time limit (seconds; the machine allows 600 per command):
 # TEST_GPU_S (60), BENCH_ATTN_S (120), BENCH_S (180), AUDIT_BENCH_S (120), METRICS_S (90): 570 s in all,
 # so that the default stages fit in one 10-minute command. `suite` (SUITE_S, 150: the whole test suite on
-# the GPU machine) is not among the default stages; name it in STAGES to run it.
+# the GPU machine) and `vlm` (VLM_S, 300) are not among the default stages; name them in STAGES to run them.
+# - vlm: the vision-language case (case vlm): an answer of 16 tokens of a LLaVA 1.5 built from code (a ViT-B/14
+#   tower at 336 x 336 and a 1.1B Llama in bfloat16; VLM_ARGS="--full" adds LLaVA 1.5 7B's shape) explained by
+#   every registered method against generating it, time and peak memory, camkit's occlusion beside captum 0.9's
+#   LLMAttribution(FeatureAblation) (captum's wheel in .whl/ for the comparison).
 # - bench-attention: the attention methods' cases alone (case vit: CheferRollout and LeGrad on both paths
 #   beside torchcam's LeGrad, vit_b_16 and vit_l_16 at batch 8 and 32, memory by CUDA's counter in the
 #   same process; case attnlrp: AttnLRP beside LXT and a no-grad forward).
@@ -92,5 +96,7 @@ stage bench "${BENCH_S:-180}" "$PY" -m benchmarks --device cuda --cases "${BENCH
     --out "$OUT/bench" ${BENCH_ARGS:-}
 stage metrics "${METRICS_S:-90}" "$PY" -m benchmarks --device cuda --cases metrics,quantus_compat --repeats 3 \
     --out "$OUT/metrics"
+# shellcheck disable=SC2086  # VLM_ARGS is a list of arguments
+stage vlm "${VLM_S:-300}" "$PY" -m benchmarks --device cuda --cases vlm --out "$OUT/vlm" ${VLM_ARGS:-}
 stage suite "${SUITE_S:-150}" "$PY" -m pytest -q "${XDIST[@]}"
 exit $status

@@ -48,8 +48,15 @@ def run_app(args: argparse.Namespace) -> int:
         return 2
     from ..explorer.app import build_app
     from ..explorer.session import Session
+    from ..modelload.hf import is_generation_model
     from .models import model_from_args
 
+    if args.model[0].startswith("hf:") and is_generation_model(args.model[0][len("hf:") :]):  # a vision-language model
+        from ..explorer.generation import GenerationSession
+
+        blocks = build_app(GenerationSession(args.model[0], device=args.device))
+        blocks.launch(server_name=args.host, server_port=args.port, share=False, inbrowser=False)
+        return 0
     names = read_class_names(args.classes)
     sessions = [Session(model_from_args(argparse.Namespace(**{**vars(args), "model": spec})), class_names=names)
                 for spec in args.model]  # fmt: skip

@@ -41,6 +41,17 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
         help="detectors: explain the detections scoring at least this (default 0.5)",
     )  # fmt: skip
     parser.add_argument("--top", type=int, help="detectors: at most N detections per image, best first (default: all)")
+    _generation_arguments(parser)
+
+
+def _generation_arguments(parser: argparse.ArgumentParser) -> None:
+    """Vision-language models: see camkit.explain.generation."""
+    group = parser.add_argument_group("vision-language models (--model hf:FOLDER with --prompt)")
+    group.add_argument("--prompt", help="explain what the model answers to this prompt about each image, word by word")
+    group.add_argument("--answer", help="explain this answer (teacher-forced) instead of the generated one")
+    group.add_argument("--max-new-tokens", type=int, default=20, help="the longest answer generated (default 20)")
+    group.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
+                       help="load the model in this dtype (default: as saved)")  # fmt: skip
 
 
 def _media_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,11 +114,18 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--frames", type=int, help="audit the first N frames of each video (default: all)")
 
 
-@command("explain", "explain image files: overlay PNGs, maps (.npy) and manifest.json", _explain_arguments)
+@command(
+    "explain",
+    "explain image files: overlay PNGs, maps (.npy) and manifest.json; with --prompt, a vision-language model's answer "
+    "word by word (strip PNG, HTML, tokens JSON)",
+    _explain_arguments,
+)
 def run_explain(args: argparse.Namespace) -> int:
     from ..explain.files import explain_files
     from ..explain.media import explain_media_files, media_kind
 
+    if args.prompt is not None:  # a vision-language model
+        return _run_generation(args)
     if any(media_kind(p) for p in args.images):  # volumes, videos and signals
         manifest = explain_media_files(
             args.images, args.model, out=args.out, weights=args.weights, trust_pickle=args.trust_pickle,
@@ -128,6 +146,32 @@ def run_explain(args: argparse.Namespace) -> int:
     print(
         f"explained {len(manifest['images']) - len(failed)} image(s), {len(failed)} failed; see {Path(args.out) / 'manifest.json'}"
     )
+    return 1 if failed else 0
+
+
+def _run_generation(args: argparse.Namespace) -> int:
+    from ..errors import InvalidInputError
+    from ..explain.generation import explain_generation_files
+
+    given = [f"--{name}" for name in ("size", "crop", "mean", "std", "weights") if getattr(args, name) is not None]
+    if given or args.target != "pred":
+        given += ["--target"] if args.target != "pred" else []
+        raise InvalidInputError(
+            f"{', '.join(given)} do not apply with --prompt: the model's own processor prepares its images, and each "
+            "generated token is the target"
+        )
+    manifest = explain_generation_files(
+        args.images, args.model, prompt=args.prompt, out=args.out, answer=args.answer, method=args.method,
+        max_new_tokens=args.max_new_tokens, layer=args.layer, dtype=args.dtype, device=args.device,
+        max_pixels=args.max_pixels,
+    )  # fmt: skip
+    failed = [e for e in manifest["images"] if e["error"]]
+    for entry in failed:
+        print(f"failed: {entry['path']}: {entry['error']}", file=sys.stderr)
+    for entry in manifest["images"]:
+        if not entry["error"]:
+            print(f"{entry['path']}: {entry['answer']!r} ({entry['tokens']} tokens): {Path(args.out) / entry['page']}")
+    print(f"explained {len(manifest['images']) - len(failed)} image(s), {len(failed)} failed; see {Path(args.out) / 'manifest.json'}")
     return 1 if failed else 0
 
 

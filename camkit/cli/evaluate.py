@@ -54,10 +54,21 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="write into a non-empty --out that is not a camkit run, or start a run there afresh")  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    group = parser.add_argument_group(
+        "vision-language models (--model hf:FOLDER with --prompt)",
+        "deletion and insertion by each answer token's log-probability over the model's image tokens, beside a "
+        "random control; --methods (default gradcam), --steps, --seed, --limit and --chunk-size apply",
+    )
+    group.add_argument("--prompt", help="the prompt every image is answered for")
+    group.add_argument("--answer", help="evaluate the maps of this answer (teacher-forced) instead of the generated one")
+    group.add_argument("--max-new-tokens", type=int, default=20, help="the longest answer generated (default 20)")
+    group.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), help="load the model in this dtype")
 
 
 @command("evaluate", "rank explanation methods on your model and data: scores.csv, summary.json, report.html", _arguments)
 def run_evaluate(args: argparse.Namespace) -> int:
+    if args.prompt is not None:
+        return _run_generation(args)
     from ..evaluation import evaluate
 
     classes = read_class_names(args.classes)
@@ -84,4 +95,25 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(summary["verdict"]["text"])
     print(f"evaluated {summary['scored']} of {summary['images']} image(s), {summary['errors']} failed; "
           f"report: {Path(args.out) / 'report.html'}")  # fmt: skip
+    return 1 if summary["errors"] else 0
+
+
+def _run_generation(args: argparse.Namespace) -> int:
+    from ..evaluation import DEFAULT_METHODS
+    from ..evaluation.generation import evaluate_generation
+
+    methods = "gradcam" if args.methods == ",".join(DEFAULT_METHODS) else args.methods
+    chunk = min(args.chunk_size, 16)
+    summary = evaluate_generation(
+        args.data, args.model, prompt=args.prompt, out=args.out, methods=methods, answer=args.answer,
+        max_new_tokens=args.max_new_tokens, steps=args.steps, chunk_size=chunk, seed=args.seed, dtype=args.dtype,
+        device=args.device, limit=args.limit, max_pixels=args.max_pixels,
+    )  # fmt: skip
+    for path, reason in summary["errors"].items():
+        print(f"failed: {path}: {reason}", file=sys.stderr)
+    for method in summary["ranking"]:
+        row = summary["methods"][method]
+        print(f"{method}: insertion AUC {row['insertion_auc']:.3f}, deletion AUC {row['deletion_auc']:.3f} "
+              f"(mean log-probability over {row['tokens']} token(s))")  # fmt: skip
+    print(f"evaluated {summary['scored']} of {summary['images']} image(s); see {Path(args.out) / 'summary.json'}")
     return 1 if summary["errors"] else 0

@@ -25,6 +25,8 @@ from .audit_tab import build_audit_tab
 from .compare_tab import build_compare_tab
 from .evaluate_tab import build_evaluate_tab
 from .explain_tab import PICTURE_CSS, build_explain_tab
+from .generation import GenerationSession
+from .generation_tab import build_generation_tab
 from .session import Session
 
 __all__ = ["ExplorerBlocks", "build_app", "local_theme"]
@@ -63,13 +65,16 @@ def _temp_dir() -> Path:
 
 
 def build_app(
-    session: Session, audits: Sequence[str | os.PathLike[str]] = (), evaluations: Sequence[str | os.PathLike[str]] = (),
+    session: Session | GenerationSession, audits: Sequence[str | os.PathLike[str]] = (), evaluations: Sequence[str | os.PathLike[str]] = (),
     *, compare_with: Sequence[Session] = (),
 ) -> ExplorerBlocks:
     """The explorer page for ``session``, with the audit and evaluation folders to browse.
 
     ``compare_with``: more models' sessions; the Compare tab then shows the same methods on every
     model in one grid (one column per model, one colour scale).
+
+    A vision-language model's session (:class:`~camkit.explorer.generation.GenerationSession`) gets
+    the Explain tab alone, taking a prompt: the answer's words, each with its map.
 
     Example:
         >>> from camkit.explorer import Session
@@ -81,6 +86,8 @@ def build_app(
     os.environ["GRADIO_TEMP_DIR"] = str(temp)  # uploads and outputs: components read it when they are made
     audit_paths = [Path(p) for p in audits]
     evaluation_paths = [Path(p) for p in evaluations]
+    if isinstance(session, GenerationSession):
+        return _generation_app(session, temp)
     with ExplorerBlocks(title="camkit explorer", analytics_enabled=False) as blocks:
         gr.Markdown(f"## camkit explorer: `{session.loaded.spec}`")
         with gr.Tab(TAB_LABELS[0]):
@@ -91,5 +98,15 @@ def build_app(
             build_audit_tab(session, audit_paths)
         with gr.Tab(TAB_LABELS[3]):
             build_evaluate_tab(session, evaluation_paths)
+    blocks.temp_dir = temp
+    return blocks
+
+
+def _generation_app(session: GenerationSession, temp: Path) -> ExplorerBlocks:
+    """The page for a vision-language model: the Explain tab with a prompt (the other tabs explain classifiers)."""
+    with ExplorerBlocks(title="camkit explorer", analytics_enabled=False) as blocks:
+        gr.Markdown(f"## camkit explorer: `{session.spec}` (a vision-language model)")
+        with gr.Tab(TAB_LABELS[0]):
+            build_generation_tab(session, temp)
     blocks.temp_dir = temp
     return blocks

@@ -52,7 +52,8 @@ def app(
 
     Args:
         model: an ``nn.Module``, or any form ``camkit explain --model`` takes (``"demo"``,
-            ``"torchvision:resnet50"``, ``"timm:NAME"``, ``"hf:PATH"``, ``"package.module:factory"``...).
+            ``"torchvision:resnet50"``, ``"timm:NAME"``, ``"hf:PATH"``, ``"package.module:factory"``...). A
+            vision-language model's ``"hf:FOLDER"`` gets the Explain tab with a prompt.
         preprocess: a :class:`camkit.modelload.Preprocess` (default: the model's own, else 224x224
             with ImageNet statistics).
         class_names: names by class index (default: the model's own when it has them).
@@ -72,8 +73,14 @@ def app(
         >>> demo.launch()  # serves http://127.0.0.1:7860  # doctest: +SKIP
     """
     require_gradio()
+    from ..modelload.hf import is_generation_model
     from .app import build_app
     from .session import Session
+
+    if isinstance(model, str) and model.startswith("hf:") and is_generation_model(model[len("hf:") :]):
+        from .generation import GenerationSession
+
+        return build_app(GenerationSession(model, device=device))
 
     session = Session(model, preprocess, class_names, weights=weights, trust_pickle=trust_pickle, device=device, **load)
     return build_app(session, audits, evaluations)

@@ -15,6 +15,8 @@
   :func:`continuity`, :func:`consistency`, :func:`relative_input_stability`,
   :func:`relative_output_stability`, :func:`relative_representation_stability`;
 * randomisation: :func:`mprt` (cascading, independent, smoothed), :func:`efficient_mprt`, :func:`random_logit`;
+* generated text: :func:`token_deletion_curve`, :func:`token_insertion_curve` (a token's log-probability
+  as image units are hidden or shown), :func:`unit_scores` (a word's map averaged over each unit's box);
 * :class:`MetricAccumulator`, :class:`CurveAccumulator` to aggregate over a dataset.
 
 Perturbation metrics run the model without gradients, in eval mode (every module's flag
@@ -65,6 +67,7 @@ from .sanity import RandomizationResult, randomization_check, spearman, ssim
 from .spread import spread_and_border
 from .stability import relative_input_stability, relative_output_stability, relative_representation_stability
 from .sufficiency import sufficiency
+from .tokens import token_deletion_curve, token_insertion_curve, unit_scores
 
 __all__ = [
     "ARCCScores",
@@ -127,5 +130,8 @@ __all__ = [
     "spread_and_border",
     "ssim",
     "sufficiency",
+    "token_deletion_curve",
+    "token_insertion_curve",
     "top_k_intersection",
+    "unit_scores",
 ]

@@ -13,6 +13,10 @@ filter and its backend's resizing (torchvision's uint8 kernel, or Pillow). SegFo
 (its extra step is on label maps) and DETR's (its extra step pads a batch to its largest image; one
 image is not padded) are reproduced too. A processor with steps camkit does not reproduce is
 refused unless ``size``, ``mean`` and ``std`` are given.
+
+Vision-language models (:func:`load_hf_generation`: a config with a ``vision_config`` and a
+``text_config``, such as LLaVA's) are read from a local ``save_pretrained`` folder only, with their
+whole processor (``AutoProcessor``: image processor, tokenizer and chat template), never fetched.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from ..errors import ModelLoadError
 from .preprocess import Preprocess
 from .statedict import fit_state_dict, read_state_dict
 
-__all__ = ["load_hf", "preprocess_from_processor"]
+__all__ = ["is_generation_model", "load_hf", "load_hf_generation", "preprocess_from_processor"]
 
 _RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic"}  # PIL.Image.Resampling values
 # Processors whose own steps only touch labels (SegFormer's reduce_labels) or pad a batch to its
@@ -175,3 +179,118 @@ def load_hf(
     names = [str(labels.get(i, labels.get(str(i), i))) for i in range(len(labels))]
     default = all(n == f"LABEL_{i}" for i, n in enumerate(names))
     return model, pre, (None if default or not names else names), notes
+
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16",
+           "fp16": "float16", "half": "float16"}  # fmt: skip
+
+
+def is_generation_model(ident: str) -> bool:
+    """Whether ``ident`` is a local folder holding a vision-language model's config (``vision_config`` and ``text_config``).
+
+    Example:
+        >>> import tempfile
+        >>> from camkit.modelload.hf import is_generation_model
+        >>> is_generation_model(tempfile.mkdtemp()), is_generation_model("no/such/folder")
+        (False, False)
+    """
+    import json
+
+    path = Path(ident) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "vision_config" in config and "text_config" in config
+
+
+def _generation_class(transformers: Any, config: Any) -> Any:
+    """The config's own architecture class when transformers has it, else ``AutoModelForImageTextToText``."""
+    for arch in getattr(config, "architectures", None) or []:
+        kind = getattr(transformers, arch, None)
+        if kind is not None and hasattr(kind, "generate"):
+            return kind
+    return transformers.AutoModelForImageTextToText
+
+
+def load_hf_generation(
+    path: str, *, dtype: str | None = None, device: Any = None, attn_implementation: str | None = None
+) -> tuple[nn.Module, Any, list[str]]:
+    """A vision-language model and its processor from a local ``save_pretrained`` folder: ``(model, processor, notes)``.
+
+    The model class is the config's architecture (``LlavaForConditionalGeneration``...) or
+    ``AutoModelForImageTextToText``; the processor is ``AutoProcessor``'s. Nothing is downloaded
+    (``local_files_only=True``). The model is returned in eval mode on ``device``.
+
+    Args:
+        path: the folder ``model.save_pretrained`` and ``processor.save_pretrained`` wrote.
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (default: as saved, ``"auto"``).
+        device: where to put the model (default: where it loads, the CPU).
+        attn_implementation: ``"sdpa"``, ``"eager"``, ``"flash_attention_2"``... (default: transformers' choice).
+
+    Raises:
+        ModelLoadError: not a folder, no ``config.json``, no weights, no processor (naming the file
+            that is missing), a config that is no vision-language model, or an unknown dtype.
+
+    Example:
+        >>> import tempfile
+        >>> from camkit.errors import ModelLoadError
+        >>> from camkit.modelload.hf import load_hf_generation
+        >>> try:
+        ...     load_hf_generation(tempfile.mkdtemp())
+        ... except ModelLoadError as err:
+        ...     print(str(err).split(":")[-1].strip())
+        no config.json (save the model there with model.save_pretrained(folder))
+    """
+    transformers = _import_transformers()
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ModelLoadError(
+            f"--model hf:{path}: vision-language models are read from a local folder written by save_pretrained "
+            "(model and processor); no such folder"
+        )
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"--model hf:{path}: no config.json (save the model there with model.save_pretrained(folder))")
+    if dtype is not None and dtype != "auto" and dtype not in _DTYPES:
+        raise ModelLoadError(f"--dtype {dtype!r} is not one of auto, {', '.join(sorted(set(_DTYPES.values())))}")
+    config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    if not (hasattr(config, "vision_config") and hasattr(config, "text_config")):
+        raise ModelLoadError(
+            f"--model hf:{path}: its config ({type(config).__name__}) is not a vision-language model's (no "
+            "vision_config and text_config); image classifiers load without --prompt"
+        )
+    processor = _generation_processor(transformers, folder, path)  # the cheaper check first
+    kind = _generation_class(transformers, config)
+    options: dict[str, Any] = {"local_files_only": True, "dtype": _DTYPES.get(dtype or "auto", "auto")}
+    if attn_implementation:
+        options["attn_implementation"] = attn_implementation
+    try:
+        model = kind.from_pretrained(str(folder), **options)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(
+            f"--model hf:{path}: the model weights could not be read (model.safetensors or pytorch_model.bin; "
+            f"{type(err).__name__}: {str(err).strip()[:200]})"
+        ) from None
+    model.eval()
+    if device is not None:
+        model.to(device)
+    notes = [f"{type(model).__name__} from {path}", f"dtype {next(model.parameters()).dtype}"]
+    return model, processor, notes
+
+
+def _generation_processor(transformers: Any, folder: Path, path: str) -> Any:
+    """``AutoProcessor`` from the folder, or an error naming the processor files it lacks."""
+    try:
+        processor = transformers.AutoProcessor.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, TypeError) as err:
+        raise ModelLoadError(
+            f"--model hf:{path}: no processor could be read (processor_config.json or preprocessor_config.json, "
+            f"and the tokenizer files; save it with processor.save_pretrained(folder)): {type(err).__name__}: "
+            f"{str(err).strip()[:200]}"
+        ) from None
+    if not hasattr(processor, "tokenizer") or not hasattr(processor, "image_processor"):
+        raise ModelLoadError(
+            f"--model hf:{path}: the folder's processor ({type(processor).__name__}) has no tokenizer and image "
+            "processor; save the model's whole processor with processor.save_pretrained(folder)"
+        )
+    return processor

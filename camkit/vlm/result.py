@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from ..errors import InvalidInputError
 from ..explanation import Explanation
+
+if TYPE_CHECKING:
+    from ..viz.canvas import ExplanationFigure
 
 __all__ = ["GenerationExplanation"]
 
@@ -89,3 +93,23 @@ class GenerationExplanation:
                 "(the shortest answer's length)"
             )
         return self._again(start, end)
+
+    def show(self, image: Any, index: int = 0, **options: Any) -> ExplanationFigure:
+        """Draw answer ``index`` as a strip: one overlay per token on ``image``, the token beneath (needs matplotlib).
+
+        ``image`` is the image explained for that prompt (uint8 [H, W, 3], PIL, or a float tensor
+        [3, H, W] in [0, 1]); ``options`` go to :func:`camkit.viz.tokens.token_strip` (``columns``,
+        ``alpha``, ``colormap``, ``panel``, ``dpi``). In Jupyter the figure displays itself; ``.save(path)``
+        writes a PNG.
+
+        Example:
+            >>> import torch
+            >>> from camkit.vlm.result import GenerationExplanation
+            >>> r = GenerationExplanation([["a", "cat"]], [torch.tensor([5, 20])], [torch.zeros(2, 4, 6)],
+            ...                           [torch.zeros(2)], [], "gradcam")
+            >>> r.show(torch.zeros(3, 4, 6), dpi=30).columns
+            ('token 0', 'token 1')
+        """
+        from ..viz.tokens import token_strip  # pictures load when one is drawn: the result is plain data
+
+        return token_strip(image, self, index=index, **options)
