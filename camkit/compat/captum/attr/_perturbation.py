@@ -16,7 +16,9 @@ from torch import Tensor, nn
 from .... import methods as km
 from ....methods import Explainer
 from .._pack import Layout, baselines_like
+from ._ablation import FeatureAblation, Occlusion
 from ._base import NotComputedError, PerturbationAttribution
+from ._shapley import ShapleyValues, ShapleyValueSampling
 
 __all__ = ["FeatureAblation", "KernelShap", "Lime", "Occlusion", "ShapleyValueSampling", "ShapleyValues"]
 
@@ -68,41 +70,6 @@ class _Regions(PerturbationAttribution):
         return raw
 
 
-class FeatureAblation(_Regions):
-    """captum's ``FeatureAblation`` on :class:`camkit.FeatureAblation`: ``f(x) - f(x with a feature at its baseline)``."""
-
-    def attribute(self, inputs: Any, baselines: Any = None, target: Any = None, additional_forward_args: Any = None,
-                  feature_mask: Any = None, perturbations_per_eval: int = 1, show_progress: bool = False,
-                  **kwargs: Any) -> Any:
-        if kwargs:
-            raise NotComputedError(f"FeatureAblation options {sorted(kwargs)}: not translated")
-        return self._attribute(inputs, baselines, target, additional_forward_args, feature_mask, perturbations_per_eval)
-
-    def _region_explainer(self, model: nn.Module, ids: Tensor, base: Tensor, batch: int, **options: Any) -> Explainer:
-        return km.FeatureAblation(model, regions=ids, baseline=base, batch_size=batch)
-
-
-class ShapleyValueSampling(_Regions):
-    """captum's ``ShapleyValueSampling`` on :class:`camkit.ShapleyValueSampling` (camkit's own random orders)."""
-
-    def attribute(self, inputs: Any, baselines: Any = None, target: Any = None, additional_forward_args: Any = None,
-                  feature_mask: Any = None, n_samples: int = 25, perturbations_per_eval: int = 1,
-                  show_progress: bool = False) -> Any:
-        return self._attribute(inputs, baselines, target, additional_forward_args, feature_mask,
-                               perturbations_per_eval, samples=n_samples)
-
-    def _region_explainer(self, model: nn.Module, ids: Tensor, base: Tensor, batch: int, **options: Any) -> Explainer:
-        seed = int(torch.randint(0, 2**31 - 1, ()).item())
-        return km.ShapleyValueSampling(model, regions=ids, baseline=base, batch_size=batch, seed=seed, **options)
-
-
-class ShapleyValues(PerturbationAttribution):
-    """captum's exact ``ShapleyValues``: not computed by camkit (use ShapleyValueSampling)."""
-
-    def __init__(self, forward_func: Any) -> None:
-        raise NotComputedError("captum.attr.ShapleyValues (exact, over every permutation): camkit samples orders only")
-
-
 class KernelShap(_Regions):
     """captum's ``KernelShap`` on :class:`camkit.KernelShap` (camkit's own coalitions and regression)."""
 
@@ -139,31 +106,3 @@ class Lime(_Regions):
     def _region_explainer(self, model: nn.Module, ids: Tensor, base: Tensor, batch: int, **options: Any) -> Explainer:
         seed = int(torch.randint(0, 2**31 - 1, ()).item())
         return km.Lime(model, regions=ids, baseline=base, batch_size=batch, seed=seed, **options)
-
-
-class Occlusion(PerturbationAttribution):
-    """captum's ``Occlusion`` on :class:`camkit.Occlusion`, for one input whose window spans every channel."""
-
-    def attribute(self, inputs: Any, sliding_window_shapes: Any, strides: Any = None, baselines: Any = None,
-                  target: Any = None, additional_forward_args: Any = None, perturbations_per_eval: int = 1,
-                  show_progress: bool = False) -> Any:
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        window = sliding_window_shapes[0] if isinstance(sliding_window_shapes[0], tuple) else sliding_window_shapes
-        stride = strides[0] if isinstance(strides, tuple) and strides and isinstance(strides[0], tuple) else strides
-        x = xs[0]
-        if len(xs) != 1 or not Layout.of(xs).as_is or window[0] != x.shape[1]:
-            raise NotComputedError(
-                "Occlusion: camkit slides a window over the spatial axes of one input [B, C, *S] with every channel "
-                "covered; several inputs, or windows within the channels, are not translated"
-            )
-        if isinstance(stride, tuple):
-            stride = stride[1:]
-        if baselines is not None and not isinstance(baselines, (int, float)):
-            raise NotComputedError("Occlusion with a tensor baseline: camkit writes one number into the window")
-
-        def build(model: nn.Module, layout: Layout, xx: Tensor, example: int) -> Explainer:
-            return km.Occlusion(model, window=tuple(window[1:]), stride=stride or 1, baseline=float(baselines or 0.0),
-                                batch_size=max(1, perturbations_per_eval))
-
-        raw, _ = self._run(x, target, additional_forward_args, build)
-        return raw.unsqueeze(1).expand_as(x).clone()  # camkit's window covers every channel alike
