@@ -110,7 +110,9 @@ class LinearModel(nn.Module, Model):
         self.linear: nn.Linear | None = None
 
     def _set(self, coef: Tensor, intercept: Tensor) -> None:
-        self.linear = nn.Linear(coef.numel(), 1, dtype=coef.dtype)
+        # built in float32 and then converted, so that its (overwritten) initial draws take from torch's
+        # generator what captum's take: a seeded run over several examples keeps drawing captum's samples
+        self.linear = nn.Linear(coef.numel(), 1).to(coef.dtype)
         with torch.no_grad():
             self.linear.weight.copy_(coef.reshape(1, -1))
             self.linear.bias.copy_(intercept.reshape(1))

@@ -19,9 +19,9 @@ __all__ = [
     "STUBS",
     "_batch_example_iterator",
     "_construct_default_feature_mask",
-    "_format_input_baseline",
     "_construct_future_forward",
     "_format_additional_forward_args",
+    "_format_input_baseline",
     "_format_tensor_into_tuples",
     "_get_deep_layer_name",
     "_tensorize_baseline",
@@ -87,7 +87,7 @@ def _construct_default_feature_mask(inputs: tuple[Tensor, ...]) -> tuple[tuple[T
 def _batch_example_iterator(bsz: int, *args: Any) -> Any:
     """Each example's slice of every argument (tensors and lists with ``bsz`` entries sliced, the rest as they are)."""
     for i in range(bsz):
-        picked = []
+        picked: list[Any] = []
         for arg in args:
             if arg is None:
                 picked.append(None)

@@ -92,7 +92,8 @@ class FeatureAblation(Perturbation):
 def _ablated(xs: tuple[Tensor, ...], bases: tuple[Any, ...], chunk: Sequence[int],
              mask_of: FeatureMask) -> tuple[tuple[Tensor, ...], list[Tensor | None]]:
     """The inputs repeated once per feature of ``chunk``, each copy with its feature at the baseline."""
-    batch, chunk_masks = [], []
+    batch: list[Tensor] = []
+    chunk_masks: list[Tensor | None] = []
     for i, (x, base) in enumerate(zip(xs, bases)):
         masks = [mask_of(f, i) for f in chunk]
         if all(m is None for m in masks):

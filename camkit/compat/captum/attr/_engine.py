@@ -22,6 +22,7 @@ from ._base import PerturbationAttribution
 __all__ = [
     "Perturbation",
     "Progress",
+    "default_masks",
     "expand_args",
     "expand_target",
     "format_baselines",
@@ -80,16 +81,21 @@ def expand_args(extra: tuple[Any, ...], copies: int) -> tuple[Any, ...]:
     return tuple(torch.cat([a] * copies) if isinstance(a, Tensor) and a.dim() > 0 else a for a in extra)
 
 
+def default_masks(xs: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], int]:
+    """Every element of each input its own feature [1, *shape], numbered across the inputs, and their count."""
+    masks, start = [], 0
+    for x in xs:
+        count = x[0:1].numel()
+        masks.append(start + torch.arange(count, device=x.device).reshape(x[0:1].shape))
+        start += count
+    return tuple(masks), start
+
+
 def format_masks(feature_mask: Any, xs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     """captum's feature masks: one per input, or by default every element its own id, numbered across inputs."""
     if feature_mask is None:
-        masks, start = [], 0
-        for x in xs:
-            count = x[0:1].numel()
-            masks.append(start + torch.arange(count, device=x.device).reshape(x[0:1].shape))
-            start += count
-        return tuple(masks)
-    masks = as_tuple(feature_mask)
+        return default_masks(xs)[0]
+    masks: tuple[Tensor, ...] = as_tuple(feature_mask)
     if len(masks) != len(xs):
         raise CaptumInputError(f"{len(masks)} feature masks for {len(xs)} inputs; give one per input")
     out = []

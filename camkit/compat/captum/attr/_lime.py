@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from .._models import SkLearnLasso, SkLearnLinearRegression
 from .._pack import CaptumInputError, as_tuple, forward_args
-from ._engine import Perturbation, Progress, expand_args, expand_target, format_baselines
+from ._engine import Perturbation, Progress, default_masks, expand_args, expand_target, format_baselines
 
 __all__ = [
     "KernelShap",
@@ -86,13 +86,8 @@ def default_from_interp_rep_transform(curr_sample: Tensor, original_inputs: Any,
 def construct_feature_mask(feature_mask: Any, inputs: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], int]:
     """Feature masks starting at id 0 (the default: every element its own feature) and the feature count."""
     if feature_mask is None:
-        masks, start = [], 0
-        for x in inputs:
-            count = x[0:1].numel()
-            masks.append(start + torch.arange(count, device=x.device).reshape(x[0:1].shape))
-            start += count
-        return tuple(masks), start
-    masks = as_tuple(feature_mask)
+        return default_masks(inputs)
+    masks: tuple[Tensor, ...] = as_tuple(feature_mask)
     low = min(int(m.min()) for m in masks if m.numel())
     if low != 0:
         masks = tuple(m - low for m in masks)

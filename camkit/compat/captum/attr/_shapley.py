@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ....functional.regions import shapley_from_permutations
 from .._pack import CaptumInputError
+from ._base import NotComputedError
 from ._engine import Perturbation, Progress, expand_args, expand_target, prepare
 
 __all__ = ["ShapleyValueSampling", "ShapleyValues", "spread"]
@@ -136,8 +137,9 @@ class ShapleyValues(ShapleyValueSampling):
 
     def _orders(self, count: int, samples: int) -> Tensor:
         if count > 10:
-            raise CaptumInputError(f"ShapleyValues over {count} features means {math.factorial(count)} orders; "
-                                   "use ShapleyValueSampling or group features with a feature_mask")
+            raise NotComputedError(f"ShapleyValues over {count} features: camkit enumerates every order for at most 10 "
+                                   f"features ({math.factorial(count)} orders here); use ShapleyValueSampling or "
+                                   "group features with a feature_mask")
         return torch.tensor(list(itertools.permutations(range(count))), dtype=torch.long)
 
 
