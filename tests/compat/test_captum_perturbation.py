@@ -186,6 +186,9 @@ def test_weighted_lasso_equals_scikit_learn():
     fitted = linear_model.Lasso(alpha=0.05, tol=1e-12, max_iter=100000).fit(z.numpy(), y.numpy(), sample_weight=w.numpy())
     torch.testing.assert_close(coef, torch.as_tensor(fitted.coef_), atol=1e-7, rtol=0)
     assert abs(intercept.item() - fitted.intercept_) < 1e-7
+    named = our_models.SkLearnLinearModel("linear_model.Lasso", alpha=0.05, tol=1e-12, max_iter=100000)
+    named.fit([(z, y, w)])
+    torch.testing.assert_close(named.representation()[0].double(), coef, atol=1e-7, rtol=0)
 
 
 def test_infidelity_with_baselines_and_any_perturbation_equals_captum(net, pair):

@@ -203,7 +203,8 @@ class SkLearnLinearModel(LinearModel):
         except ImportError as error:  # pragma: no cover - depends on the environment
             raise CaptumInputError(f"SkLearnLinearModel({self.sklearn_module!r}) needs scikit-learn") from error
         for part in self.sklearn_module.split("."):
-            estimator = importlib.import_module(f"{estimator.__name__}.{part}") if part == "linear_model" else getattr(estimator, part)
+            found = getattr(estimator, part, None)
+            estimator = found if found is not None else importlib.import_module(f"{estimator.__name__}.{part}")
         x, y, w = _gathered(train_data)
         fitted = estimator(**self.options).fit(x.double().numpy(), y.double().numpy(), sample_weight=w.double().numpy())
         self._set(torch.as_tensor(fitted.coef_, dtype=_float(x)).reshape(-1),
