@@ -213,6 +213,20 @@ def test_sensitivity_of_an_all_zero_attribution_is_zero_as_in_captum():
     assert mine.tolist() == [0.0, 0.0, 0.0] == cm.sensitivity_max(zero, x, n_perturb_samples=2).tolist()
 
 
+def test_sensitivity_draws_captums_perturbations():
+    x = torch.rand(3, 4, dtype=torch.float64)
+
+    def squared(inputs):
+        return tuple(t**2 for t in inputs) if isinstance(inputs, tuple) else inputs**2
+
+    for chunk in (None, 6):
+        torch.manual_seed(4)
+        mine = our_metrics.sensitivity_max(squared, x, n_perturb_samples=4, max_examples_per_batch=chunk)
+        torch.manual_seed(4)
+        theirs = cm.sensitivity_max(squared, x, n_perturb_samples=4, max_examples_per_batch=chunk)
+        torch.testing.assert_close(mine.double(), theirs.double(), rtol=1e-5, atol=1e-7)
+
+
 def test_refusals_name_what_is_missing():
     with pytest.raises(NotComputedError, match="11 features"):
         ours.ShapleyValues(nn.Linear(11, 1)).attribute(torch.rand(1, 11), target=0)

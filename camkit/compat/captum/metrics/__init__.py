@@ -140,10 +140,13 @@ def _draws(perturb_func: Callable[..., Any], inputs: Any, baselines: Any, xs: tu
     return torch.cat(shifts, dim=1), torch.cat(moved, dim=1)
 
 
-def default_perturb_func(inputs: Any, perturb_radius: float = 0.02) -> Any:
-    """captum's default perturbation for ``sensitivity_max``: uniform noise in ``[-radius, radius]`` on every value."""
-    moved = tuple(x + torch.empty_like(x).uniform_(-perturb_radius, perturb_radius) for x in as_tuple(inputs))
-    return moved if isinstance(inputs, tuple) else moved[0]
+def default_perturb_func(inputs: Any, perturb_radius: float = 0.02) -> tuple[Tensor, ...]:
+    """captum's default perturbation for ``sensitivity_max``: uniform noise in ``[-radius, radius]`` on every value.
+
+    The noise is drawn in float32 from torch's generator, as captum draws it; the result is a tuple.
+    """
+    return tuple(x + torch.empty(x.shape, dtype=torch.float32).uniform_(-perturb_radius, perturb_radius).to(x.device)
+                 for x in as_tuple(inputs))
 
 
 def sensitivity_max(
@@ -159,7 +162,9 @@ def sensitivity_max(
     """captum's ``sensitivity_max`` on :func:`camkit.metrics.max_sensitivity`.
 
     The perturbed inputs are drawn by ``perturb_func`` (by default uniform noise in
-    ``[-perturb_radius, perturb_radius]`` from torch's generator). Where an example's attribution is
+    ``[-perturb_radius, perturb_radius]`` from torch's generator), called as captum calls it: on the
+    inputs with each example repeated ``n_perturb_samples`` times (fewer per call under
+    ``max_examples_per_batch``), so a seeded call draws captum's perturbations. Where an example's attribution is
     all zero, the change is divided by 1, as captum does (camkit's own metric returns NaN there).
 
     Example:
@@ -181,13 +186,28 @@ def sensitivity_max(
         attr = explanation_func(parts if isinstance(inputs, tuple) else parts[0], **kwargs)
         return layout.pack(as_tuple(attr)).reshape(batch.shape[0], 1, 1, -1)
 
-    draw = perturb_func or default_perturb_func
-    takes_radius = len(inspect.signature(draw).parameters) > 1  # captum passes the radius when it is taken
-    perturbed = torch.stack([layout.pack(as_tuple(draw(inputs, perturb_radius) if takes_radius else draw(inputs)))
-                             for _ in range(n_perturb_samples)])
+    perturbed = _sensitivity_draws(perturb_func or default_perturb_func, xs, layout, perturb_radius,
+                                   n_perturb_samples, max_examples_per_batch)
     result = max_sensitivity(explain, packed, 0, samples=n_perturb_samples, radius=perturb_radius,
                              perturbed=perturbed, chunk_size=packed.shape[0])
     return _zero_maps_divided_by_one(result, explain, packed, perturbed)
+
+
+def _sensitivity_draws(draw: Callable[..., Any], xs: tuple[Tensor, ...], layout: Layout, radius: float, count: int,
+                       max_examples: int | None) -> Tensor:
+    """Perturbed inputs [count, B, ...packed], drawn as captum draws them: on the inputs repeated per draw."""
+    batch = xs[0].shape[0]
+    step = count if max_examples is None else min(max(max_examples // batch, 1), count)
+    takes_radius = len(inspect.signature(draw).parameters) > 1  # captum passes the radius when it is taken
+    parts, done = [], 0
+    while done < count:
+        n = min(step, count - done)
+        done += n
+        grown = tuple(x.repeat_interleave(n, dim=0) for x in xs)
+        arg = grown if len(grown) > 1 else grown[0]
+        moved = as_tuple(draw(arg, radius) if takes_radius else draw(arg))
+        parts.append(layout.pack([m.expand_as(x) for m, x in zip(moved, grown)]).reshape(batch, n, -1))
+    return torch.cat(parts, dim=1).transpose(0, 1).reshape(count, batch, *layout.pack([x[:1] for x in xs]).shape[1:])
 
 
 def _zero_maps_divided_by_one(result: Tensor, explain: Callable[..., Tensor], packed: Tensor, perturbed: Tensor) -> Tensor:
