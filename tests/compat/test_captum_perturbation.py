@@ -227,6 +227,20 @@ def test_sensitivity_draws_captums_perturbations():
         torch.testing.assert_close(mine.double(), theirs.double(), rtol=1e-5, atol=1e-7)
 
 
+def test_perturbation_methods_leave_model_and_inputs_as_they_were():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.0), nn.Linear(4, 2)).double().train()
+    x = torch.rand(2, 4, dtype=torch.float64, requires_grad=True)
+    before = x.detach().clone()
+    for method, options in ((ours.FeatureAblation, {}), (ours.Occlusion, {"sliding_window_shapes": (2,)}),
+                            (ours.ShapleyValueSampling, {"n_samples": 2}), (ours.KernelShap, {"n_samples": 8}),
+                            (ours.Lime, {"n_samples": 8})):
+        out = method(model).attribute(x, target=1, **options)
+        assert out.shape == x.shape and not out.requires_grad
+    assert model.training and all(p.grad is None for p in model.parameters())
+    assert x.requires_grad and x.grad is None and torch.equal(x.detach(), before)
+
+
 def test_refusals_name_what_is_missing():
     with pytest.raises(NotComputedError, match="11 features"):
         ours.ShapleyValues(nn.Linear(11, 1)).attribute(torch.rand(1, 11), target=0)
