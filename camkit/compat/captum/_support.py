@@ -17,8 +17,11 @@ from ._pack import as_tuple, flat_targets, forward_args
 
 __all__ = [
     "STUBS",
+    "_batch_example_iterator",
+    "_construct_default_feature_mask",
     "_construct_future_forward",
     "_format_additional_forward_args",
+    "_format_input_baseline",
     "_format_tensor_into_tuples",
     "_forward_layer_eval",
     "_get_deep_layer_name",
@@ -35,16 +38,8 @@ __all__ = [
 #: names of captum's private modules that its test helpers import but camkit does not provide:
 #: importing them works, calling them raises (the helper's own tests then fail loudly)
 STUBS = {
-    "_batch_example_iterator": "captum's private batching step",
-    "_construct_default_feature_mask": "captum's private feature-mask step",
-    "_format_input_baseline": "captum's private input formatting",
     "configure_interpretable_embedding_layer": "interpretable embeddings of text models",
     "remove_interpretable_embedding_layer": "interpretable embeddings of text models",
-    "get_exp_kernel_similarity_function": "Lime's custom similarity kernels",
-    "LinearModel": "captum's interpretable linear models for Lime",
-    "SGDLasso": "captum's interpretable linear models for Lime",
-    "SkLearnLasso": "captum's interpretable linear models for Lime",
-    "Model": "captum's interpretable linear models for Lime",
 }
 
 
@@ -69,6 +64,38 @@ def _get_deep_layer_name(obj: Any, layer_names: str) -> Any:
 def _zeros(inputs: tuple[Tensor, ...]) -> tuple[Any, ...]:
     """A zero baseline per input (``False`` for a boolean input)."""
     return tuple(False if x.dtype == torch.bool else 0 for x in inputs)
+
+
+def _format_input_baseline(inputs: Any, baselines: Any) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
+    """Inputs as a tuple and one baseline per input (zeros, ``False`` for a boolean input, by default)."""
+    xs = as_tuple(inputs)
+    if baselines is None:
+        return xs, _zeros(xs)
+    return xs, as_tuple(baselines)
+
+
+def _construct_default_feature_mask(inputs: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], int]:
+    """Every element of each input its own feature, numbered across the inputs, and the feature count."""
+    masks, start = [], 0
+    for x in inputs:
+        count = x[0:1].numel()
+        masks.append(start + torch.arange(count, device=x.device).reshape(x[0:1].shape))
+        start += count
+    return tuple(masks), start
+
+
+def _batch_example_iterator(bsz: int, *args: Any) -> Any:
+    """Each example's slice of every argument (tensors and lists with ``bsz`` entries sliced, the rest as they are)."""
+    for i in range(bsz):
+        picked: list[Any] = []
+        for arg in args:
+            if arg is None:
+                picked.append(None)
+                continue
+            items = arg if isinstance(arg, tuple) else (arg,)
+            one = tuple(a[i : i + 1] if isinstance(a, (Tensor, list)) and len(a) == bsz else a for a in items)
+            picked.append(one if isinstance(arg, tuple) else one[0])
+        yield tuple(picked)
 
 
 def _format_tensor_into_tuples(inputs: Any) -> Any:

@@ -21,7 +21,6 @@ MISSING = {
     "LayerFeaturePermutation": _LAYER,
     "LayerGradientShap": _LAYER,
     "LayerLRP": _LAYER,
-    "LimeBase": "Lime's generic base (interpretable-space sampling and custom models)",
     "NeuronConductance": _NEURON,
     "NeuronDeepLift": _NEURON,
     "NeuronDeepLiftShap": _NEURON,
