@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules.module import register_module_module_registration_hook
+from torch.utils.hooks import RemovableHandle
 
-__all__ = ["GradModes", "eval_mode", "preserve_running_stats"]
+__all__ = ["GradModes", "ModuleTree", "eval_mode", "module_tree_version", "preserve_running_stats"]
 
 # Concurrent calls on one model (threads) share one saving of its flags: the first call to
 # enter saves them and switches to eval mode, the last to leave restores them. Without
@@ -20,7 +22,9 @@ _ACTIVE: dict[int, tuple[int, list[tuple[nn.Module, bool]]]] = {}
 
 
 @contextmanager
-def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
+def eval_mode(
+    model: nn.Module, *, enabled: bool = True, modules: Sequence[nn.Module] | None = None
+) -> Iterator[nn.Module]:
     """Run a block with ``model`` in eval mode, restoring every module's own flag after.
 
     Each module's ``training`` flag is saved separately, so a model with mixed flags
@@ -29,6 +33,9 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
     Blocks running at the same time in several threads on one model share one saving:
     the flags come back when the last of them ends. A model already in eval mode everywhere
     (the usual case) is not touched, and only flags that changed are written back.
+
+    ``modules``: every module of ``model`` when the caller holds them already (a walk kept while
+    :func:`module_tree_version` stays the same, see :class:`ModuleTree`); else the model is walked.
 
     Example:
         >>> from torch import nn
@@ -48,7 +55,7 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
     with _LOCK:
         count, flags = _ACTIVE.get(key, (0, []))
         if count == 0:
-            flags = [(m, m.training) for m in _modules(model)]
+            flags = [(m, m.training) for m in (_modules(model) if modules is None else modules)]
             if any(flag for _, flag in flags):
                 try:
                     model.eval()  # the model's own train()/eval() overrides run, as for a plain model.eval()
@@ -92,6 +99,63 @@ def _modules(model: nn.Module) -> list[nn.Module]:
         out.append(module)
         stack.extend(child for child in reversed(module._modules.values()) if child is not None)
     return out
+
+
+_TREE_VERSION = [0]
+_TREE_HOOK: list[RemovableHandle] = []
+
+
+def _tree_changed(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
+    _TREE_VERSION[0] += 1
+
+
+def module_tree_version() -> int:
+    """A counter that moves whenever any module anywhere gets a submodule (assigned, added or replaced).
+
+    It counts torch's global module-registration events (one hook, registered on the first call
+    and kept: it only adds one to this counter, and returns nothing, so registrations are unchanged).
+    While it stays the same, a walk of a model's modules made before is still the model's modules,
+    as far as ``setattr``, ``add_module`` and ``register_module`` (and the containers built on them)
+    can change it; a module deleted since is harmless to the users of the walk here.
+    """
+    if not _TREE_HOOK:
+        with _LOCK:
+            if not _TREE_HOOK:
+                _TREE_HOOK.append(register_module_module_registration_hook(_tree_changed))
+    return _TREE_VERSION[0]
+
+
+class ModuleTree:
+    """Every module of one model (:func:`_modules`' walk), walked again only when :func:`module_tree_version` moved.
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit._internal.state import ModuleTree
+        >>> net = nn.Sequential(nn.Linear(2, 2))
+        >>> tree = ModuleTree(net)
+        >>> len(tree.modules())
+        2
+        >>> net.append(nn.ReLU())
+        Sequential(
+          (0): Linear(in_features=2, out_features=2, bias=True)
+          (1): ReLU()
+        )
+        >>> len(tree.modules())
+        3
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self._version = -1
+        self._modules: list[nn.Module] = []
+
+    def modules(self) -> list[nn.Module]:
+        """The model's modules, each once, the model first."""
+        version = module_tree_version()
+        if version != self._version:
+            self._modules = _modules(self.model)
+            self._version = version
+        return self._modules
 
 
 def _tracking_norms(model: nn.Module) -> list[nn.modules.batchnorm._NormBase]:
