@@ -102,7 +102,9 @@ class CAMExplainer(Explainer):
     def layers(self, x: Tensor | None = None) -> list[tuple[str, nn.Module]]:
         """The resolved ``(name, module)`` pairs (the architecture's default, or auto-detected from ``x``)."""
         if self._layers is None:
-            self._layers = resolve_layers(self.model, None, x, forward=self._call_model, score=self._dry_run_score())
+            self._layers = resolve_layers(
+                self.model, None, x, forward=self._call_model, score=self._dry_run_score(), plain_forward=self._call is None
+            )
         return self._layers
 
     def _dry_run_score(self) -> Callable[[Any], Tensor] | None:
