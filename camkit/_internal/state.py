@@ -18,7 +18,7 @@ __all__ = ["GradModes", "ModuleTree", "eval_mode", "module_tree_version", "prese
 # this, a call that finishes first would put the model back in train mode under another
 # call that is still running.
 _LOCK = threading.Lock()
-_ACTIVE: dict[int, tuple[int, list[tuple[nn.Module, bool]]]] = {}
+_ACTIVE: dict[int, tuple[int, tuple[Sequence[nn.Module], list[nn.Module]]]] = {}
 
 
 @contextmanager
@@ -53,10 +53,11 @@ def eval_mode(
         return
     key = id(model)
     with _LOCK:
-        count, flags = _ACTIVE.get(key, (0, []))
+        count, flags = _ACTIVE.get(key, (0, ([], [])))
         if count == 0:
-            flags = [(m, m.training) for m in (_modules(model) if modules is None else modules)]
-            if any(flag for _, flag in flags):
+            every = _modules(model) if modules is None else modules
+            flags = (every, [m for m in every if m.training])  # every module, and those in train mode
+            if flags[1]:
                 try:
                     model.eval()  # the model's own train()/eval() overrides run, as for a plain model.eval()
                 except BaseException:
@@ -75,11 +76,14 @@ def eval_mode(
                 _ACTIVE[key] = (count - 1, flags)
 
 
-def _restore(flags: list[tuple[nn.Module, bool]]) -> None:
-    """Write back the saved ``training`` flags that changed."""
-    for module, flag in flags:
-        if module.training != flag:
-            module.training = flag
+def _restore(flags: tuple[Sequence[nn.Module], list[nn.Module]]) -> None:
+    """Write back the saved ``training`` flags that changed: ``flags`` is every module and those that were training."""
+    every, training = flags
+    for module in every:
+        if module.training:
+            module.training = False
+    for module in training:
+        module.training = True
 
 
 def _modules(model: nn.Module) -> list[nn.Module]:

@@ -39,6 +39,7 @@ def state_sha256(state: Mapping[str, Any]) -> str:
     digest = hashlib.sha256()
     pending: list[tuple[bytes, Tensor | None]] = []  # headers and byte views of device tensors not yet copied
     size = 0
+    device = None  # the pending tensors' device
     for key, value in sorted(state.items()):
         tensor = value.detach()
         header = f"{key}|{tensor.dtype}|{list(tensor.shape)}|".encode()
@@ -47,9 +48,10 @@ def state_sha256(state: Mapping[str, Any]) -> str:
             pending.append((header, None))
             continue
         if data is not None and not _on_host(data):
-            if pending and (data.device != pending[0][1].device or size + data.numel() > CHUNK_BYTES):
+            if pending and (data.device != device or size + data.numel() > CHUNK_BYTES):
                 _flush(digest, pending)
                 size = 0
+            device = data.device
             pending.append((header, data))
             size += data.numel()
             continue
