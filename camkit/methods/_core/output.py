@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..._internal import syncs as _syncs
 from ...errors import InvalidInputError
 from ...explanation import Explanation
-from ...functional.maps import FLAT_RTOL, normalize_maps, upsample_maps
+from ...functional.maps import FLAT_RTOL, interpolation_mode, normalize_maps, upsample_maps
 
 __all__ = ["crop_window", "finish_maps", "make_explanation"]
 
@@ -113,16 +114,19 @@ def _finish_one(raw: Tensor, size: tuple[int, ...]) -> tuple[Tensor, Tensor]:
     division and the zero fill run on one new tensor. No host sync.
     """
     n = len(size)
-    lead = raw.shape[: raw.dim() - n]
+    lead, grid = raw.shape[: raw.dim() - n], tuple(raw.shape[raw.dim() - n :])
     cells = raw.reshape(*lead, -1)
-    high, low = cells.amax(dim=-1), cells.amin(dim=-1)
-    flat = (high - low) <= FLAT_RTOL * torch.maximum(high, -low)  # flat_maps' rule
-    up = upsample_maps(raw, size).reshape(*lead, -1)  # ``raw`` itself when it has the size: never written to
+    high, low = cells.amax(dim=-1, keepdim=True), cells.amin(dim=-1, keepdim=True)
+    flat = (high - low) <= FLAT_RTOL * torch.maximum(high, -low)  # flat_maps' rule, [*lead, 1]
+    up = cells  # never written to: ``raw`` itself when it has the input's size
+    if grid != size:  # upsample_maps' interpolation
+        up = F.interpolate(raw.reshape(-1, 1, *grid), size=size, mode=interpolation_mode(n), align_corners=False)
+        up = up.view(*lead, -1)
     top, bottom = up.amax(dim=-1, keepdim=True), up.amin(dim=-1, keepdim=True)
     span = top - bottom
-    zero = (span <= 0).logical_or_(flat.unsqueeze(-1))  # constant after upsampling, or flat before it
+    zero = (span <= 0).logical_or_(flat)  # constant after upsampling, or flat before it
     maps = torch.sub(up, bottom).div_(span).masked_fill_(zero, 0.0)  # 0 / 0 and inf / inf filled with zeros
-    return maps.view(*lead, *size), flat
+    return maps.view(*lead, *size), flat.view(lead)
 
 
 def make_explanation(
