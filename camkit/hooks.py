@@ -185,8 +185,8 @@ class LayerCapture:
         self._records: list[list[Tensor]] = [[] for _ in self.layers]
         self._scope = HookScope()
         # Autograd's mode for the capture: off from entry, on from the first recorded output
-        # that needs a graph, each change undone in turn on exit.
-        self._grad_modes = GradModes()
+        # that needs a graph, each change undone in turn on exit (made on entry).
+        self._grad_modes: GradModes | None = None
 
     def __enter__(self) -> LayerCapture:
         try:
@@ -203,7 +203,9 @@ class LayerCapture:
 
     def __exit__(self, *exc: object) -> None:
         self._scope.remove()
-        self._grad_modes.close()
+        if self._grad_modes is not None:
+            self._grad_modes.close()
+            self._grad_modes = None
 
     def _make_hook(self, index: int, name: str) -> Callable[[nn.Module, Any, Any], Any]:
         def hook(module: nn.Module, args: Any, output: Any) -> Any:
@@ -216,7 +218,8 @@ class LayerCapture:
                 recorded = output
             else:
                 recorded = output.detach().requires_grad_(True)
-                self._grad_modes.enter(True)
+                if self._grad_modes is not None:
+                    self._grad_modes.enter(True)
             self._records[index].append(recorded)
             # The rest of the network gets a copy: in-place ops after the layer change the
             # copy and autograd tracks them through it; ``recorded`` stays as it was.

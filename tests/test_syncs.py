@@ -390,3 +390,42 @@ def test_detection_matching_reads_one_flag_per_batch(on_device):
     assert target.picked().tolist() == [[1], [0], [2]]
     gone = target.for_rows(torch.tensor([0, 1, 2]))([dets[0], {k: v[:0] for k, v in dets[1].items()}, dets[2]])
     assert gone.tolist() == pytest.approx([0.4, 0.0, 0.3])
+
+
+# --- the per-call paths trimmed for small batches ----------------------------------------
+
+
+@pytest.mark.parametrize("shape, size", [((2, 8, 8), (32, 32)), ((2, 3, 4, 4), (8, 8)), ((2, 7), (21,)),
+                                         ((2, 2, 3, 3), (6, 6, 6)), ((2, 8, 8), (8, 8))])  # fmt: skip
+def test_fused_finishing_makes_no_host_sync(shape, size, on_device):
+    from camkit.methods._core.output import finish_maps
+
+    raw = torch.rand(*shape, generator=torch.Generator().manual_seed(0))
+    raw[0] = 1.0  # a flat map among them
+    with record_syncs() as syncs:
+        maps, flat = finish_maps([raw], size)
+        fused, _ = finish_maps([raw, raw * 2], size)
+    assert [str(s) for s in syncs] == []
+    assert maps.shape == (*shape[:-len(size)], *size) and flat[0].all() and fused.shape == maps.shape
+
+
+@pytest.mark.parametrize("spatial_dims", [1, 2, 3])
+@pytest.mark.parametrize("cls", [camkit.GradCAM, camkit.GradCAMPlusPlus, camkit.XGradCAM, camkit.LayerCAM,
+                                 camkit.HiResCAM])  # fmt: skip
+def test_gradient_cams_first_and_kept_calls_make_no_host_sync(cls, spatial_dims, on_device, monkeypatch):
+    from camkit.layers import resolve
+
+    model = RankNet(spatial_dims).eval()
+    x = rank_input(spatial_dims)
+    target = torch.tensor([0, 1, 2])
+    layer = None  # the automatic choice: a known family's default layer, checked on the first call
+    monkeypatch.setattr(resolve, "default_layer", lambda m: "conv2" if m is model else None)
+    with record_syncs() as syncs:
+        first = cls(model, layer).explain(x, target)  # the default layer's check, the walk of the modules
+        second = cls(model, layer).explain(x, target)  # the check's decision and the walk kept
+        again = cls(model, layer)
+        again.explain(x, target)
+        third = again.explain(x, target)
+    assert [str(s) for s in syncs] == []
+    assert first.layers == ("conv2",)
+    assert torch.equal(first.maps, second.maps) and torch.equal(first.maps, third.maps)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -13,7 +14,7 @@ from . import syncs as _syncs
 
 __all__ = [
     "ANY_BATCH", "BATCH_SHAPES", "RANK_KINDS", "check_broadcasts", "check_finite", "check_input_batch", "check_logits",
-    "check_model_takes", "per_sample",
+    "check_model_takes", "first_convolution", "per_sample",
 ]  # fmt: skip
 
 
@@ -136,7 +137,10 @@ def _rank_of(module: nn.Module) -> int | None:
     return None
 
 
-def check_model_takes(model: nn.Module, x: Tensor) -> None:
+_FIND: Any = object()
+
+
+def check_model_takes(model: nn.Module, x: Tensor, *, first: Any = _FIND) -> None:
     """Raise :class:`InvalidInputError` when the model's first convolution cannot take ``x``'s rank or channels.
 
     The first convolution in registration order (a stem, a patch embedding) is the evidence.
@@ -144,6 +148,7 @@ def check_model_takes(model: nn.Module, x: Tensor) -> None:
     image given to a ``Conv2d`` model as a batch of one unbatched image and score the wrong
     thing. More axes are allowed (a video model may run a ``Conv2d`` on each frame). With the
     rank equal, the channel count must match. A model without a convolution is not judged.
+    ``first``: the model's :func:`first_convolution` when the caller keeps it (else it is looked up).
 
     Example:
         >>> import torch
@@ -155,27 +160,45 @@ def check_model_takes(model: nn.Module, x: Tensor) -> None:
         ...
         camkit.errors.InvalidInputError: the model takes images [B, C, H, W] (its first convolution '0' is a Conv2d), but x is [3, 8, 8], signals [B, C, T] (an unbatched image? add a batch dimension with x[None]); pass a batch of that rank
     """
-    for name, module in model.named_modules():
-        if not isinstance(module, nn.modules.conv._ConvNd):
-            continue
-        rank = _rank_of(module)
-        if rank is None:
-            return
-        if rank > x.dim() - 2:
-            hint = " (an unbatched image? add a batch dimension with x[None])" if x.dim() == 3 and rank == 2 else ""
-            raise InvalidInputError(
-                f"the model takes {RANK_KINDS[rank]} (its first convolution '{name}' is a {type(module).__name__}), "
-                f"but x is {list(x.shape)}, {RANK_KINDS.get(x.dim() - 2, 'of no supported rank')}{hint}; pass a batch "
-                "of that rank"
-            )
-        lazy = isinstance(module, nn.modules.lazy.LazyModuleMixin)
-        if rank == x.dim() - 2 and not lazy and module.in_channels != x.shape[1]:
-            raise InvalidInputError(
-                f"the model's first convolution '{name}' ({type(module).__name__}) takes {module.in_channels} "
-                f"channel(s), but x has {x.shape[1]} (shape {list(x.shape)}); convert the input (a grayscale scan "
-                "for an RGB model: x.expand(-1, 3, ...)) or pass the model that takes it"
-            )
+    found = first_convolution(model) if first is _FIND else first
+    if found is None:
         return
+    name, module = found
+    rank = _rank_of(module)
+    if rank is not None:
+        _check_takes(name, module, rank, x)
+
+
+def _check_takes(name: str, module: nn.Module, rank: int, x: Tensor) -> None:
+    if rank > x.dim() - 2:
+        hint = " (an unbatched image? add a batch dimension with x[None])" if x.dim() == 3 and rank == 2 else ""
+        raise InvalidInputError(
+            f"the model takes {RANK_KINDS[rank]} (its first convolution '{name}' is a {type(module).__name__}), "
+            f"but x is {list(x.shape)}, {RANK_KINDS.get(x.dim() - 2, 'of no supported rank')}{hint}; pass a batch "
+            "of that rank"
+        )
+    lazy = isinstance(module, nn.modules.lazy.LazyModuleMixin)
+    if rank == x.dim() - 2 and not lazy and module.in_channels != x.shape[1]:
+        raise InvalidInputError(
+            f"the model's first convolution '{name}' ({type(module).__name__}) takes {module.in_channels} "
+            f"channel(s), but x has {x.shape[1]} (shape {list(x.shape)}); convert the input (a grayscale scan "
+            "for an RGB model: x.expand(-1, 3, ...)) or pass the model that takes it"
+        )
+
+
+def first_convolution(model: nn.Module) -> tuple[str, nn.Module] | None:
+    """The model's first convolution in registration order, with its dotted name; ``None`` when it has none.
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit._internal.checks import first_convolution
+        >>> first_convolution(nn.Sequential(nn.ReLU(), nn.Conv1d(1, 2, 3)))[0]
+        '1'
+    """
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.conv._ConvNd):
+            return name, module
+    return None
 
 
 def per_sample(value: int | Sequence[int] | Tensor, batch: int, device: torch.device, name: str) -> Tensor:

@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules.module import register_module_module_registration_hook
+from torch.utils.hooks import RemovableHandle
 
-__all__ = ["GradModes", "eval_mode", "preserve_running_stats"]
+__all__ = ["GradModes", "ModuleTree", "eval_mode", "module_tree_version", "preserve_running_stats"]
 
 # Concurrent calls on one model (threads) share one saving of its flags: the first call to
 # enter saves them and switches to eval mode, the last to leave restores them. Without
 # this, a call that finishes first would put the model back in train mode under another
 # call that is still running.
 _LOCK = threading.Lock()
-_ACTIVE: dict[int, tuple[int, list[tuple[nn.Module, bool]]]] = {}
+_ACTIVE: dict[int, tuple[int, tuple[Sequence[nn.Module], list[nn.Module]]]] = {}
 
 
 @contextmanager
-def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
+def eval_mode(
+    model: nn.Module, *, enabled: bool = True, modules: Sequence[nn.Module] | None = None
+) -> Iterator[nn.Module]:
     """Run a block with ``model`` in eval mode, restoring every module's own flag after.
 
     Each module's ``training`` flag is saved separately, so a model with mixed flags
@@ -29,6 +33,9 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
     Blocks running at the same time in several threads on one model share one saving:
     the flags come back when the last of them ends. A model already in eval mode everywhere
     (the usual case) is not touched, and only flags that changed are written back.
+
+    ``modules``: every module of ``model`` when the caller holds them already (a walk kept while
+    :func:`module_tree_version` stays the same, see :class:`ModuleTree`); else the model is walked.
 
     Example:
         >>> from torch import nn
@@ -46,10 +53,11 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
         return
     key = id(model)
     with _LOCK:
-        count, flags = _ACTIVE.get(key, (0, []))
+        count, flags = _ACTIVE.get(key, (0, ([], [])))
         if count == 0:
-            flags = [(m, m.training) for m in _modules(model)]
-            if any(flag for _, flag in flags):
+            every = _modules(model) if modules is None else modules
+            flags = (every, [m for m in every if m.training])  # every module, and those in train mode
+            if flags[1]:
                 try:
                     model.eval()  # the model's own train()/eval() overrides run, as for a plain model.eval()
                 except BaseException:
@@ -68,11 +76,14 @@ def eval_mode(model: nn.Module, *, enabled: bool = True) -> Iterator[nn.Module]:
                 _ACTIVE[key] = (count - 1, flags)
 
 
-def _restore(flags: list[tuple[nn.Module, bool]]) -> None:
-    """Write back the saved ``training`` flags that changed."""
-    for module, flag in flags:
-        if module.training != flag:
-            module.training = flag
+def _restore(flags: tuple[Sequence[nn.Module], list[nn.Module]]) -> None:
+    """Write back the saved ``training`` flags that changed: ``flags`` is every module and those that were training."""
+    every, training = flags
+    for module in every:
+        if module.training:
+            module.training = False
+    for module in training:
+        module.training = True
 
 
 def _modules(model: nn.Module) -> list[nn.Module]:
@@ -92,6 +103,63 @@ def _modules(model: nn.Module) -> list[nn.Module]:
         out.append(module)
         stack.extend(child for child in reversed(module._modules.values()) if child is not None)
     return out
+
+
+_TREE_VERSION = [0]
+_TREE_HOOK: list[RemovableHandle] = []
+
+
+def _tree_changed(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
+    _TREE_VERSION[0] += 1
+
+
+def module_tree_version() -> int:
+    """A counter that moves whenever any module anywhere gets a submodule (assigned, added or replaced).
+
+    It counts torch's global module-registration events (one hook, registered on the first call
+    and kept: it only adds one to this counter, and returns nothing, so registrations are unchanged).
+    While it stays the same, a walk of a model's modules made before is still the model's modules,
+    as far as ``setattr``, ``add_module`` and ``register_module`` (and the containers built on them)
+    can change it; a module deleted since is harmless to the users of the walk here.
+    """
+    if not _TREE_HOOK:
+        with _LOCK:
+            if not _TREE_HOOK:
+                _TREE_HOOK.append(register_module_module_registration_hook(_tree_changed))
+    return _TREE_VERSION[0]
+
+
+class ModuleTree:
+    """Every module of one model (:func:`_modules`' walk), walked again only when :func:`module_tree_version` moved.
+
+    Example:
+        >>> from torch import nn
+        >>> from camkit._internal.state import ModuleTree
+        >>> net = nn.Sequential(nn.Linear(2, 2))
+        >>> tree = ModuleTree(net)
+        >>> len(tree.modules())
+        2
+        >>> net.append(nn.ReLU())
+        Sequential(
+          (0): Linear(in_features=2, out_features=2, bias=True)
+          (1): ReLU()
+        )
+        >>> len(tree.modules())
+        3
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self._version = -1
+        self._modules: list[nn.Module] = []
+
+    def modules(self) -> list[nn.Module]:
+        """The model's modules, each once, the model first."""
+        version = module_tree_version()
+        if version != self._version:
+            self._modules = _modules(self.model)
+            self._version = version
+        return self._modules
 
 
 def _tracking_norms(model: nn.Module) -> list[nn.modules.batchnorm._NormBase]:

@@ -78,6 +78,9 @@ def narrowed_scores(
     read), not an error. For any other model, target or layer choice nothing changes: ``narrow``
     returns the scores as they are.
     """
+    if not callable(getattr(target, "picked", None)) and not callable(getattr(target, "picked_labels", None)):
+        yield (lambda scores: scores), False  # not a target that names detections: nothing to narrow
+        return
     parts = _applies(model, target, layers, output)
     if parts is None:
         stage = single_stage(model, target, layers, output)

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from .._internal.state import eval_mode
+from .._internal.state import eval_mode, module_tree_version
 from ..errors import LayerNotFoundError
 from ..functional.tokens import infer_token_grid
 from ..hooks import HookScope
 from .layout import TokenHint, _signal_layout, conv_ranks, grid_shape, prefix_token_hint, token_prefix
 from .names import _names
 
-__all__ = ["auto_layer", "default_score", "is_spatial_here", "qualifying_layers"]
+__all__ = ["all_spatial_here", "auto_layer", "default_score", "is_spatial_here", "qualifying_layers"]
 
 
 def is_spatial_here(
@@ -27,6 +28,8 @@ def is_spatial_here(
 
     One no-grad forward in eval mode: the first image, or the whole batch of a multi-input
     call run through ``forward``. An output that is not a tensor is not judged here (``True``).
+    See :func:`all_spatial_here` (this is it for one layer): a decision made before for the same
+    model, layer and input shape is reused without a forward.
 
     Example:
         >>> import torch
@@ -37,15 +40,58 @@ def is_spatial_here(
         >>> is_spatial_here(net, "0", net[0], x, None), is_spatial_here(net, "1", net[1], x, None)
         (True, False)
     """
-    seen: list[object] = []
+    return all_spatial_here(model, [(name, module)], x, forward)
+
+
+# Decisions of all_spatial_here per model (held weakly): (names, module ids, input shape without the
+# batch, dtype, device, module tree version) -> the answer. Only for plain ``model(x)`` calls.
+_SPATIAL: weakref.WeakKeyDictionary[nn.Module, dict[tuple[Any, ...], bool]] = weakref.WeakKeyDictionary()
+
+
+def all_spatial_here(
+    model: nn.Module, layers: list[tuple[str, nn.Module]], x: Tensor, forward: Callable[[Tensor], Any] | None
+) -> bool:
+    """Whether every one of ``layers`` gives a map of more than one position for ``x``: one forward for all.
+
+    Run as :func:`is_spatial_here` says. For a plain call (``forward`` is ``None``) the answer is kept
+    per model, layers and input shape (without the batch), dtype and device while no module anywhere
+    gains a submodule (:func:`camkit._internal.state.module_tree_version`): a second explainer of the
+    same model on inputs of the same shape decides without a forward.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from camkit.layers.auto import all_spatial_here
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3), nn.AdaptiveAvgPool2d(1))
+        >>> all_spatial_here(net, [("0", net[0]), ("1", net[1])], torch.rand(1, 3, 8, 8), None)
+        True
+    """
+    key = None
+    if forward is None:
+        key = (tuple(n for n, _ in layers), tuple(id(m) for _, m in layers), tuple(x.shape[1:]), x.dtype, x.device,
+               module_tree_version())  # fmt: skip
+        known = _SPATIAL.get(model, {}).get(key)
+        if known is not None:
+            return known
+    seen: list[list[object]] = [[] for _ in layers]
     with HookScope() as hooks, torch.no_grad(), eval_mode(model):
-        hooks.forward(module, lambda m, i, o: seen.append(o), own_thread=True)
+        for (_, module), outputs in zip(layers, seen):
+            hooks.forward(module, lambda m, i, o, outputs=outputs: outputs.append(o), own_thread=True)
         model(x[:1]) if forward is None else forward(x)
-    if not seen or not isinstance(seen[-1], Tensor):
-        return True  # not ours to judge here: the explainer reports what it finds
     size = tuple(int(side) for side in x.shape[2:])
-    grid = grid_shape(module, tuple(seen[-1].shape), size, prefix_token_hint(model), conv_model=len(size) in conv_ranks(model))
-    return grid is None or math.prod(grid) > 1
+    hint, conv = prefix_token_hint(model), len(size) in conv_ranks(model)
+    answer = True
+    for (_, module), outputs in zip(layers, seen):
+        if not outputs or not isinstance(outputs[-1], Tensor):
+            continue  # not ours to judge here: the explainer reports what it finds
+        grid = grid_shape(module, tuple(outputs[-1].shape), size, hint, conv_model=conv)
+        answer = answer and (grid is None or math.prod(grid) > 1)
+    if key is not None:
+        decisions = _SPATIAL.setdefault(model, {})
+        if len(decisions) >= 16:
+            decisions.clear()
+        decisions[key] = answer
+    return answer
 
 
 _PASS_THROUGH = {"Identity", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "DropPath", "DropBlock2d"}

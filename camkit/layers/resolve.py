@@ -9,7 +9,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..errors import CamkitWarning, InvalidInputError, LayerNotFoundError
-from .auto import auto_layer, is_spatial_here
+from .auto import all_spatial_here, auto_layer, is_spatial_here
 from .defaults import default_layer
 from .families import check_frames_order
 from .names import LayerSpec, _names, _resolve_one, _strip_wrappers
@@ -24,6 +24,7 @@ def resolve_layers(
     *,
     forward: Callable[[Tensor], Any] | None = None,
     score: Callable[[Any], Tensor] | None = None,
+    plain_forward: bool = False,
 ) -> list[tuple[str, nn.Module]]:
     """Turn a layer argument into ``(dotted name, module)`` pairs.
 
@@ -39,6 +40,9 @@ def resolve_layers(
         example: an input batch, used only when ``layer`` is ``None``.
         forward: how to run the model on ``example`` for the dry run (default ``model(example)``).
         score: what the dry run differentiates (see :func:`qualifying_layers`).
+        plain_forward: ``forward`` runs ``model(example)`` and nothing else (no other inputs): the check
+            that an architecture's default layer is spatial then runs the first image alone, and its
+            decision is kept for later calls on inputs of that shape (:func:`camkit.layers.auto.all_spatial_here`).
 
     Raises:
         InvalidInputError: for a video model that takes its frames before its channels
@@ -57,7 +61,7 @@ def resolve_layers(
     check_frames_order(model)
     names = _names(model)
     if layer is None:
-        return _automatic(model, names, example, forward, score)
+        return _automatic(model, names, example, forward, score, plain_forward)
     if isinstance(layer, (str, nn.Module)):
         specs: list[str | nn.Module] = [layer]
     elif isinstance(layer, (list, tuple)):
@@ -84,18 +88,20 @@ def _automatic(
     example: Tensor | None,
     forward: Callable[[Tensor], Any] | None,
     score: Callable[[Any], Tensor] | None,
+    plain_forward: bool = False,
 ) -> list[tuple[str, nn.Module]]:
     """``layer=None``: the architecture's default layer(s) when they are spatial here, else :func:`auto_layer`."""
+    check = None if plain_forward else forward  # one image through the model, the decision kept
     known = default_layer(model)
     if isinstance(known, list):  # several scales, fused (ultralytics' detection heads)
         several = [_strip_wrappers(name, names) for name in known]
         if all(name is not None for name in several) and (
-            example is None or all(is_spatial_here(model, n, names[n], example, forward) for n in several if n)
+            example is None or all_spatial_here(model, [(n, names[n]) for n in several if n], example, check)
         ):
             return [(n, names[n]) for n in several if n is not None]
         known = None
     found = None if known is None else _strip_wrappers(known, names)
-    if found is not None and (example is None or is_spatial_here(model, found, names[found], example, forward)):
+    if found is not None and (example is None or is_spatial_here(model, found, names[found], example, check)):
         return [(found, names[found])]
     if example is None:
         raise InvalidInputError("layer=None needs an example input to find a layer automatically")

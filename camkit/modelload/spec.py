@@ -14,6 +14,7 @@ from torch import nn
 
 from ..errors import ModelLoadError
 from ..io import IMAGENET_MEAN, IMAGENET_STD
+from .digest import state_sha256
 from .files import first_line, load_factory, load_whole
 from .preprocess import Preprocess
 from .statedict import SCRIPT_HINT
@@ -63,15 +64,7 @@ class LoadedModel:
             >>> a.weights_sha256() == a.weights_sha256(), a.weights_sha256() == b.weights_sha256()
             (True, False)
         """
-        import hashlib
-
-        digest = hashlib.sha256()
-        for key, value in sorted(self.model.state_dict().items()):
-            tensor = value.detach().to("cpu").contiguous()
-            digest.update(f"{key}|{tensor.dtype}|{list(tensor.shape)}|".encode())
-            if tensor.numel():
-                digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
-        return digest.hexdigest()
+        return state_sha256(self.model.state_dict())
 
     def describe(self) -> dict[str, Any]:
         """A JSON-friendly description (for manifests)."""

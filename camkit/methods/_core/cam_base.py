@@ -15,6 +15,7 @@ from torch.nn.parameter import is_lazy
 
 from ..._internal import syncs as _syncs
 from ..._internal.checks import BATCH_SHAPES
+from ..._internal.state import module_tree_version
 from ...detection import narrowed_scores
 from ...errors import CaptureWarning, InvalidInputError
 from ...explanation import Explanation
@@ -98,11 +99,14 @@ class CAMExplainer(Explainer):
         self._layers: list[tuple[str, nn.Module]] | None = (
             None if layer is None else resolve_layers(self.model, layer)
         )
+        self._as_is: set[tuple[Any, ...]] = set()  # layer outputs read as channel-first maps (see to_grid)
 
     def layers(self, x: Tensor | None = None) -> list[tuple[str, nn.Module]]:
         """The resolved ``(name, module)`` pairs (the architecture's default, or auto-detected from ``x``)."""
         if self._layers is None:
-            self._layers = resolve_layers(self.model, None, x, forward=self._call_model, score=self._dry_run_score())
+            self._layers = resolve_layers(
+                self.model, None, x, forward=self._call_model, score=self._dry_run_score(), plain_forward=self._call is None
+            )
         return self._layers
 
     def _dry_run_score(self) -> Callable[[Any], Tensor] | None:
@@ -127,8 +131,16 @@ class CAMExplainer(Explainer):
         activations call this before the CAM math.
         """
         size = tuple(int(side) for side in x.shape[2:])
-        return [
-            layer_grid(
+        version = module_tree_version()
+        grids = []
+        for (name, module), tensor in zip(self.layers(x), tensors):
+            # A channel-first map is used as it is; that reading, once made for a layer, shape and input
+            # size, is kept (it reads only the module's type and structure and the shapes).
+            key = (name, tuple(tensor.shape), size, version)
+            if self.reshape is None and key in self._as_is:
+                grids.append(tensor)
+                continue
+            grid = layer_grid(
                 name,
                 module,
                 tensor,
@@ -138,8 +150,12 @@ class CAMExplainer(Explainer):
                 reshape=self.reshape,
                 last_spatial=lambda: self._last_spatial(x),
             )
-            for (name, module), tensor in zip(self.layers(x), tensors)
-        ]
+            if grid is tensor and self.reshape is None:
+                if len(self._as_is) >= 64:
+                    self._as_is.clear()
+                self._as_is.add(key)
+            grids.append(grid)
+        return grids
 
     def _last_spatial(self, x: Tensor) -> str | None:
         try:

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor, nn
 
 from ..._internal import syncs as _syncs
-from ..._internal.checks import check_finite, check_input_batch, check_model_takes
-from ..._internal.state import eval_mode, preserve_running_stats
+from ..._internal.checks import check_finite, check_input_batch, check_model_takes, first_convolution
+from ..._internal.state import ModuleTree, eval_mode, preserve_running_stats
 from ...detection import default_output
 from ...errors import CamkitWarning, InferenceModeError
 from ...explanation import Explanation
@@ -30,13 +30,19 @@ from .placement import Placement
 __all__ = ["Explainer"]
 
 
-def _model_dtype(model: nn.Module) -> torch.dtype | None:
-    for param in model.parameters():
-        if param.is_floating_point():
-            return param.dtype
-    for buffer in model.buffers():
-        if buffer.is_floating_point():
-            return buffer.dtype
+def _dtype_slot(modules: Sequence[nn.Module]) -> tuple[dict[str, Any], str] | None:
+    """Where the model's first floating parameter lies (else its first floating buffer): ``(table, key)``.
+
+    The order is ``model.parameters()``'s, then ``model.buffers()``'s: ``modules`` in
+    ``named_modules()`` order, each one's own tensors in theirs; a tensor shared by two modules
+    counts where it first appears, as there.
+    """
+    for group in ("_parameters", "_buffers"):
+        for module in modules:
+            table = getattr(module, group)
+            for key, tensor in table.items():
+                if tensor is not None and tensor.is_floating_point():
+                    return table, key
     return None
 
 
@@ -106,6 +112,9 @@ class Explainer:
         self.output = output if output is not None else default_output(self.model)  # ultralytics' tuples
         self.keep_mode = keep_mode
         self.input_index = input_index
+        # What a call reads of the model's structure, kept while no module anywhere gains a submodule.
+        self._tree = ModuleTree(self.model)
+        self._facts: tuple[list[nn.Module], tuple[str, nn.Module] | None, tuple[dict[str, Any], str] | None] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={type(self.model).__name__})"
@@ -168,7 +177,7 @@ class Explainer:
         x = self._match_dtype(x)
         with (
             bound([self], call),
-            eval_mode(self.model, enabled=not self.keep_mode),
+            eval_mode(self.model, enabled=not self.keep_mode, modules=self._structure()[0]),
             bind_target(target, self.model),
         ):
             if self.keep_mode:
@@ -206,10 +215,26 @@ class Explainer:
 
         Maps always come back as float32 whatever the dtype the model runs in.
         """
-        dtype = _model_dtype(self.model)
-        if dtype is None or dtype == x.dtype:
+        slot = self._structure()[2]
+        tensor = None if slot is None else slot[0].get(slot[1])
+        if tensor is None or not tensor.is_floating_point():  # replaced without a new submodule: look again
+            self._facts = None
+            slot = self._structure()[2]
+            tensor = None if slot is None else slot[0].get(slot[1])
+        if tensor is None or tensor.dtype == x.dtype:
             return x
-        return x.to(dtype)
+        return x.to(tensor.dtype)
+
+    def _structure(
+        self,
+    ) -> tuple[list[nn.Module], tuple[str, nn.Module] | None, tuple[dict[str, Any], str] | None]:
+        """The model's modules, its first convolution and where its dtype is read, walked again only when
+        a module anywhere gained a submodule since (:func:`camkit._internal.state.module_tree_version`)."""
+        modules = self._tree.modules()
+        facts = self._facts
+        if facts is None or facts[0] is not modules:
+            facts = self._facts = (modules, first_convolution(self.model), _dtype_slot(modules))
+        return facts
 
     def _call_model(self, x: Tensor) -> Any:
         """Run the model on the image batch ``x`` (with the call's other inputs); the raw output.
@@ -221,7 +246,7 @@ class Explainer:
 
     def _check_input(self, x: Tensor) -> None:
         check_input_batch(x)
-        check_model_takes(self.model, x)
+        check_model_takes(self.model, x, first=self._structure()[1])
         check_finite(x)
         if self.needs_grad and torch.is_inference_mode_enabled():
             raise InferenceModeError(

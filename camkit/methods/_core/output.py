@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..._internal import syncs as _syncs
 from ...errors import InvalidInputError
 from ...explanation import Explanation
-from ...functional.maps import flat_maps, normalize_maps, upsample_maps
+from ...functional.maps import FLAT_RTOL, interpolation_mode, normalize_maps, upsample_maps
 
 __all__ = ["crop_window", "finish_maps", "make_explanation"]
 
@@ -89,18 +90,43 @@ def finish_maps(
     _check_batch(raws, raws[0].shape[0] if batch is None else batch, names, n)
     if window is not None:
         raws = [crop_window(raw, window) for raw in raws]
+    size = tuple(int(side) for side in size)
     finished = []
     flats = []
     for raw in raws:
-        flat = flat_maps(raw, spatial_dims=n)
-        maps, _ = normalize_maps(upsample_maps(raw, size), spatial_dims=n)
-        finished.append(maps.masked_fill_(flat.view(*flat.shape, *(1,) * n), 0.0))  # maps is new: one pass
+        maps, flat = _finish_one(raw, size)
+        finished.append(maps)
         flats.append(flat)
     if len(raws) == 1:
         return finished[0], flats[0]
     fused, _ = normalize_maps(torch.stack(finished).mean(dim=0), spatial_dims=n)
     flat = torch.stack(flats).all(dim=0)
     return fused.masked_fill_(flat.view(*flat.shape, *(1,) * n), 0.0), flat  # fused is new, as above
+
+
+def _finish_one(raw: Tensor, size: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """One raw map [*lead, *s] finished: ``(maps [*lead, *size], flat [*lead])``, in as few kernels as it takes.
+
+    The values of :func:`camkit.functional.flat_maps` on ``raw``, then
+    :func:`camkit.functional.upsample_maps` and :func:`camkit.functional.normalize_maps`, then the
+    flat maps set to zero, bit for bit: each map's extremes are read once at the layer's resolution
+    (for the flatness) and once at the input's (for the normalisation), and the subtraction, the
+    division and the zero fill run on one new tensor. No host sync.
+    """
+    n = len(size)
+    lead, grid = raw.shape[: raw.dim() - n], tuple(raw.shape[raw.dim() - n :])
+    cells = raw.reshape(*lead, -1)
+    high, low = cells.amax(dim=-1, keepdim=True), cells.amin(dim=-1, keepdim=True)
+    flat = (high - low) <= FLAT_RTOL * torch.maximum(high, -low)  # flat_maps' rule, [*lead, 1]
+    up = cells  # never written to: ``raw`` itself when it has the input's size
+    if grid != size:  # upsample_maps' interpolation
+        up = F.interpolate(raw.reshape(-1, 1, *grid), size=size, mode=interpolation_mode(n), align_corners=False)
+        up = up.view(*lead, -1)
+    top, bottom = up.amax(dim=-1, keepdim=True), up.amin(dim=-1, keepdim=True)
+    span = top - bottom
+    zero = (span <= 0).logical_or_(flat)  # constant after upsampling, or flat before it
+    maps = torch.sub(up, bottom).div_(span).masked_fill_(zero, 0.0)  # 0 / 0 and inf / inf filled with zeros
+    return maps.view(*lead, *size), flat.view(lead)
 
 
 def make_explanation(
