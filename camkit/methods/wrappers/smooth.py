@@ -24,6 +24,7 @@ from ...explanation import Explanation
 from ...functional.attribution import SmoothKind, aggregate_samples
 from ...functional.maps import interpolation_mode, normalize_maps, upsample_maps
 from ...targets.classes import Target
+from ...targets.tokens import TokenTarget
 from .._core.binding import select_rows
 from .._core.explainer import Explainer
 from .._core.output import finish_maps
@@ -90,7 +91,10 @@ class _Wrapper(Explainer):
 
     @staticmethod
     def _rows_target(classes: Tensor | None, target: Target, rows: Tensor) -> Target:
-        return target if classes is None else classes[rows]
+        if classes is not None:
+            return classes[rows]
+        # token positions given per sample follow the rows (detection targets keep their own rule)
+        return target.for_rows(rows) if isinstance(target, TokenTarget) else target
 
 
 class SmoothGrad(_Wrapper):
