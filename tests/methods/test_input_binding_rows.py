@@ -63,6 +63,8 @@ MAKERS = {
     "iscam": lambda m, p: camkit.ISCAM(m, _layer(p), samples=2, batch_size=3),
     "layerconductance": lambda m, p: camkit.LayerConductance(m, _layer(p), steps=3, max_batch=4),
     "layerintegratedgradients": lambda m, p: camkit.LayerIntegratedGradients(m, _layer(p), steps=3, max_batch=4),
+    "integratedgradients": lambda m, p: camkit.IntegratedGradients(m, steps=4, max_batch=5),
+    "gradientshap": lambda m, p: camkit.GradientShap(m, samples=3, stdev=0.1, seed=0, max_batch=4),
     "smoothgrad": lambda m, p: camkit.SmoothGrad(camkit.Saliency(m), samples=3, seed=0, max_batch=4),
     "augsmooth": lambda m, p: camkit.AugSmooth(camkit.GradCAM(m, _layer(p)), scales=(1.0, 0.75)),
     "sess": lambda m, p: camkit.SESS(camkit.GradCAM(m, _layer(p)), num_scales=2, window=6, stride=2, max_batch=4),

@@ -239,6 +239,10 @@ class Explainer:
         """
         return run_model(self.model, batch, select_rows(self._call, rows))
 
+    def _forward_rows(self, batch: Tensor, rows: Tensor) -> Tensor:
+        """The selected output of :meth:`_call_model_rows`."""
+        return select_output(self._call_model_rows(batch, rows), self.output)
+
     def _check_input(self, x: Tensor) -> None:
         check_input_batch(x)
         check_model_takes(self.model, x)
