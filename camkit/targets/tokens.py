@@ -15,6 +15,7 @@ explainer's call (a forward pre-hook on the model, scoped to the call), or those
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -165,6 +166,29 @@ class TokenTarget:
             local.depth -= 1
             if local.depth == 0:
                 local.input_ids = None
+
+    def for_rows(self, rows: Tensor) -> TokenTarget:
+        """The target of a batch of changed copies whose row ``i`` was made from sample ``rows[i]``.
+
+        Per-sample positions and token ids ([B, K]) are taken row by row; a shared span stays as it
+        is. The copy reads the same recorded ``input_ids`` (those of the copies' own forward).
+        Perturbation methods (occlusion, RISE...) and wrappers call this for each chunk of rows.
+
+        Example:
+            >>> import torch
+            >>> import camkit
+            >>> target = camkit.TokenTarget(torch.tensor([[1], [2]]))
+            >>> target.for_rows(torch.tensor([1, 1, 0])).positions.tolist()
+            [[2], [2], [1]]
+        """
+        if self.positions.dim() < 2 and (self.token_ids is None or self.token_ids.dim() < 2):
+            return self
+        index = rows.to("cpu", non_blocking=False).long()
+        other = copy.copy(self)  # shares the recorder of input_ids
+        other.positions = self.positions[index] if self.positions.dim() == 2 else self.positions
+        if self.token_ids is not None and self.token_ids.dim() == 2:
+            other.token_ids = self.token_ids[index]
+        return other
 
     def _expand(self, index: Tensor, batch: int, name: str) -> Tensor:
         if index.dim() < 2:

@@ -128,3 +128,38 @@ def test_an_explainer_binds_the_input_ids_of_its_call():
     (grad,) = torch.autograd.grad(target(model(xg, input_ids=ids), input_ids=ids).sum(), xg)
     torch.testing.assert_close(e.raw, grad, rtol=1e-5, atol=1e-7)
     assert not model._forward_pre_hooks and getattr(target._local, "input_ids", None) is None
+
+
+def test_for_rows_takes_per_sample_positions_and_tokens_row_by_row():
+    logits = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(2))
+    target = camkit.TokenTarget(torch.tensor([[1, 2], [3, 1]]), token_ids=torch.tensor([[0, 1], [2, 3]]), reduce="none")
+    rows = torch.tensor([1, 1, 0])
+    picked = target.for_rows(rows)
+    assert picked.positions.tolist() == [[3, 1], [3, 1], [1, 2]]
+    assert picked.token_ids.tolist() == [[2, 3], [2, 3], [0, 1]]
+    want = logits.log_softmax(-1)
+    expected = torch.stack([want[0, 2, 2], want[0, 0, 3], want[1, 2, 2], want[1, 0, 3], want[2, 0, 0], want[2, 1, 1]])
+    torch.testing.assert_close(picked(logits).flatten(), expected)
+    assert target.positions.tolist() == [[1, 2], [3, 1]]  # the original is untouched
+    shared = camkit.TokenTarget([1, 2])
+    assert shared.for_rows(rows) is shared  # one span for every sample needs no rows
+
+
+def test_occlusion_scores_each_copy_with_its_samples_input_ids_and_positions():
+    torch.manual_seed(0)
+    model = _ImageLM().eval()
+    x = torch.rand(2, 1, 2, 2)
+    ids = torch.tensor([[1, 2, 3], [4, 0, 2]])
+    target = camkit.TokenTarget(torch.tensor([[1], [2]]))
+    e = camkit.Occlusion(model, window=1, stride=1, batch_size=3, input_index="pixel_values").explain(
+        x, target, kwargs={"input_ids": ids}
+    )
+    with torch.no_grad():
+        for b, p in ((0, 1), (1, 2)):
+            base = model(x[b : b + 1], ids[b : b + 1])[0, p - 1].log_softmax(-1)[ids[b, p]]
+            for i in range(2):
+                for j in range(2):
+                    covered = x[b : b + 1].clone()
+                    covered[..., i, j] = 0
+                    drop = base - model(covered, ids[b : b + 1])[0, p - 1].log_softmax(-1)[ids[b, p]]
+                    torch.testing.assert_close(e.raw[b, i, j], drop, rtol=1e-5, atol=1e-6)

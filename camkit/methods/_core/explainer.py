@@ -24,7 +24,7 @@ from ...layers.defaults import unwrap_model
 from ...layers.families import check_frames_order
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from ...targets.neuron import bind_target
-from .binding import Call, InputIndex, bind_inputs, bound, current_call, run_model
+from .binding import Call, InputIndex, bind_inputs, bound, check_rows, current_call, run_model, select_rows
 from .placement import Placement
 
 __all__ = ["Explainer"]
@@ -64,7 +64,11 @@ class Explainer:
             the model.
         input_index: for models that take several inputs, where the explained image goes:
             a position in ``explain(..., inputs=...)`` or a keyword name (the image is then
-            passed as ``model(*inputs, **{input_index: x}, **kwargs)``).
+            passed as ``model(*inputs, **{input_index: x}, **kwargs)``). Methods that rerun the
+            model on batches of changed copies of ``x`` (perturbations, noise) give each copy the
+            rows of its own sample of every other input whose first dimension is ``B``; inputs of
+            first dimension 1, 0-dim tensors and non-tensors are shared as they are; any other
+            tensor is refused with :class:`~camkit.errors.InvalidInputError`.
 
     Example:
         >>> import torch
@@ -89,6 +93,9 @@ class Explainer:
     #: The kind shown by ``list_methods(details=True)``; ``None``: "attribution" when the method
     #: needs gradients, else "perturbation". Base classes set theirs, so the registry imports none.
     family: ClassVar[str | None] = None
+    #: whether the method reruns the model on batches of changed copies of x (perturbations, noise,
+    #: paths): each row then gets its own sample's other inputs, so they are checked for a batch axis first
+    reruns_rows: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -149,7 +156,9 @@ class Explainer:
             inputs: for a model taking several positional inputs, all of them, with ``x``
                 itself at position ``input_index`` (or a list of ``x``'s images there, for
                 models that take a list of images). The model runs as ``model(*inputs, **kwargs)``.
-            kwargs: extra keyword inputs of the model, the same for every forward of the call.
+            kwargs: extra keyword inputs of the model. Tensors whose first dimension is ``B``
+                are per sample: a method that reruns the model on changed copies of ``x``
+                passes each copy its sample's rows (the same rule holds for ``inputs``).
 
         Returns:
             An :class:`~camkit.Explanation`.
@@ -174,6 +183,8 @@ class Explainer:
         if placement is not None:
             x, inputs, kwargs = placement.inputs(x, inputs, kwargs)
         call = self._bind_inputs(x, inputs, kwargs)
+        if self.reruns_rows:
+            check_rows(call)
         x = self._match_dtype(x)
         with (
             bound([self], call),
@@ -243,6 +254,19 @@ class Explainer:
         this rather than ``self.model(x)``, so that multi-input and keyword-input models work.
         """
         return run_model(self.model, x, self._call)
+
+    def _call_model_rows(self, batch: Tensor, rows: Tensor) -> Any:
+        """Run the model on a batch of changed images whose row ``i`` was made from sample ``rows[i]``.
+
+        The call's other inputs follow the rows: those with one row per sample are indexed by
+        ``rows``, shared ones go in as they are (the rule is in :mod:`camkit.methods._core.binding`).
+        Methods that rerun the model on perturbed, noisy or interpolated copies use this.
+        """
+        return run_model(self.model, batch, select_rows(self._call, rows))
+
+    def _forward_rows(self, batch: Tensor, rows: Tensor) -> Tensor:
+        """The selected output of :meth:`_call_model_rows`."""
+        return select_output(self._call_model_rows(batch, rows), self.output)
 
     def _check_input(self, x: Tensor) -> None:
         check_input_batch(x)

@@ -31,7 +31,6 @@ __all__ = [
     "forward_scores",
     "make_explanation",
     "masked_forwards",
-    "refuse_extra_inputs",
 ]
 
 
@@ -102,17 +101,6 @@ def forward_scores(explainer: Explainer, x: Tensor, target: Target) -> tuple[Ten
     return classes, scores.detach()
 
 
-def refuse_extra_inputs(explainer: Explainer) -> None:
-    """Perturbation methods rerun the model on batches of changed images of another size than
-    ``x``; the other inputs of a multi-input call would not line up with them, so refuse."""
-    if explainer._call is not None:
-        raise InvalidInputError(
-            f"{type(explainer).__name__} reruns the model on perturbed copies of x and does not support "
-            "inputs=/kwargs= yet; wrap the model in a module that takes only the image (binding the other "
-            "inputs), or use a gradient method (GradCAM, Saliency...), which supports them."
-        )
-
-
 def check_positive(name: str, value: object) -> int:
     """``value`` as a positive int, or an :class:`InvalidInputError` naming the argument."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -160,7 +148,8 @@ def masked_forwards(
     """Score masked copies of the samples, ``batch_size`` at a time, without autograd.
 
     Row ``i`` is ``x[b_idx[i]] * m_i + baseline * (1 - m_i)`` with ``m_i`` its mask [*S]
-    (``x`` is [B, C, *S] of any rank; the mask is broadcast over channels); the rows of one
+    (``x`` is [B, C, *S] of any rank; the mask is broadcast over channels), run with its sample's
+    other inputs of the call (see :meth:`Explainer._call_model_rows`); the rows of one
     chunk share one reused input buffer, so memory follows ``batch_size``, not the number of
     rows. ``baseline`` is a number or a tensor [B, C, *S] (row ``i`` uses ``baseline[b_idx[i]]``).
 
@@ -186,7 +175,7 @@ def masked_forwards(
                 batch.add_(baseline[rows] * (1 - keep))
             elif baseline != 0.0:
                 batch.add_(baseline * (1 - keep))
-            yield part, masks, scorer(explainer.model(batch), rows).float()
+            yield part, masks, scorer(explainer._call_model_rows(batch, rows), rows).float()
 
 
 class RowScorer:
@@ -241,14 +230,12 @@ class ForwardCAM(CAMExplainer):
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
         raise NotImplementedError
 
-    #: whether the method reruns the model on perturbed inputs (then extra inputs are refused)
+    #: whether the method reruns the model on perturbed inputs (each row then gets its sample's other inputs)
     perturbs: bool = False
     #: whether the method can read token or channel-last layers through :meth:`to_grid`
     reads_grids: bool = True
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        if self.perturbs:
-            refuse_extra_inputs(self)
         cap = capture_forward(self, x, target)
         grids = self.to_grid(cap.acts, x)
         raws = []

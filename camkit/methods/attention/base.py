@@ -16,18 +16,19 @@ tokens (timm's ``global_pool="avg"``, a model without class token) use the mean 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from ...errors import InvalidInputError, LayerNotReachedError
+from ...errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
 from ...explanation import Explanation
 from ...functional.tokens import infer_token_grid
 from ...layers.layout import prefix_token_hint
 from ...targets.classes import OutputSelector, Target
+from ...targets.tokens import TokenTarget
 from .._core.binding import InputIndex
 from .._core.explainer import Explainer
 from .._core.output import make_explanation
@@ -96,6 +97,31 @@ class AttentionExplainer(Explainer):
         self._modules = attention_modules(self.model)
         hint = prefix_token_hint(self.model)
         self._prefix = hint if isinstance(hint, int) else None
+
+    def explain(
+        self,
+        x: Tensor,
+        target: Target = None,
+        *,
+        inputs: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Explanation:
+        """Explain a batch; see :meth:`camkit.Explainer.explain`.
+
+        A :class:`~camkit.TokenTarget` is refused: these methods roll attention out over one
+        transformer's tokens to its own query token (the class token or the tokens' mean), but a
+        language model's tokens read the image through a vision tower, a projector and a second
+        transformer, whose attention this rollout does not follow.
+        """
+        if isinstance(target, TokenTarget):
+            raise InvalidTargetError(
+                f"{type(self).__name__} rolls attention out over one vision transformer's tokens to its query token "
+                "and cannot follow a language model's token back to the image (through the vision tower, the "
+                "projector and the language model's own attention); for a TokenTarget use a gradient, LRP, AttnLRP "
+                "or perturbation method (camkit.GradCAM, camkit.AttnLRP, camkit.Occlusion...) or "
+                "camkit.explain_generation"
+            )
+        return super().explain(x, target, inputs=inputs, kwargs=kwargs)
 
     def layer_names(self) -> list[str]:
         """The attention modules read, in the order the model registers them."""

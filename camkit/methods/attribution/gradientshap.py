@@ -13,6 +13,7 @@ from ..._internal.syncs import to_device
 from ...errors import InvalidInputError, InvalidTargetError
 from ...explanation import Explanation
 from ...targets.classes import OutputSelector, Target
+from ...targets.tokens import TokenTarget
 from .._core.binding import InputIndex
 from ..registry import register_method
 from ._baselines import baselines_for, check_baselines
@@ -68,6 +69,8 @@ class GradientShap(GradientAttribution):
         >>> 1.0 < e.raw[0, 0, 0, 0].item() < 2.0  # (x - b) * w averaged over b: between 1 and 2
         True
     """
+
+    reruns_rows = True
 
     cost: ClassVar[str] = "samples x (1 forward + 1 backward), in batches of max_batch"
     use_when: ClassVar[str] = (
@@ -130,7 +133,7 @@ class GradientShap(GradientAttribution):
         if classes is None:
             if not callable(target):
                 raise InvalidTargetError(f"no classes were resolved for target {target!r}")
-            scores = target(output)
+            scores = (target.for_rows(rows) if isinstance(target, TokenTarget) else target)(output)
             if not isinstance(scores, Tensor) or scores.shape[0] != output.shape[0]:
                 raise InvalidTargetError(f"a callable target must return a tensor [N] or [N, K] for N={output.shape[0]} images")
             return scores
@@ -158,7 +161,7 @@ class GradientShap(GradientAttribution):
             step = noisy - base
             point = (base + alphas[draw].view(-1, *([1] * (x.dim() - 1))) * step).requires_grad_(True)
             with torch.enable_grad():
-                chunk_scores = self._scores(self._forward(point.clone()), classes, target, image)
+                chunk_scores = self._scores(self._forward_rows(point.clone(), image), classes, target, image)
                 grads = score_gradients(chunk_scores, point).float()
             part = (step.unsqueeze(1) if grads.dim() == step.dim() + 1 else step).float() * grads
             if self.draw_gaps:

@@ -14,6 +14,7 @@ from ...explanation import Explanation
 from ...functional.attribution import IntegrationRule, blur, completeness_gap, integration_points
 from ...targets.classes import OutputSelector, Target, resolve_target, select_output
 from ...targets.neuron import NeuronTarget
+from ...targets.tokens import TokenTarget
 from .._core.binding import InputIndex
 from ..registry import register_method
 from ._baselines import baseline_hint
@@ -56,8 +57,9 @@ class IntegratedGradients(GradientAttribution):
         blur_sigma: the blur baseline's sigma in samples; ``None`` means a tenth of the
             largest spatial side (``max(H, W) / 10`` for an image).
         output, keep_mode, input_index: see :class:`~camkit.Explainer`. Keyword inputs
-            (``explain(..., kwargs=...)``) are passed to every forward; other positional
-            inputs (``inputs=``) are refused, as the path images are not batched like them.
+            (``explain(..., kwargs=...)``) reach every forward, each path image given its own
+            sample's rows of those with one row per sample (see :class:`~camkit.Explainer`);
+            other positional inputs (``inputs=``) are refused.
 
     Example:
         >>> import torch
@@ -70,6 +72,8 @@ class IntegratedGradients(GradientAttribution):
         >>> explanation.raw.tolist(), explanation.extras["completeness_gap"].abs().item() < 1e-6
         ([[[[2.0, -3.0]]]], True)
     """
+
+    reruns_rows = True
 
     cost: ClassVar[str] = "steps x (1 forward + 1 backward) per image, in chunks of max_batch"
     use_when: ClassVar[str] = (
@@ -135,7 +139,8 @@ class IntegratedGradients(GradientAttribution):
     def _scores(self, output: Tensor, classes: Tensor | None, target: Target, rows: Tensor | None) -> Tensor:
         """Target scores of ``output``; ``rows`` maps each output row to its sample."""
         if classes is None and callable(target):
-            scores = target(output)
+            # token positions given per sample follow the path images' rows
+            scores = (target.for_rows(rows) if rows is not None and isinstance(target, TokenTarget) else target)(output)
             if not isinstance(scores, Tensor) or scores.shape[0] != output.shape[0]:
                 raise InvalidTargetError(
                     f"a callable target must return a tensor [N] or [N, K] for N={output.shape[0]} images"
@@ -193,7 +198,7 @@ class IntegratedGradients(GradientAttribution):
             leaf = torch.addcmul(base[sample] if shared is None else shared, alpha, change[sample]).requires_grad_(True)
             with torch.enable_grad():
                 with self._rule():
-                    chunk_scores = self._scores(self._forward(leaf.clone()), classes, target, sample)
+                    chunk_scores = self._scores(self._forward_rows(leaf.clone(), sample), classes, target, sample)
                 weight = weights[step]
                 folded = chunk_scores.dtype in (torch.float32, torch.float64)
                 if folded:  # the weight scales each path image's score, so its gradient comes out weighted

@@ -29,8 +29,9 @@ from ...functional.attribution import IntegrationRule, integration_points
 from ...hooks import HookScope, LayerCapture
 from ...layers.names import LayerSpec
 from ...targets.classes import OutputSelector, Target
+from .._core.binding import InputIndex
 from .._core.cam_base import CAMExplainer, Reshape
-from .._core.forward import RowScorer, capture_forward, check_positive, chunks, expand_targets, refuse_extra_inputs
+from .._core.forward import RowScorer, capture_forward, check_positive, chunks, expand_targets
 from .._core.output import finish_maps
 from ..registry import register_method
 from .pixel import score_gradients
@@ -203,6 +204,8 @@ def _substitute(module: nn.Module, call: int, value: Tensor) -> Iterator[None]:
 class _PathMethod(LayerAttribution):
     """Shared arguments of the path methods (baseline, steps, chunking)."""
 
+    reruns_rows = True
+
     def __init__(
         self,
         model: nn.Module,
@@ -214,9 +217,10 @@ class _PathMethod(LayerAttribution):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
         reshape: Reshape | None = None,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, reshape=reshape)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, input_index=input_index, reshape=reshape)
         if isinstance(baseline, bool) or not isinstance(baseline, (int, float, Tensor)):
             raise InvalidInputError(f"baseline must be a number or a tensor, got {type(baseline).__name__}")
         self.steps = check_positive("steps", steps)
@@ -237,7 +241,7 @@ class LayerIntegratedGradients(_PathMethod):
     sample (the quadrature error), ``extras["baseline_scores"]`` the scores at ``x0``.
 
     Args:
-        model, layer, call, output, keep_mode, reshape: as for :class:`~camkit.GradCAM`.
+        model, layer, call, output, keep_mode, reshape, input_index: as for :class:`~camkit.GradCAM`.
         steps: quadrature points (default 50).
         rule: ``"gausslegendre"`` (default), ``"midpoint"``, ``"trapezoid"``, ``"left"`` or ``"right"``.
         baseline: ``x0``, a number or a tensor that broadcasts to the input.
@@ -275,18 +279,18 @@ class LayerIntegratedGradients(_PathMethod):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
         reshape: Reshape | None = None,
     ) -> None:
         super().__init__(
             model, layer, steps=steps, baseline=baseline, max_batch=max_batch, call=call, output=output,
-            keep_mode=keep_mode, reshape=reshape,
+            keep_mode=keep_mode, input_index=input_index, reshape=reshape,
         )
         integration_points(steps, rule)
         self.rule: IntegrationRule = rule
         self.multiply_by_inputs = bool(multiply_by_inputs)
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        refuse_extra_inputs(self)
         _, module = self._layer(x)
         x = x.detach()
         base = self._baseline(self.baseline, x)
@@ -311,7 +315,7 @@ class LayerIntegratedGradients(_PathMethod):
             shape = (-1, *([1] * (act.dim() - 1)))
             leaf = (act0[sample] + alphas[step].view(shape).to(act.dtype) * diff[sample]).requires_grad_(True)
             with _substitute(module, call, leaf):
-                values = scorer(self.model(x[sample]), sample)
+                values = scorer(self._call_model_rows(x[sample], sample), sample)
                 grads = score_gradients(values, leaf).float()  # [n, K, ...]
             total.index_add_(0, sample, grads * weights[step].view(-1, 1, *([1] * (act.dim() - 1))))
         attr = diff.float()[:, None] * total
@@ -343,7 +347,7 @@ class LayerConductance(_PathMethod):
     does not vanish). ``B * (steps + 1)`` path images run in chunks of ``max_batch``.
 
     Args:
-        model, layer, call, output, keep_mode, reshape: as for :class:`~camkit.GradCAM`.
+        model, layer, call, output, keep_mode, reshape, input_index: as for :class:`~camkit.GradCAM`.
         steps: path segments (default 50).
         rule: where the ``steps + 1`` points lie: the nodes of
             :func:`camkit.functional.integration_points` for ``steps + 1`` nodes and this rule
@@ -389,7 +393,6 @@ class LayerConductance(_PathMethod):
         self.rule: IntegrationRule = rule
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        refuse_extra_inputs(self)
         layer = self._layer(x)
         x = x.detach()
         base = self._baseline(self.baseline, x)
@@ -407,7 +410,7 @@ class LayerConductance(_PathMethod):
             sample, step = index // points, index % points
             images = base[sample] + alphas[step].view(-1, *(1,) * (x.dim() - 1)) * (x[sample] - base[sample])
             with LayerCapture([layer], gradients=True, call=self.call) as capture:
-                values = scorer(self.model(images), sample)
+                values = scorer(self._call_model_rows(images, sample), sample)
                 act = capture.activations()[0]
                 grads = score_gradients(values, act).float()  # [n, K, ...]
             act = act.detach().float()

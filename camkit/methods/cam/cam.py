@@ -13,6 +13,7 @@ from ...functional.cam import weighted_maps
 from ...layers.names import LayerSpec
 from ...layers.resolve import resolve_layers
 from ...targets.classes import OutputSelector, Target
+from .._core.binding import InputIndex
 from .._core.forward import Captured, ForwardCAM, expand_targets
 from ..registry import register_method
 
@@ -46,7 +47,7 @@ class CAM(ForwardCAM):
             (``nn.Conv1d/2d/3d`` with kernel size 1 and one group, as in fully convolutional
             classifiers); ``None`` finds it when the model has exactly one ``nn.Linear`` with
             ``in_features`` equal to the layer's channel count.
-        call, output, keep_mode, eigen_smooth: see :class:`CAMExplainer`.
+        call, output, keep_mode, eigen_smooth, input_index: see :class:`CAMExplainer`.
 
     Example:
         >>> import torch
@@ -72,9 +73,10 @@ class CAM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
         eigen_smooth: bool = False,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, eigen_smooth=eigen_smooth)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, input_index=input_index, eigen_smooth=eigen_smooth)
         self.fc: nn.Module | None = None
         self._heads: dict[int, nn.Linear] = {}  # found heads by channel count (one model walk each)
         if fc is not None:

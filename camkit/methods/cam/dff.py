@@ -18,6 +18,7 @@ from ...io import to_uint8_rgb
 from ...layers.names import LayerSpec
 from ...layers.resolve import resolve_layers
 from ...targets.classes import OutputSelector, Target
+from .._core.binding import InputIndex
 from .._core.forward import Captured, ForwardCAM, check_positive
 from ..registry import register_method
 
@@ -58,7 +59,7 @@ class DeepFeatureFactorization(ForwardCAM):
         head: what scores a concept vector [n, C] -> [n, classes]: an ``nn.Module`` or its dotted
             name, or a callable; ``None`` finds the model's one ``nn.Linear`` with ``in_features == C``.
         iterations: factorisation rounds (default 200).
-        call, output, keep_mode: see :class:`CAMExplainer`.
+        call, output, keep_mode, input_index: see :class:`CAMExplainer`.
 
     Example:
         >>> import torch
@@ -87,8 +88,9 @@ class DeepFeatureFactorization(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, input_index=input_index)
         self.concepts = check_positive("concepts", concepts)
         self.iterations = check_positive("iterations", iterations)
         if isinstance(head, str):

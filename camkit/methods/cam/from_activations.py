@@ -17,6 +17,7 @@ from ...errors import InvalidInputError
 from ...functional import cam_extra as CX
 from ...layers.names import LayerSpec
 from ...targets.classes import OutputSelector, Target
+from .._core.binding import InputIndex
 from .._core.forward import Captured, ForwardCAM
 from ..registry import register_method
 
@@ -40,7 +41,7 @@ class FEM(ForwardCAM):
     returned K times).
 
     Args:
-        model, layer, call, output, keep_mode: see :class:`CAMExplainer`.
+        model, layer, call, output, keep_mode, input_index: see :class:`CAMExplainer`.
         k: the threshold in standard deviations (default 2).
 
     Example:
@@ -66,8 +67,9 @@ class FEM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, input_index=input_index)
         self.k = float(k)
 
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:
@@ -87,7 +89,7 @@ class KPCACAM(ForwardCAM):
     channel-summed activations.
 
     Args:
-        model, layer, call, output, keep_mode: see :class:`CAMExplainer`.
+        model, layer, call, output, keep_mode, input_index: see :class:`CAMExplainer`.
         kernel: ``"sigmoid"`` (default), ``"rbf"``, ``"poly"``, ``"cosine"`` or ``"linear"``.
         gamma: kernel coefficient; ``None`` means ``1 / C``.
         degree, coef0: of the ``"poly"`` and ``"sigmoid"`` kernels.
@@ -120,8 +122,9 @@ class KPCACAM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, input_index=input_index)
         if kernel not in CX.KERNELS:
             raise InvalidInputError(f"kernel must be one of {', '.join(map(repr, CX.KERNELS))}, got {kernel!r}")
         self.kernel: CX.Kernel = kernel
@@ -146,7 +149,7 @@ class RandomCAM(ForwardCAM):
     computed (pytorch-grad-cam's ``RandomCAM`` runs a backward pass it does not use).
 
     Args:
-        model, layer, call, output, keep_mode: see :class:`CAMExplainer`.
+        model, layer, call, output, keep_mode, input_index: see :class:`CAMExplainer`.
         seed: the weights' seed.
 
     Example:
@@ -175,8 +178,9 @@ class RandomCAM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, input_index=input_index)
         self.seed = seed
 
     def _raw(self, x: Tensor, act: Tensor, index: int, cap: Captured, target: Target, extras: dict[str, Any]) -> Tensor:

@@ -27,6 +27,7 @@ from ...functional.cam import weighted_maps
 from ...functional.score import integration_coefficients, score_masks
 from ...layers.names import LayerSpec
 from ...targets.classes import OutputSelector, Target
+from .._core.binding import InputIndex
 from .._core.cam_base import Reshape
 from .._core.forward import Captured, ForwardCAM, RowScorer, check_positive, expand_targets, masked_forwards
 from ..registry import register_method
@@ -38,6 +39,7 @@ class _AveragedScoreCAM(ForwardCAM):
     """Shared loop: for each step, score every (sample, channel) mask of the step; average the gains."""
 
     perturbs = True
+    reruns_rows = True
     _desc: ClassVar[str] = ""
 
     def __init__(
@@ -51,9 +53,10 @@ class _AveragedScoreCAM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
         reshape: Reshape | None = None,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, reshape=reshape)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, input_index=input_index, reshape=reshape)
         self.samples = check_positive("samples", samples)
         self.batch_size = check_positive("batch_size", batch_size)
         self.progress = progress
@@ -110,7 +113,7 @@ class SSCAM(_AveragedScoreCAM):
         shared_noise: one noise draw for the whole batch per step (see above).
         batch_size: masked inputs per forward pass.
         progress: a tqdm bar per step.
-        call, output, keep_mode, reshape: see :class:`CAMExplainer`.
+        call, output, keep_mode, reshape, input_index: see :class:`CAMExplainer`.
 
     Example:
         >>> import torch
@@ -144,11 +147,12 @@ class SSCAM(_AveragedScoreCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
         reshape: Reshape | None = None,
     ) -> None:
         super().__init__(
             model, layer, samples=samples, batch_size=batch_size, progress=progress, call=call, output=output,
-            keep_mode=keep_mode, reshape=reshape,
+            keep_mode=keep_mode, input_index=input_index, reshape=reshape,
         )
         if isinstance(std, bool) or not isinstance(std, (int, float)) or not std >= 0:
             raise InvalidInputError(f"std must be a number >= 0, got {std!r}")
@@ -198,7 +202,7 @@ class ISCAM(_AveragedScoreCAM):
         samples: integration steps per channel (torchcam's ``num_samples``, default 10).
         batch_size: masked inputs per forward pass.
         progress: a tqdm bar per step.
-        call, output, keep_mode, reshape: see :class:`CAMExplainer`.
+        call, output, keep_mode, reshape, input_index: see :class:`CAMExplainer`.
 
     Example:
         >>> import torch
@@ -228,11 +232,12 @@ class ISCAM(_AveragedScoreCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
         reshape: Reshape | None = None,
     ) -> None:
         super().__init__(
             model, layer, samples=samples, batch_size=batch_size, progress=progress, call=call, output=output,
-            keep_mode=keep_mode, reshape=reshape,
+            keep_mode=keep_mode, input_index=input_index, reshape=reshape,
         )
 
     def _steps(self, masks: Tensor) -> Iterator[Tensor]:

@@ -17,6 +17,7 @@ from ...functional.perturbation import channel_masks, unique_rows
 from ...hooks import HookScope
 from ...layers.names import LayerSpec
 from ...targets.classes import OutputSelector, Target, select_output
+from .._core.binding import InputIndex
 from .._core.forward import Captured, ForwardCAM, RowScorer, check_positive, chunks, expand_targets
 from .._core.output import crop_window
 from ..registry import register_method
@@ -73,7 +74,7 @@ class ScoreCAM(ForwardCAM):
             and 0.819 on the demo CNN.
         rank_by: ``"mass"`` or ``"variance"``, see ``top_k``.
         progress: show a tqdm progress bar over the masked inputs.
-        call, output, keep_mode, eigen_smooth: see :class:`CAMExplainer`.
+        call, output, keep_mode, eigen_smooth, input_index: see :class:`CAMExplainer`.
 
     ``explanation.extras["scored"]`` is the number of masked inputs that were run.
 
@@ -94,6 +95,7 @@ class ScoreCAM(ForwardCAM):
     )
 
     perturbs = True
+    reruns_rows = True
 
     def __init__(
         self,
@@ -107,9 +109,10 @@ class ScoreCAM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
         eigen_smooth: bool = False,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, eigen_smooth=eigen_smooth)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, input_index=input_index, eigen_smooth=eigen_smooth)
         self.batch_size = check_positive("batch_size", batch_size)
         self.top_k = None if top_k is None else check_positive("top_k", top_k)
         if rank_by not in ("mass", "variance"):
@@ -152,7 +155,7 @@ class ScoreCAM(ForwardCAM):
                 rows = buffer[: part.stop - part.start]
                 torch.index_select(x, 0, ub[part], out=rows)
                 rows.mul_(channel_masks(on_image(act[ub[part], uc[part]]), size).to(x.dtype)[:, None])
-                scored[part] = scorer(self.model(rows), ub[part]).float()
+                scored[part] = scorer(self._call_model_rows(rows, ub[part]), ub[part]).float()
         weights = torch.zeros(act.shape[0], act.shape[1], k, device=act.device)
         weights[b_idx, c_idx] = scored[inverse]
         extras["scored"] = extras.get("scored", 0) + len(first)
@@ -210,7 +213,7 @@ class AblationCAM(ForwardCAM):
             a callable mapping the layer's output [n, C, *s] to the model's output (checked
             once per call against the real output); ``False``: always run full forwards.
         progress: show a tqdm progress bar.
-        call, output, keep_mode, eigen_smooth: see :class:`CAMExplainer`.
+        call, output, keep_mode, eigen_smooth, input_index: see :class:`CAMExplainer`.
 
     ``explanation.extras["tail"]`` tells whether the tail-only path was used.
 
@@ -231,6 +234,7 @@ class AblationCAM(ForwardCAM):
     )
 
     perturbs = True
+    reruns_rows = True
     reads_grids = False
 
     def __init__(
@@ -244,9 +248,10 @@ class AblationCAM(ForwardCAM):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
         eigen_smooth: bool = False,
     ) -> None:
-        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, eigen_smooth=eigen_smooth)
+        super().__init__(model, layer, call=call, output=output, keep_mode=keep_mode, input_index=input_index, eigen_smooth=eigen_smooth)
         self.batch_size = check_positive("batch_size", batch_size)
         if not (tail is None or tail is False or callable(tail)):
             raise InvalidInputError(f"tail must be None, False or a callable, got {type(tail).__name__}")
@@ -325,7 +330,7 @@ class AblationCAM(ForwardCAM):
                     ablated[part] = scorer(tail(rows), b_idx[part]).float()
                 else:
                     drop["channels"], seen["n"] = c_idx[part], 0
-                    ablated[part] = scorer(self.model(rows), b_idx[part]).float()
+                    ablated[part] = scorer(self._call_model_rows(rows, b_idx[part]), b_idx[part]).float()
         weights = torch.zeros(act.shape[0], act.shape[1], base.shape[1], device=act.device)
         weights[b_idx, c_idx] = base.float()[b_idx] - ablated
         weights = torch.where(alive[:, :, None], weights, 0.0)

@@ -16,6 +16,7 @@ from ...errors import InvalidInputError
 from ...explanation import Explanation
 from ...functional.perturbation import default_window, occlusion_map, rise_masks, window_indicators
 from ...targets.classes import OutputSelector, Target
+from .._core.binding import InputIndex
 from .._core.explainer import Explainer
 from .._core.forward import (
     RowScorer,
@@ -24,7 +25,6 @@ from .._core.forward import (
     forward_scores,
     make_explanation,
     masked_forwards,
-    refuse_extra_inputs,
 )
 from ..registry import register_method
 from ._axes import PerAxis, check_fits, check_per_axis, per_axis
@@ -56,7 +56,7 @@ class Occlusion(Explainer):
         baseline: the value written into covered positions.
         batch_size: occluded inputs per forward pass.
         progress: show a tqdm progress bar.
-        output, keep_mode: see :class:`Explainer`.
+        output, keep_mode, input_index: see :class:`Explainer`.
 
     Example:
         >>> import torch
@@ -78,6 +78,7 @@ class Occlusion(Explainer):
     )
 
     needs_grad = False
+    reruns_rows = True
 
     def __init__(
         self,
@@ -90,8 +91,9 @@ class Occlusion(Explainer):
         progress: bool = False,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
-        super().__init__(model, output=output, keep_mode=keep_mode)
+        super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
         self.window = check_per_axis("window", window)
         self.stride = check_per_axis("stride", stride)
         self.baseline = float(baseline)
@@ -127,7 +129,6 @@ class Occlusion(Explainer):
         return self._on_device[key]
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        refuse_extra_inputs(self)
         indicators = self._indicators(x)  # checks the windows before any forward
         classes, scores = forward_scores(self, x, target)
         b, counts = x.shape[0], [ind.shape[0] for ind in indicators]
@@ -189,7 +190,7 @@ class RISE(Explainer):
         p: probability that a cell is kept.
         batch_size: masked inputs per forward pass.
         progress: show a tqdm progress bar.
-        output, keep_mode: see :class:`Explainer`.
+        output, keep_mode, input_index: see :class:`Explainer`.
 
     Example:
         >>> import torch
@@ -211,6 +212,7 @@ class RISE(Explainer):
     )
 
     needs_grad = False
+    reruns_rows = True
 
     def __init__(
         self,
@@ -224,8 +226,9 @@ class RISE(Explainer):
         progress: bool = False,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
-        super().__init__(model, output=output, keep_mode=keep_mode)
+        super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
         self.masks = check_positive("masks", masks)
         self.seed = int(seed)
         self.grid = check_per_axis("grid", grid)
@@ -246,7 +249,6 @@ class RISE(Explainer):
         return grids, shifts
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        refuse_extra_inputs(self)
         size = tuple(x.shape[2:])
         per_axis("grid", self.grid, size)  # type: ignore[arg-type]  # checked before any forward
         classes, scores = forward_scores(self, x, target)

@@ -50,6 +50,7 @@ from ...functional.regions import (
     weighted_linear_fit,
 )
 from ...targets.classes import OutputSelector, Target
+from .._core.binding import InputIndex
 from .._core.explainer import Explainer
 from .._core.forward import (
     RowScorer,
@@ -58,7 +59,6 @@ from .._core.forward import (
     forward_scores,
     make_explanation,
     masked_forwards,
-    refuse_extra_inputs,
 )
 from ..registry import register_method
 from ._axes import PerAxis, check_per_axis, per_axis
@@ -92,13 +92,14 @@ class RegionAttribution(Explainer):
         batch_size: masked inputs per forward pass (memory follows it).
         seed: seed of every random choice.
         progress: show a tqdm progress bar.
-        output, keep_mode: see :class:`~camkit.Explainer`.
+        output, keep_mode, input_index: see :class:`~camkit.Explainer`.
 
     Subclasses implement :meth:`_plan` (the coalitions of a sample with M regions) and
     :meth:`_estimate` (the M values from their scores).
     """
 
     needs_grad = False
+    reruns_rows = True
     cost: ClassVar[str] = "masked forwards"
     use_when: ClassVar[str] = ""
 
@@ -115,8 +116,9 @@ class RegionAttribution(Explainer):
         progress: bool = False,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
-        super().__init__(model, output=output, keep_mode=keep_mode)
+        super().__init__(model, output=output, keep_mode=keep_mode, input_index=input_index)
         if isinstance(regions, str) and regions not in ("grid", *_SUPERPIXELS):
             raise InvalidInputError(
                 f"regions must be 'grid', 'slic', 'quickshift', 'felzenszwalb' or a tensor of region ids, got {regions!r}"
@@ -183,7 +185,6 @@ class RegionAttribution(Explainer):
         raise NotImplementedError
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
-        refuse_extra_inputs(self)
         x = x.detach()
         ids, counts = relabel_regions(self.region_ids(x))  # a rank the regions cannot serve fails before any forward
         classes, scores = forward_scores(self, x, target)
@@ -273,7 +274,7 @@ class ShapleyValueSampling(RegionAttribution):
 
     Args:
         samples: number of random orders (default 25).
-        regions, cells, segments, baseline, batch_size, seed, progress, output, keep_mode:
+        regions, cells, segments, baseline, batch_size, seed, progress, output, keep_mode, input_index:
             see :class:`RegionAttribution`.
 
     Example:
@@ -305,10 +306,11 @@ class ShapleyValueSampling(RegionAttribution):
         progress: bool = False,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
         super().__init__(
             model, regions=regions, cells=cells, segments=segments, baseline=baseline, batch_size=batch_size,
-            seed=seed, progress=progress, output=output, keep_mode=keep_mode,
+            seed=seed, progress=progress, output=output, keep_mode=keep_mode, input_index=input_index,
         )  # fmt: skip
         self.samples = check_positive("samples", samples)
 
@@ -334,7 +336,7 @@ class KernelShap(RegionAttribution):
 
     Args:
         samples: sampled coalitions per image (default 25) besides the empty and full ones.
-        regions, cells, segments, baseline, batch_size, seed, progress, output, keep_mode:
+        regions, cells, segments, baseline, batch_size, seed, progress, output, keep_mode, input_index:
             see :class:`RegionAttribution`.
 
     Example:
@@ -366,10 +368,11 @@ class KernelShap(RegionAttribution):
         progress: bool = False,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
         super().__init__(
             model, regions=regions, cells=cells, segments=segments, baseline=baseline, batch_size=batch_size,
-            seed=seed, progress=progress, output=output, keep_mode=keep_mode,
+            seed=seed, progress=progress, output=output, keep_mode=keep_mode, input_index=input_index,
         )  # fmt: skip
         self.samples = check_positive("samples", samples)
 
@@ -405,7 +408,7 @@ class Lime(RegionAttribution):
         samples: coalitions per image (default 50).
         kernel_width: width of the similarity kernel (default 0.25).
         alpha: ridge penalty of the linear model (default 0: least squares).
-        regions, cells, segments, baseline, batch_size, seed, progress, output, keep_mode:
+        regions, cells, segments, baseline, batch_size, seed, progress, output, keep_mode, input_index:
             see :class:`RegionAttribution`.
 
     Example:
@@ -439,10 +442,11 @@ class Lime(RegionAttribution):
         progress: bool = False,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
     ) -> None:
         super().__init__(
             model, regions=regions, cells=cells, segments=segments, baseline=baseline, batch_size=batch_size,
-            seed=seed, progress=progress, output=output, keep_mode=keep_mode,
+            seed=seed, progress=progress, output=output, keep_mode=keep_mode, input_index=input_index,
         )  # fmt: skip
         self.samples = check_positive("samples", samples)
         if not kernel_width > 0:

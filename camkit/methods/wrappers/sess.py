@@ -14,7 +14,7 @@ from ...errors import InvalidInputError, InvalidTargetError
 from ...explanation import Explanation
 from ...functional.attribution import filter_axes
 from ...functional.maps import interpolation_mode, normalize_maps
-from ...targets.classes import Target
+from ...targets.classes import Target, select_output
 from .._core.explainer import Explainer
 from .._core.forward import check_positive, chunks
 from .smooth import _Wrapper
@@ -236,7 +236,7 @@ class SESS(_Wrapper):
         patch_scores = torch.empty(batch * count, device=x.device)
         with torch.no_grad():
             for rows in chunks(batch * count, self.max_batch):
-                out = self._forward(crop(rows))
+                out = select_output(self._call_model_rows(crop(rows), image_of[rows]), self.output)
                 values = out.softmax(dim=1) if self.softmax else out
                 patch_scores[rows] = values.gather(1, classes[image_of[rows], None])[:, 0].float().clamp_min(0)
         keep = []
@@ -254,7 +254,7 @@ class SESS(_Wrapper):
         scale_of = torch.tensor([w[0] for w in where], device=x.device)
         for part in chunks(len(kept), self.max_batch):
             picked = kept[part]
-            explanation = self._inner(crop(picked), classes[image_of[picked]])
+            explanation = self._inner(crop(picked), classes[image_of[picked]], image_of[picked])
             layers = explanation.layers
             maps = explanation.maps.float() * weights[picked].view(-1, *(1,) * n)
             scales = scale_of[patch_of[picked]]

@@ -24,6 +24,8 @@ from ...explanation import Explanation
 from ...functional.attribution import SmoothKind, aggregate_samples
 from ...functional.maps import interpolation_mode, normalize_maps, upsample_maps
 from ...targets.classes import Target
+from ...targets.tokens import TokenTarget
+from .._core.binding import select_rows
 from .._core.explainer import Explainer
 from .._core.output import finish_maps
 
@@ -48,6 +50,8 @@ def _maps_from_raw(explainer: Explainer, raws: tuple[Tensor, ...], size: Sequenc
 class _Wrapper(Explainer):
     """Shared parts of the wrappers: the wrapped explainer, clean targets, input checks."""
 
+    reruns_rows = True
+
     def __init__(self, explainer: Explainer) -> None:
         if not isinstance(explainer, Explainer):
             raise TypeError(f"explainer must be a camkit explainer (e.g. camkit.GradCAM(model, layer)), got {type(explainer).__name__}")
@@ -71,9 +75,14 @@ class _Wrapper(Explainer):
             )
         return super()._bind_inputs(x, inputs, kwargs)
 
-    def _inner(self, x: Tensor, target: Target) -> Explanation:
-        """The wrapped explainer on a batch of changed images, with this call's keyword inputs."""
-        return self.explainer.explain(x, target, kwargs=None if self._call is None else self._call.kwargs)
+    def _inner(self, x: Tensor, target: Target, rows: Tensor) -> Explanation:
+        """The wrapped explainer on a batch of changed images (row ``i`` made from sample ``rows[i]``).
+
+        The call's keyword inputs follow the rows: those with one row per sample are indexed by
+        ``rows``, shared ones go in as they are (see :meth:`Explainer._call_model_rows`).
+        """
+        call = select_rows(self._call, rows)
+        return self.explainer.explain(x, target, kwargs=None if call is None else call.kwargs)
 
     def _clean_target(self, x: Tensor, target: Target) -> tuple[Tensor | None, Tensor]:
         with torch.no_grad():
@@ -82,7 +91,10 @@ class _Wrapper(Explainer):
 
     @staticmethod
     def _rows_target(classes: Tensor | None, target: Target, rows: Tensor) -> Target:
-        return target if classes is None else classes[rows]
+        if classes is not None:
+            return classes[rows]
+        # token positions given per sample follow the rows (detection targets keep their own rule)
+        return target.for_rows(rows) if isinstance(target, TokenTarget) else target
 
 
 class SmoothGrad(_Wrapper):
@@ -178,7 +190,7 @@ class SmoothGrad(_Wrapper):
             chunk, rest = noisy[:count], noisy[count:]
             pending = [rest] if rest.shape[0] else []
             rows = torch.arange(done, done + count, device=x.device) % batch
-            explanation = self._inner(chunk, self._rows_target(classes, target, rows))
+            explanation = self._inner(chunk, self._rows_target(classes, target, rows), rows)
             layers = explanation.layers
             gap = explanation.extras.get("completeness_gap", explanation.extras.get("delta"))
             if isinstance(gap, Tensor):
@@ -315,7 +327,7 @@ class AugSmooth(_Wrapper):
         for scale in self.scales:
             scaled = self._resize(x, scale)
             batches = [scaled, *(scaled.flip(axis) for axis in axes)]
-            explanation = self._inner(torch.cat(batches) if axes else scaled, inner_target)
+            explanation = self._inner(torch.cat(batches) if axes else scaled, inner_target, rows)
             layers = explanation.layers
             back = self._map_back(explanation.maps, size, batch, axes)
             map_sum = map_sum + back

@@ -1,0 +1,175 @@
+"""TokenTarget with camkit's own explainers of every family on a tiny LLaVA, x = pixel_values.
+
+The answer's tokens ride along as the keyword input ``input_ids``; positions are given per
+sample ([B, K], two different tokens per sample), so every method that reruns the model on
+changed copies must give each copy its own sample's ``input_ids`` and positions.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from vlm_helpers import picture
+
+import camkit
+from camkit.functional.perturbation import rise_masks
+from camkit.vlm.families import family_of
+from camkit.vlm.prompts import prepare
+
+
+def _hooks(model):
+    return {
+        (name, kind, key)
+        for name, m in model.named_modules()
+        for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+        for key in getattr(m, kind)
+    }
+
+
+@pytest.fixture(scope="module")
+def case(llava):
+    """``(model, pixel_values [2, 3, 32, 32], input_ids [2, L + 3], positions [2, 2])`` and the hooks after a warm-up."""
+    model, processor = llava
+    prompts = prepare(model, processor, family_of(model), [picture(40, 70, seed=1), picture(50, 30, seed=2)], "what is this ?")
+    prompt_ids = torch.cat([p.inputs["input_ids"] for p in prompts])
+    ids = torch.cat([prompt_ids, torch.tensor([[10, 11, 12], [13, 14, 15]])], 1)
+    pv = torch.cat([p.inputs["pixel_values"] for p in prompts])
+    start = prompt_ids.shape[1]
+    positions = torch.tensor([[start, start + 1], [start + 1, start + 2]])
+    with torch.no_grad():
+        model(input_ids=ids, pixel_values=pv, use_cache=False)
+    return model, pv, ids, positions, _hooks(model)
+
+
+def _log_prob(model, pv, ids, b, p):
+    """log p(ids[b, p] | ids[b, :p], image) of sample b, by hand from the logits."""
+    logits = model(input_ids=ids[b : b + 1], pixel_values=pv, use_cache=False).logits
+    return logits[0, p - 1].float().log_softmax(-1)[ids[b, p]]
+
+
+def _check_hygiene(model, hooks, pv, pv0, ids, ids0, flags):
+    assert _hooks(model) == hooks
+    assert all(p.grad is None for p in model.parameters())
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
+    assert not model.training and model.config._attn_implementation == "sdpa"
+    assert torch.equal(pv, pv0) and torch.equal(ids, ids0)
+
+
+def test_gradient_methods_saliency_and_gradcam(case):
+    model, pv, ids, positions, hooks = case
+    pv0, ids0 = pv.clone(), ids.clone()
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    target = camkit.TokenTarget(positions, reduce="none")
+    saliency = camkit.Saliency(model, input_index="pixel_values").explain(pv, target, kwargs={"input_ids": ids})
+    assert saliency.raw.shape == (2, 2, 3, 32, 32)
+    for b in range(2):
+        for k in range(2):
+            leaf = pv[b : b + 1].clone().requires_grad_(True)
+            value = _log_prob(model, leaf, ids, b, int(positions[b, k]))
+            (grad,) = torch.autograd.grad(value, leaf)
+            torch.testing.assert_close(saliency.raw[b, k], grad[0], rtol=1e-4, atol=1e-7)
+            torch.testing.assert_close(saliency.scores[b, k], value.detach(), rtol=1e-5, atol=1e-5)
+    # Grad-CAM on the vision tower's selected hidden state: the batch equals each sample alone
+    name = next(n for n, m in model.named_modules() if m is family_of(model).feature_layer(model))
+    cam = camkit.GradCAM(model, name, input_index="pixel_values").explain(pv, target, kwargs={"input_ids": ids})
+    for b in range(2):
+        alone = camkit.GradCAM(model, name, input_index="pixel_values").explain(
+            pv[b : b + 1], camkit.TokenTarget(positions[b], reduce="none"), kwargs={"input_ids": ids[b : b + 1]}
+        )
+        torch.testing.assert_close(cam.raw[b], alone.raw[0], rtol=1e-4, atol=1e-7)
+    _check_hygiene(model, hooks, pv, pv0, ids, ids0, flags)
+
+
+def test_smoothgrad_without_noise_is_saliency_with_rows_of_mixed_samples(case):
+    """sigma=0 makes every noisy copy the image itself; chunks of 3 rows mix the two samples."""
+    model, pv, ids, positions, hooks = case
+    target = camkit.TokenTarget(positions, reduce="none")
+    saliency = camkit.Saliency(model, input_index="pixel_values")
+    plain = saliency.explain(pv, target, kwargs={"input_ids": ids})
+    smooth = camkit.SmoothGrad(saliency, samples=2, sigma=0.0, max_batch=3, seed=0)
+    got = smooth.explain(pv, target, kwargs={"input_ids": ids})
+    torch.testing.assert_close(got.raw, plain.raw, rtol=1e-4, atol=1e-7)
+    assert _hooks(model) == hooks
+
+
+def test_attnlrp_runs_through_the_whole_llava(case):
+    """AttnLRP's rules cover what LLaVA computes (SDPA, RMS norm, rotary products, SiLU-gated MLPs, CLIP's
+    layer norm and quick GELU): the relevance of each token reaches the pixels; most of it stays with the
+    text tokens' embeddings, which are not the explained input (``absorbed``)."""
+    model, pv, ids, positions, hooks = case
+    pv0, ids0 = pv.clone(), ids.clone()
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    target = camkit.TokenTarget(positions, reduce="none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", camkit.CamkitWarning)  # no op left without a rule
+        e = camkit.AttnLRP(model, input_index="pixel_values").explain(pv, target, kwargs={"input_ids": ids})
+    assert e.raw.shape == (2, 2, 3, 32, 32) and bool(torch.isfinite(e.raw).all())
+    assert bool((e.raw.abs().flatten(2).sum(-1) > 0).all())
+    torch.testing.assert_close(e.extras["relevance"], e.raw.flatten(2).sum(-1), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(e.extras["delta"], e.extras["relevance"] - e.scores, rtol=1e-4, atol=1e-6)
+    with torch.no_grad():
+        for b in range(2):
+            for k in range(2):
+                hand = _log_prob(model, pv[b : b + 1], ids, b, int(positions[b, k]))
+                torch.testing.assert_close(e.scores[b, k], hand, rtol=1e-5, atol=1e-5)
+    for b in range(2):  # the batch equals each sample alone, each token alone
+        alone = camkit.AttnLRP(model, input_index="pixel_values").explain(
+            pv[b : b + 1], camkit.TokenTarget(int(positions[b, 1])), kwargs={"input_ids": ids[b : b + 1]}
+        )
+        torch.testing.assert_close(e.raw[b, 1], alone.raw[0], rtol=1e-4, atol=1e-7)
+    _check_hygiene(model, hooks, pv, pv0, ids, ids0, flags)
+
+
+def test_plain_lrp_says_to_use_attnlrp(case):
+    model, pv, ids, positions, _ = case
+    with pytest.warns(camkit.CamkitWarning, match="no rule for attention.*AttnLRP"):
+        camkit.LRP(model, input_index="pixel_values").explain(pv, camkit.TokenTarget(positions), kwargs={"input_ids": ids})
+
+
+@pytest.mark.parametrize("cls", [camkit.AttentionRollout, camkit.CheferRollout, camkit.LeGrad])
+def test_attention_explainers_refuse_a_token_target(case, cls):
+    model, pv, ids, positions, hooks = case
+    explainer = cls(model, input_index="pixel_values", **({"head": lambda t: t.mean(1)} if cls is camkit.LeGrad else {}))
+    with pytest.raises(camkit.InvalidTargetError, match="TokenTarget use a gradient, LRP, AttnLRP or perturbation"):
+        explainer.explain(pv, camkit.TokenTarget(positions), kwargs={"input_ids": ids})
+    assert _hooks(model) == hooks
+
+
+def test_occlusion_is_the_log_probability_drop_per_window(case):
+    model, pv, ids, positions, hooks = case
+    pv0, ids0 = pv.clone(), ids.clone()
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    occlusion = camkit.Occlusion(model, window=16, stride=16, batch_size=3, input_index="pixel_values")
+    e = occlusion.explain(pv, camkit.TokenTarget(positions, reduce="none"), kwargs={"input_ids": ids})
+    assert e.raw.shape == (2, 2, 32, 32)
+    with torch.no_grad():
+        for b in range(2):
+            for k in range(2):
+                p = int(positions[b, k])
+                base = _log_prob(model, pv[b : b + 1], ids, b, p)
+                for i in range(2):
+                    for j in range(2):
+                        covered = pv[b : b + 1].clone()
+                        covered[..., 16 * i : 16 * i + 16, 16 * j : 16 * j + 16] = 0.0
+                        drop = base - _log_prob(model, covered, ids, b, p)
+                        block = e.raw[b, k, 16 * i : 16 * i + 16, 16 * j : 16 * j + 16]
+                        torch.testing.assert_close(block, drop.expand(16, 16), rtol=1e-4, atol=1e-5)
+    _check_hygiene(model, hooks, pv, pv0, ids, ids0, flags)
+
+
+def test_rise_is_the_log_probability_weighted_mask_average(case):
+    model, pv, ids, positions, hooks = case
+    rise = camkit.RISE(model, masks=3, seed=0, grid=2, p=0.5, batch_size=4, input_index="pixel_values")
+    e = rise.explain(pv, camkit.TokenTarget(positions, reduce="none"), kwargs={"input_ids": ids})
+    grids, shifts = rise._plan((32, 32))
+    masks = rise_masks(grids, shifts, (32, 32)).float()  # [3, 32, 32], the seeded plan
+    assert masks.shape == (3, 32, 32) and 0 < float(masks.mean()) < 1
+    with torch.no_grad():
+        for b in range(2):
+            for k in range(2):
+                p = int(positions[b, k])
+                hand = sum(_log_prob(model, pv[b : b + 1] * m, ids, b, p) * m for m in masks) / (3 * 0.5)
+                torch.testing.assert_close(e.raw[b, k], hand, rtol=1e-4, atol=1e-5)
+    assert _hooks(model) == hooks
