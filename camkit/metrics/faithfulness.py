@@ -122,6 +122,7 @@ def faithfulness_correlation(
     subset_size: int = 224,
     subsets: Tensor | None = None,
     baseline: Baseline = 0.0,
+    fill: Tensor | None = None,
     generator: torch.Generator | None = None,
     softmax: bool = False,
     chunk_size: int = 32,
@@ -143,6 +144,8 @@ def faithfulness_correlation(
         subset_size: features per subset.
         subsets: the subsets themselves, LongTensor [B, runs, subset_size] of feature indices
             (then ``runs``, ``subset_size`` and ``generator`` are not used).
+        fill: one value per sample and run, [B, runs], written into that run's subset in place of
+            ``baseline`` (a fresh random value per run, for instance); None: ``baseline``.
         generator: draws the subsets (drawn on its device, which may be the input's; the draw does not depend on ``chunk_size``).
         similarity: ``f(sums, drops) -> [B]`` on the [B, runs] rows, in place of Pearson's
             correlation (``None``).
@@ -175,11 +178,17 @@ def faithfulness_correlation(
     subsets = subsets.to(x.device, torch.long)
     runs = subsets.shape[1]
     canvas = _resolve_baseline(baseline, x)
+    if fill is not None and (not isinstance(fill, Tensor) or tuple(fill.shape) != (batch, runs)):
+        got = list(fill.shape) if isinstance(fill, Tensor) else type(fill).__name__
+        raise InvalidInputError(f"fill must be a tensor [B, runs] = [{batch}, {runs}], got {got}")
 
     def build(owner: Tensor, index: Tensor) -> Tensor:
         chosen = torch.zeros(owner.shape[0], features.count, dtype=torch.bool, device=x.device)
         chosen.scatter_(1, subsets[owner, index], True)
-        return torch.where(features.mask(chosen), canvas[owner], x[owner])
+        if fill is None:
+            return torch.where(features.mask(chosen), canvas[owner], x[owner])
+        value = fill.to(x.device, x.dtype)[owner, index].view(-1, *(1,) * (x.dim() - 1))
+        return torch.where(features.mask(chosen), value, x[owner])
 
     clean, scores = run_plan(
         model, x, target, build, runs, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
