@@ -135,5 +135,5 @@ def test_deprecated_gradcam_name_warns_and_unknown_methods_raise_a_key_error() -
 
 def test_get_explanation_refuses_models_that_are_not_torch_modules() -> None:
     x, y = data()
-    with pytest.raises(ValueError, match="torch.nn.Module"):
+    with pytest.raises(ValueError, match=r"torch\.nn\.Module"):
         ours.get_explanation(object(), x, y)

@@ -45,12 +45,12 @@ def captum_route(
         base = kwargs.get("baseline")
         base = torch.zeros_like(x) if base is None else torch.as_tensor(base, dtype=x.dtype, device=x.device)
         cls = getattr(captum_attr, method)
-        return cls(model, **options).attribute(inputs=x, target=y, baselines=base)  # type: ignore[no-any-return]
+        return cls(model, **options).attribute(inputs=x, target=y, baselines=base)
     if method == "Occlusion":
         window = kwargs.get("window", (1, *([4] * (x.dim() - 2))))
-        return captum_attr.Occlusion(model).attribute(inputs=x, target=y, sliding_window_shapes=window)  # type: ignore[no-any-return]
+        return captum_attr.Occlusion(model).attribute(inputs=x, target=y, sliding_window_shapes=window)
     if method in _PLAIN:
-        return getattr(captum_attr, method)(model, **options).attribute(inputs=x, target=y)  # type: ignore[no-any-return]
+        return getattr(captum_attr, method)(model, **options).attribute(inputs=x, target=y)
     options["layer"] = layer_of(model, kwargs)
     explainer = getattr(captum_attr, method)(model, **options)
     if method == "LayerActivation":
@@ -62,7 +62,7 @@ def captum_route(
     size = kwargs.get("interpolate")
     if isinstance(size, tuple):
         out = captum_attr.LayerAttribution.interpolate(out, size, interpolate_mode=kwargs.get("interpolate_mode", "nearest"))
-    return out  # type: ignore[no-any-return]
+    return out
 
 
 def _zennit_classes(kwargs: dict[str, Any]) -> tuple[Any, Any]:

@@ -1,18 +1,20 @@
-"""Quantus's ``explain(model, inputs, targets, method=..., **kwargs)`` on camkit's explainers.
+"""Quantus's ``explain``, ``get_explanation`` and its captum and zennit branches, computed by camkit.
 
-The gradient methods of Quantus's captum branch that camkit computes: ``"Saliency"`` (the
-absolute gradient), ``"Gradient"`` (the signed gradient), ``"InputXGradient"``,
-``"IntegratedGradients"`` (zero baseline or ``baseline=``, ten trapezoid points as Quantus
-asks captum for), ``"GradientShap"`` (zero baseline or ``baseline=``) and ``"LayerGradCam"``
+The captum branch (``xai_lib="captum"``, the default), by ``method``: camkit's own explainers
+for ``"Saliency"`` (the absolute gradient), ``"Gradient"`` (the signed gradient),
+``"InputXGradient"``, ``"IntegratedGradients"`` (zero baseline or ``baseline=``, ten trapezoid
+points as Quantus asks captum for, weights summing to 1), ``"GradientShap"`` and ``"LayerGradCam"``
 (``xai_lib_kwargs={"layer": module}`` or ``gc_layer=``, a module or Quantus's string naming it;
-its map on the layer's grid, as captum's, or resized by ``interpolate=(H, W)``), and Quantus's
-control variates, which ignore the model: ``"Control Var. Sobel Filter"`` (each input's Sobel
-derivative along its last axis, clipped to 0..1), ``"Control Var. Random Uniform"`` (torch's
-global generator, U(0, 1)) and ``"Control Var. Constant"`` (``constant_value=``, a number or a
-baseline name of each input). The map keeps the input's shape, then is summed over
-``reduce_axes`` (default ``(1,)``, the channels, kept as an axis of one with ``keepdims=True``;
-``()`` or inputs without a spatial axis: no sum); the control variates are averaged instead.
-Any other ``method`` (or ``xai_lib="zennit"``) raises a clear error: use the original Quantus.
+its map on the layer's grid, or resized by ``interpolate=(H, W)``); Quantus's control variates,
+which ignore the model: ``"Control Var. Sobel Filter"``, ``"Control Var. Random Uniform"`` (torch's
+global generator, U(0, 1)) and ``"Control Var. Constant"`` (``constant_value=``); and the other
+methods of Quantus's captum branch (``Occlusion``, ``FeatureAblation``, ``DeepLift``,
+``DeepLiftShap``, ``GuidedGradCam``, ``Deconvolution``, ``Lime``, ``KernelShap``, ``LRP``, the layer
+methods) through :mod:`camkit.compat.captum` (see ``_explain_routes``). The zennit branch
+(``xai_lib="zennit"``) is in ``_explain_routes`` too. The map keeps the input's shape, then is
+summed over ``reduce_axes`` (default ``(1,)``, kept as an axis of one with ``keepdims=True``);
+the control variates are averaged instead. ``softmax=`` explains the model with or without its
+softmax output, as Quantus does. A method camkit does not compute raises a clear error.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class PyTorchModel(ModelInterface):
                 out = self.get_softmax_arg_model()(torch.as_tensor(np.asarray(x), dtype=torch.float32).to(self.device), **options)
             else:
                 raise InvalidInputError(f"PyTorchModel wraps a torch.nn.Module; got {type(self.model).__name__}")
-        return out.detach().cpu().numpy()  # type: ignore[no-any-return]
+        return out.detach().cpu().numpy()
 
     def shape_input(
         self, x: np.ndarray, shape: tuple[int, ...], channel_first: bool | None = None, batched: bool = False
