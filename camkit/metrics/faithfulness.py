@@ -178,16 +178,12 @@ def faithfulness_correlation(
     subsets = subsets.to(x.device, torch.long)
     runs = subsets.shape[1]
     canvas = _resolve_baseline(baseline, x)
-    if fill is not None and (not isinstance(fill, Tensor) or tuple(fill.shape) != (batch, runs)):
-        got = list(fill.shape) if isinstance(fill, Tensor) else type(fill).__name__
-        raise InvalidInputError(f"fill must be a tensor [B, runs] = [{batch}, {runs}], got {got}")
+    values = None if fill is None else _run_values(fill, x, runs)
 
     def build(owner: Tensor, index: Tensor) -> Tensor:
         chosen = torch.zeros(owner.shape[0], features.count, dtype=torch.bool, device=x.device)
         chosen.scatter_(1, subsets[owner, index], True)
-        if fill is None:
-            return torch.where(features.mask(chosen), canvas[owner], x[owner])
-        value = fill.to(x.device, x.dtype)[owner, index].view(-1, *(1,) * (x.dim() - 1))
+        value = canvas[owner] if values is None else values[owner, index].view(-1, *(1,) * (x.dim() - 1))
         return torch.where(features.mask(chosen), value, x[owner])
 
     clean, scores = run_plan(
@@ -196,6 +192,14 @@ def faithfulness_correlation(
     assert clean is not None  # run_plan(clean=True) always scores the clean inputs
     sums = features.values.gather(1, subsets.flatten(1)).view(batch, runs, -1).sum(dim=2)
     return _nan_rows((similarity or pearson)(sums, clean[:, None] - scores), features).to(x.dtype)
+
+
+def _run_values(fill: Tensor, x: Tensor, runs: int) -> Tensor:
+    """``fill`` [B, runs] checked and on ``x``'s device and dtype."""
+    if not isinstance(fill, Tensor) or tuple(fill.shape) != (x.shape[0], runs):
+        got = list(fill.shape) if isinstance(fill, Tensor) else type(fill).__name__
+        raise InvalidInputError(f"fill must be a tensor [B, runs] = [{x.shape[0]}, {runs}], got {got}")
+    return fill.to(x.device, x.dtype)
 
 
 def faithfulness_estimate(

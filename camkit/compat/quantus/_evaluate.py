@@ -44,8 +44,7 @@ def evaluate(
     ``return_as_df``. Differs from Quantus: a metric that fails raises
     :class:`MetricFailedError` naming the method, the metric and the call (Quantus prints the
     error and leaves that entry out of the results, so a broken metric looks like a missing one).
-    ``metrics=None`` or ``xai_methods=None`` returns None, as in Quantus, with a warning (Quantus
-    prints); empty mappings raise.
+    ``metrics=None`` or ``xai_methods=None`` returns None with a warning (Quantus prints); empty mappings raise.
     """
     if metrics is None or xai_methods is None:
         missing = "xai_methods" if xai_methods is None else "metrics"
