@@ -122,6 +122,7 @@ def faithfulness_correlation(
     subset_size: int = 224,
     subsets: Tensor | None = None,
     baseline: Baseline = 0.0,
+    fill: Tensor | None = None,
     generator: torch.Generator | None = None,
     softmax: bool = False,
     chunk_size: int = 32,
@@ -143,6 +144,8 @@ def faithfulness_correlation(
         subset_size: features per subset.
         subsets: the subsets themselves, LongTensor [B, runs, subset_size] of feature indices
             (then ``runs``, ``subset_size`` and ``generator`` are not used).
+        fill: one value per sample and run, [B, runs], written into that run's subset in place of
+            ``baseline`` (a fresh random value per run, for instance); None: ``baseline``.
         generator: draws the subsets (drawn on its device, which may be the input's; the draw does not depend on ``chunk_size``).
         similarity: ``f(sums, drops) -> [B]`` on the [B, runs] rows, in place of Pearson's
             correlation (``None``).
@@ -175,11 +178,13 @@ def faithfulness_correlation(
     subsets = subsets.to(x.device, torch.long)
     runs = subsets.shape[1]
     canvas = _resolve_baseline(baseline, x)
+    values = None if fill is None else _run_values(fill, x, runs)
 
     def build(owner: Tensor, index: Tensor) -> Tensor:
         chosen = torch.zeros(owner.shape[0], features.count, dtype=torch.bool, device=x.device)
         chosen.scatter_(1, subsets[owner, index], True)
-        return torch.where(features.mask(chosen), canvas[owner], x[owner])
+        value = canvas[owner] if values is None else values[owner, index].view(-1, *(1,) * (x.dim() - 1))
+        return torch.where(features.mask(chosen), value, x[owner])
 
     clean, scores = run_plan(
         model, x, target, build, runs, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
@@ -187,6 +192,14 @@ def faithfulness_correlation(
     assert clean is not None  # run_plan(clean=True) always scores the clean inputs
     sums = features.values.gather(1, subsets.flatten(1)).view(batch, runs, -1).sum(dim=2)
     return _nan_rows((similarity or pearson)(sums, clean[:, None] - scores), features).to(x.dtype)
+
+
+def _run_values(fill: Tensor, x: Tensor, runs: int) -> Tensor:
+    """``fill`` [B, runs] checked and on ``x``'s device and dtype."""
+    if not isinstance(fill, Tensor) or tuple(fill.shape) != (x.shape[0], runs):
+        got = list(fill.shape) if isinstance(fill, Tensor) else type(fill).__name__
+        raise InvalidInputError(f"fill must be a tensor [B, runs] = [{x.shape[0]}, {runs}], got {got}")
+    return fill.to(x.device, x.dtype)
 
 
 def faithfulness_estimate(

@@ -200,6 +200,17 @@ def test_evaluate_raises_where_quantus_prints(capsys):
     assert list(frame.columns) == ["random", "grad"] and list(frame.index) == ["sparseness"]
 
 
+def test_evaluate_returns_none_for_none_as_quantus_and_refuses_empty_mappings():
+    x, y, a = data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert quantus.evaluate(metrics=None, xai_methods=None, model=conv_net(), x_batch=x, y_batch=y) is None
+    with pytest.warns(UserWarning, match="metrics=None"):
+        assert cq.evaluate(metrics=None, xai_methods={"random": a}, model=conv_net(), x_batch=x, y_batch=y) is None
+    with pytest.raises(InvalidInputError, match="at least one metric"):
+        cq.evaluate(metrics={}, xai_methods={"random": a}, model=conv_net(), x_batch=x, y_batch=y)
+
+
 def test_sensitivity_n_draws_follow_numpy_seed_with_one_draw_per_batch():
     x, y, a = data(6, batch=3)
     net = conv_net()

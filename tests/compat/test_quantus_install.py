@@ -55,12 +55,14 @@ def test_install_aliases_quantus_paths_to_camkit_and_names_what_it_lacks() -> No
             assert isinstance(error, ImportError)
         else:
             raise SystemExit("no error")
+        from quantus.helpers.model.pytorch_model import PyTorchModel
+        assert PyTorchModel.__module__ == "camkit.compat.quantus.functions.pytorch_model"
         try:
-            from quantus.helpers.model.pytorch_model import PyTorchModel
+            from quantus.helpers.model.tf_model import TensorFlowModel
         except cq.NotTranslatedError as error:
-            assert "pytorch_model.PyTorchModel" in str(error), error
+            assert "tf_model.TensorFlowModel" in str(error), error
         else:
-            raise SystemExit("no error for the model wrapper")
+            raise SystemExit("no error for the TensorFlow model wrapper")
         try:
             from quantus.helpers.plotting import *  # a star import is refused too
         except cq.NotTranslatedError:

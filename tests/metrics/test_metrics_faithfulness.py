@@ -75,6 +75,24 @@ def test_faithfulness_correlation_by_hand_with_given_subsets():
     assert torch.isnan(faithfulness_correlation(net, x, maps, 0, subsets=subsets, baseline=1.0)).all()
 
 
+def test_faithfulness_correlation_fill_gives_each_run_its_own_value():
+    x = torch.ones(2, 1, 4)
+    net = Weighted(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    maps = torch.tensor([[4.0, 3.0, 2.0, 1.0], [1.0, 1.0, 2.0, 5.0]])
+    subsets = torch.tensor([[[0, 1], [2, 3], [0, 3]]] * 2)
+    # sample 0, run values 0, 0.5, 1: drops (1 + 2)(1 - 0) = 3, (3 + 4)(1 - 0.5) = 3.5, (1 + 4)(1 - 1) = 0
+    # against sums 7, 3, 5; sample 1 with fill 0 everywhere: drops 3, 7, 5 against sums 2, 7, 6
+    fill = torch.tensor([[0.0, 0.5, 1.0], [0.0, 0.0, 0.0]])
+    got = faithfulness_correlation(net, x, maps, 0, subsets=subsets, fill=fill)
+    def pearson(a, b):
+        a, b = torch.tensor(a) - sum(a) / 3, torch.tensor(b) - sum(b) / 3
+        return float((a * b).sum() / (a.norm() * b.norm()))
+    assert got.tolist() == pytest.approx([pearson([7, 3, 5], [3, 3.5, 0]), pearson([2, 7, 6], [3, 7, 5])])
+    assert torch.allclose(got[1], faithfulness_correlation(net, x[1:], maps[1:], 0, subsets=subsets[1:]))
+    with pytest.raises(InvalidInputError, match=r"fill must be a tensor \[B, runs\]"):
+        faithfulness_correlation(net, x, maps, 0, subsets=subsets, fill=fill[:, :2])
+
+
 def test_faithfulness_correlation_draws_follow_the_generator_only():
     net, x = TinyNet(), tiny_input(2)
     maps = torch.rand(2, 8, 8, generator=torch.Generator().manual_seed(3))

@@ -284,6 +284,11 @@ class Metric:
         values[np.arange(batch)[:, None], order] = draws.T[:, np.arange(flat.shape[1]) // step]
         return torch.as_tensor(values, dtype=x.dtype, device=x.device).view_as(x)
 
+    def sample_uniform(self, x: Tensor) -> Tensor:
+        """Quantus's ``"uniform"`` over a whole input: one draw per sample from numpy's global generator, like ``x``."""
+        draws = np.random.uniform(*self.uniform_bounds, size=x.shape[0])
+        return torch.as_tensor(draws, dtype=x.dtype, device=x.device).view(-1, *(1,) * (x.dim() - 1)).expand_as(x)
+
     def similarity_rows(self) -> Callable[[Tensor, Tensor], Tensor] | None:
         """The ``similarity_func`` given, called by keyword as Quantus's faithfulness metrics call it (None: the default)."""
         func = getattr(self, "similarity_func", None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -43,7 +44,12 @@ def evaluate(
     ``return_as_df``. Differs from Quantus: a metric that fails raises
     :class:`MetricFailedError` naming the method, the metric and the call (Quantus prints the
     error and leaves that entry out of the results, so a broken metric looks like a missing one).
+    ``metrics=None`` or ``xai_methods=None`` returns None with a warning (Quantus prints); empty mappings raise.
     """
+    if metrics is None or xai_methods is None:
+        missing = "xai_methods" if xai_methods is None else "metrics"
+        warnings.warn(f"evaluate was given {missing}=None: nothing to evaluate, None returned", UserWarning, stacklevel=2)
+        return None
     if not metrics or not xai_methods:
         raise InvalidInputError("evaluate needs at least one metric and one method")
     calls = dict(call_kwargs) if call_kwargs else {"call_kwargs_empty": {}}

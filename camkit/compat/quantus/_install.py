@@ -8,9 +8,10 @@ A meta-path finder placed first on ``sys.meta_path`` answers every module name u
   at import time that hold this package's classes of that family, as Quantus groups them;
 * ``quantus.evaluation`` is ``evaluate``'s module, ``quantus.functions.<name>`` the module of the
   same name under ``camkit.compat.quantus.functions`` where camkit has one, and
-  ``quantus.helpers.model.model_interface`` holds the ``ModelInterface`` type;
+  ``quantus.helpers.model.model_interface`` holds the ``ModelInterface`` type and
+  ``quantus.helpers.model.pytorch_model`` camkit's ``PyTorchModel``;
 * ``quantus.helpers.utils`` holds camkit's index and baseline helpers (``expand_indices``...);
-* any other path under ``quantus`` (``quantus.helpers.model.pytorch_model``,
+* any other path under ``quantus`` (``quantus.helpers.model.tf_model``,
   the model architectures of ``quantus.helpers.model.models``...) imports, but every name read
   from it (or any other name of ``quantus.helpers.utils``) raises :class:`NotTranslatedError`, which
   names the missing part: never a silent stand-in.
@@ -67,6 +68,7 @@ MODULES = {
     "functions.n_bins_func": "functions.n_bins_func",
     "functions.mosaic_func": "functions.mosaic_func",
     "helpers.model.model_interface": "functions.model_interface",
+    "helpers.model.pytorch_model": "functions.pytorch_model",
 }
 
 #: Quantus modules of which camkit translates some names (path under ``quantus`` -> module under HOME):

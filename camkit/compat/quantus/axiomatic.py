@@ -23,10 +23,12 @@ class Completeness(Metric):
     float equality, so a complete attribution fails on rounding alone (float32 sums in another
     order). camkit tests ``|gap| <= atol + rtol * |f(x) - f(baseline)|`` (``rtol=1e-5``,
     ``atol=1e-6``; camkit's arguments). ``output_func`` is applied to the score difference, as
-    in Quantus.
+    in Quantus. ``perturb_baseline="uniform"`` fills each input with one draw from numpy's global
+    generator, as Quantus does.
     """
 
     softmax_default = False
+    uniform_order = "whole"  # "uniform": one value per sample for the whole input
 
     def __init__(
         self, abs: bool = False, normalise: bool = True, output_func: Any = None, perturb_baseline: Any = "black",
@@ -39,7 +41,8 @@ class Completeness(Metric):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
-        gap = metrics.completeness(model, x, a, y, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size)
+        baseline = self.sample_uniform(x) if self.uniform else self.baseline
+        gap = metrics.completeness(model, x, a, y, baseline=baseline, softmax=softmax, chunk_size=chunk_size)
         total = a.flatten(1).double().sum(dim=1)
         change = total - gap  # f(x) - f(baseline)
         if self.output_func is not None:

@@ -71,12 +71,13 @@ class FaithfulnessCorrelation(Metric):
     """Quantus's ``FaithfulnessCorrelation`` on :func:`camkit.metrics.faithfulness_correlation`.
 
     The subsets are drawn from numpy's global generator in Quantus's order (with its extra
-    ``uniform`` draw per perturbation when ``perturb_baseline`` is a string), so after
-    ``np.random.seed(s)`` the result equals Quantus's. A ``similarity_func`` is called as
+    ``uniform`` draw per perturbation when ``perturb_baseline`` is a string, which is that run's
+    value per sample with ``"uniform"``), so after ``np.random.seed(s)`` the result equals Quantus's. A ``similarity_func`` is called as
     Quantus calls it, ``f(a=sums, b=drops, batched=True)`` on [B, nr_runs] rows.
     """
 
     softmax_default = False
+    uniform_order = "runs"  # "uniform": one draw per sample and run (not a stepwise order)
 
     def __init__(
         self, similarity_func: Any = None, nr_runs: int = 100, subset_size: int = 224, abs: bool = False,
@@ -99,15 +100,16 @@ class FaithfulnessCorrelation(Metric):
                 f"subset_size must be smaller than the input's size per channel, got {self.subset_size} >= "
                 f"{x[0, 0].numel()}"
             )
-        runs = []
+        runs, draws = [], []
         for _ in range(self.nr_runs):
             runs.append(np.stack([np.random.choice(features, self.subset_size, replace=False) for _ in range(batch)]))
             if isinstance(self.perturb_baseline, str):  # Quantus's table of named baselines draws this each time
-                np.random.uniform(size=batch)
+                draws.append(np.random.uniform(*self.uniform_bounds, size=batch))  # "uniform": this run's values
         subsets = torch.as_tensor(np.stack(runs, axis=1), device=x.device)
+        fill = torch.as_tensor(np.stack(draws, axis=1), device=x.device) if self.uniform else None
         return _rows(
             metrics.faithfulness_correlation(
-                model, x, a.expand_as(x), y, subsets=subsets, baseline=self.baseline, softmax=softmax,
+                model, x, a.expand_as(x), y, subsets=subsets, baseline=self.baseline, fill=fill, softmax=softmax,
                 chunk_size=chunk_size, similarity=self.similarity_rows(),
             )
         )  # fmt: skip
@@ -147,10 +149,13 @@ class Monotonicity(Metric):
     Differs from Quantus: Quantus starts from the baseline and, at every step, writes the
     *baseline* into the features it should restore, so the input never changes and every
     sample scores True. camkit restores the features' values, as the paper does. Returns
-    one bool per sample, as Quantus.
+    one bool per sample, as Quantus. ``perturb_baseline="uniform"``: the start is each input filled
+    with one draw per sample, as in Quantus, whose per-step draws (written where it should restore
+    features) are drawn too, so numpy's generator is left as Quantus leaves it.
     """
 
     softmax_default = True
+    uniform_order = "start"  # "uniform": one value per sample for the starting input
 
     def __init__(
         self, features_in_step: int = 1, abs: bool = True, normalise: bool = True, perturb_baseline: Any = "black",
@@ -162,8 +167,12 @@ class Monotonicity(Metric):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        baseline = self.baseline
+        if self.uniform:
+            baseline = self.sample_uniform(x)
+            np.random.uniform(*self.uniform_bounds, size=(-(-x[0].numel() // self.features_in_step), x.shape[0]))
         values = metrics.monotonicity(
-            model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.baseline,
+            model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=baseline,
             softmax=softmax, chunk_size=chunk_size,
         )  # fmt: skip
         return [bool(v) for v in values.cpu().tolist()]

@@ -1,24 +1,27 @@
-"""Quantus's ``explain(model, inputs, targets, method=..., **kwargs)`` on camkit's explainers.
+"""Quantus's ``explain``, ``get_explanation`` and its captum and zennit branches, computed by camkit.
 
-The gradient methods of Quantus's captum branch that camkit computes: ``"Saliency"`` (the
-absolute gradient), ``"Gradient"`` (the signed gradient), ``"InputXGradient"``,
-``"IntegratedGradients"`` (zero baseline or ``baseline=``, ten trapezoid points as Quantus
-asks captum for), ``"GradientShap"`` (zero baseline or ``baseline=``) and ``"LayerGradCam"``
+The captum branch (``xai_lib="captum"``, the default), by ``method``: camkit's own explainers
+for ``"Saliency"`` (the absolute gradient), ``"Gradient"`` (the signed gradient),
+``"InputXGradient"``, ``"IntegratedGradients"`` (zero baseline or ``baseline=``, ten trapezoid
+points as Quantus asks captum for, weights summing to 1), ``"GradientShap"`` and ``"LayerGradCam"``
 (``xai_lib_kwargs={"layer": module}`` or ``gc_layer=``, a module or Quantus's string naming it;
-its map on the layer's grid, as captum's, or resized by ``interpolate=(H, W)``), and Quantus's
-control variates, which ignore the model: ``"Control Var. Sobel Filter"`` (each input's Sobel
-derivative along its last axis, clipped to 0..1), ``"Control Var. Random Uniform"`` (torch's
-global generator, U(0, 1)) and ``"Control Var. Constant"`` (``constant_value=``, a number or a
-baseline name of each input). The map keeps the input's shape, then is summed over
-``reduce_axes`` (default ``(1,)``, the channels, kept as an axis of one with ``keepdims=True``;
-``()`` or inputs without a spatial axis: no sum); the control variates are averaged instead.
-Any other ``method`` (or ``xai_lib="zennit"``) raises a clear error: use the original Quantus.
+its map on the layer's grid, or resized by ``interpolate=(H, W)``); Quantus's control variates,
+which ignore the model: ``"Control Var. Sobel Filter"``, ``"Control Var. Random Uniform"`` (torch's
+global generator, U(0, 1)) and ``"Control Var. Constant"`` (``constant_value=``); and the other
+methods of Quantus's captum branch (``Occlusion``, ``FeatureAblation``, ``DeepLift``,
+``DeepLiftShap``, ``GuidedGradCam``, ``Deconvolution``, ``Lime``, ``KernelShap``, ``LRP``, the layer
+methods) through :mod:`camkit.compat.captum` (see ``_explain_routes``). The zennit branch
+(``xai_lib="zennit"``) is in ``_explain_routes`` too. The map keeps the input's shape, then is
+summed over ``reduce_axes`` (default ``(1,)``, kept as an axis of one with ``keepdims=True``);
+the control variates are averaged instead. ``softmax=`` explains the model with or without its
+softmax output, as Quantus does. A method camkit does not compute raises a clear error.
 """
 
 from __future__ import annotations
 
 import re
 import typing
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -28,9 +31,10 @@ from scipy import ndimage
 from torch import Tensor, nn
 
 import camkit
-from camkit.errors import InvalidInputError
+from camkit.errors import InvalidInputError, UnknownMethodError
 
 from .._base import AddAxis
+from ._explain_routes import CAPTUM_ROUTED, captum_route, zennit_maps
 from .indices import baseline_values
 from .model_interface import ModelInterface
 
@@ -87,6 +91,8 @@ CONTROLS: dict[str, Callable[[nn.Module, Tensor, Tensor, dict[str, Any]], Tensor
     "Control Var. Constant": _constant,
 }
 METHODS.update(CONTROLS)
+#: Quantus's old method names and the names they stand for
+DEPRECATED = {"GradCam": "LayerGradCam"}
 
 
 def _layer(model: nn.Module, kwargs: dict[str, Any]) -> nn.Module:
@@ -124,6 +130,104 @@ def _gradcam(model: nn.Module, x: Tensor, y: Tensor, kwargs: dict[str, Any]) -> 
     return raw
 
 
+class ReduceAxesError(InvalidInputError, AssertionError):
+    """``reduce_axes`` names the batch axis or more axes than a sample has (an ``AssertionError`` too, as Quantus's)."""
+
+
+def _reduce_axes(kwargs: dict[str, Any], ndim: int) -> tuple[int, ...]:
+    axes = tuple(kwargs.get("reduce_axes", (1,)))
+    if 0 in axes:
+        raise ReduceAxesError("reduce_axes cannot include the batch axis 0")
+    if len(axes) > ndim - 1:
+        raise ReduceAxesError(f"reduce_axes {axes} names more axes than each sample has ({ndim - 1})")
+    return axes
+
+
+def _tensors(model: nn.Module, inputs: Any, targets: Any) -> tuple[Tensor, Tensor]:
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    x = torch.as_tensor(np.asarray(inputs), dtype=torch.float32, device=device)
+    return x, torch.as_tensor(np.asarray(targets), device=device).long().reshape(-1)
+
+
+def _softmax_model(model: nn.Module, kwargs: dict[str, Any]) -> nn.Module:
+    """Quantus's ``softmax=`` of the explanation functions: the model with or without its softmax output."""
+    if kwargs.get("softmax") is None:
+        return model
+    warnings.warn(
+        "softmax was passed to the explanation function: make sure the method is meant for that output",
+        UserWarning,
+        stacklevel=3,
+    )
+    from .pytorch_model import PyTorchModel
+
+    return PyTorchModel(model, softmax=bool(kwargs["softmax"])).get_softmax_arg_model()
+
+
+def _captum_maps(model: nn.Module, x: Tensor, y: Tensor, method: str, kwargs: dict[str, Any]) -> Tensor:
+    if method in CAPTUM_ROUTED:
+        return captum_route(method, model, x, y, kwargs, _layer)
+    flat = x.dim() < 3
+    net = AddAxis(model) if flat else model
+    xs = x[:, None] if flat else x
+    maps = _gradcam(net, xs, y, kwargs) if method == "LayerGradCam" else METHODS[method](net, xs, y, kwargs)
+    return maps[:, 0] if flat else maps
+
+
+def generate_captum_explanation(model: nn.Module, inputs: Any, targets: Any, device: Any = None, **kwargs: Any) -> np.ndarray:
+    """Quantus's captum branch: a numpy map per input, computed by camkit (see the module docstring).
+
+    Example:
+        >>> import numpy as np, torch
+        >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+        >>> generate_captum_explanation(net, np.ones((3, 2, 1, 2)), np.array([0, 1, 0]), method="Saliency").shape
+        (3, 1, 1, 2)
+    """
+    method = kwargs.get("method", "Gradient")
+    if method in DEPRECATED:
+        warnings.warn(f"method {method!r} is deprecated: use {DEPRECATED[method]!r}", UserWarning, stacklevel=2)
+        method = DEPRECATED[method]
+    known = sorted([*METHODS, "LayerGradCam", *CAPTUM_ROUTED])
+    if method not in known:
+        raise UnknownMethodError(
+            f"camkit.compat.quantus's explain computes {known} (Quantus's captum branch); got method={method!r}. "
+            "Use the original Quantus for the rest, or pass a camkit explainer as explain_func."
+        )
+    model = _softmax_model(model, kwargs)
+    x, y = _tensors(model, inputs, targets)
+    axes = _reduce_axes(kwargs, x.dim())
+    out = _captum_maps(model, x, y, method, kwargs).detach().cpu().numpy()
+    if axes and x.dim() >= 3:
+        reduce = np.mean if method in CONTROLS else np.sum
+        out = reduce(out, axis=axes, keepdims=kwargs.get("keepdims", True))
+    return out
+
+
+def generate_zennit_explanation(model: nn.Module, inputs: Any, targets: Any, device: Any = None, **kwargs: Any) -> np.ndarray:
+    """Quantus's zennit branch (``attributor``, ``composite``, ``canonizer``), computed by camkit.
+
+    The map is summed over ``reduce_axes`` (default ``(1,)``), as Quantus sums it.
+    """
+    model = _softmax_model(model, kwargs)
+    x, y = _tensors(model, inputs, targets)
+    axes = _reduce_axes(kwargs, x.dim())
+    flat = x.dim() < 3
+    maps = zennit_maps(AddAxis(model) if flat else model, x[:, None] if flat else x, y, kwargs)
+    out = (maps[:, 0] if flat else maps).detach().cpu().numpy()
+    return np.sum(out, axis=axes, keepdims=kwargs.get("keepdims", True))
+
+
+def get_explanation(model: nn.Module, inputs: Any, targets: Any, **kwargs: Any) -> np.ndarray:
+    """Quantus's ``get_explanation``: the captum branch, or the zennit branch with ``xai_lib="zennit"``."""
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(f"the model must be a torch.nn.Module; got {type(model).__name__}")
+    xai_lib = kwargs.get("xai_lib", "captum")
+    if xai_lib == "zennit":
+        return generate_zennit_explanation(model, inputs, targets, **kwargs)
+    if xai_lib != "captum":
+        raise InvalidInputError(f"xai_lib {xai_lib!r}: camkit computes the captum and zennit branches of Quantus")
+    return generate_captum_explanation(model, inputs, targets, **kwargs)
+
+
 def explain(model: nn.Module, inputs: Any, targets: Any, **kwargs: Any) -> np.ndarray:
     """Quantus's ``explain``: a numpy map per input, computed by camkit (see the module docstring).
 
@@ -133,26 +237,4 @@ def explain(model: nn.Module, inputs: Any, targets: Any, **kwargs: Any) -> np.nd
         >>> explain(net, np.ones((3, 2, 1, 2)), np.array([0, 1, 0]), method="Saliency").shape
         (3, 1, 1, 2)
     """
-    method = kwargs.get("method", "Gradient")
-    if kwargs.get("xai_lib", "captum") != "captum" or (method not in METHODS and method != "LayerGradCam"):
-        raise InvalidInputError(
-            f"camkit.compat.quantus's explain computes {sorted([*METHODS, 'LayerGradCam'])} (Quantus's captum "
-            f"branch); got xai_lib={kwargs.get('xai_lib', 'captum')!r}, method={method!r}. Use the original "
-            "Quantus for the rest, or pass a camkit explainer as explain_func."
-        )
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    x = torch.as_tensor(np.asarray(inputs), dtype=torch.float32, device=device)
-    y = torch.as_tensor(np.asarray(targets), device=device).long().reshape(-1)
-    flat = x.dim() < 3
-    net = AddAxis(model) if flat else model
-    xs = x[:, None] if flat else x
-    maps = _gradcam(net, xs, y, kwargs) if method == "LayerGradCam" else METHODS[method](net, xs, y, kwargs)
-    maps = maps[:, 0] if flat else maps
-    out = maps.detach().cpu().numpy()
-    axes = tuple(kwargs.get("reduce_axes", (1,)))
-    if 0 in axes:
-        raise InvalidInputError("reduce_axes cannot include the batch axis 0")
-    if axes and out.ndim >= 3:
-        reduce = np.mean if method in CONTROLS else np.sum
-        out = reduce(out, axis=axes, keepdims=kwargs.get("keepdims", True))
-    return out
+    return get_explanation(model, inputs, targets, **kwargs)
