@@ -7,7 +7,7 @@ import torch
 
 from camkit.errors import InvalidInputError
 from camkit.vlm.methods import get_vlm_method
-from camkit.vlm.methods.attention import attention_rollout, attention_probabilities
+from camkit.vlm.methods.attention import attention_probabilities, attention_rollout
 
 pytest.importorskip("transformers")
 

@@ -27,7 +27,7 @@ import inspect
 import math
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -126,7 +126,7 @@ def _rotary(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
     if not callable(rotate):
         raise UnsupportedModelError(f"{type(module).__name__} gets rotary embeddings but its modelling file has no "
                                     "apply_rotary_pos_emb camkit can apply")  # fmt: skip
-    return rotate  # type: ignore[no-any-return]
+    return rotate
 
 
 def _received(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -168,13 +168,15 @@ class _Reader:
         heads = _heads(q, k, call.get("attention_mask"), causal=bool(getattr(module, "is_causal", True)),
                        scale=getattr(module, "scaling", None), window=getattr(module, "sliding_window", None),
                        softcap=cap)  # fmt: skip
-        total, values = None, []
+        total = torch.zeros(q.shape[0], q.shape[2], k.shape[2], dtype=torch.float32, device=q.device)
+        values = []
         for h, p in heads:
-            total = p if total is None else total + p
+            total += p
             values.append(p @ v[:, h // (q.shape[1] // v.shape[1])].float())
         mixed = torch.stack(values, dim=2).flatten(2).to(hidden.dtype)  # [B, L, H * E]
-        _check(module, module.o_proj(mixed), output[0] if isinstance(output, (tuple, list)) else output)
-        self.layers.append(total / q.shape[1])  # type: ignore[operator]
+        project = cast(nn.Module, module.o_proj)
+        _check(module, project(mixed), output[0] if isinstance(output, (tuple, list)) else output)
+        self.layers.append(total / q.shape[1])
 
 
 def _check(module: nn.Module, again: Tensor, given: Tensor) -> None:

@@ -169,7 +169,7 @@ def _patch_rows_plan(request: MethodRequest, pixels: Tensor) -> PixelPlan | str:
     tokens = [int(layout.positions.numel()) * merge**2 for layout in request.layouts]
     if sum(counts) != pixels.shape[0] or counts != tokens:
         return f"pixel_values has {pixels.shape[0]} patch rows; the samples' tokens need {tokens} ({merge}x{merge} each)"
-    vision = request.model.config.vision_config
+    vision = getattr(request.model.config, "vision_config", None)
     frames, patch = int(getattr(vision, "temporal_patch_size", 1)), int(getattr(vision, "patch_size", 1))
     if pixels.shape[1] % (frames * patch * patch):
         return f"patch rows of {pixels.shape[1]} values are not C x {frames} x {patch} x {patch}"
