@@ -50,7 +50,8 @@ def test_batch_equals_one_by_one(family: str, method: str) -> None:
         assert batch.maps[b].shape == (len(batch.tokens[b]), *IMAGES[b][:2])
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [f if f in ("llava", "paligemma", "gemma3", "qwen2_5_vl", "idefics3")
+                                    else pytest.param(f, marks=pytest.mark.heavy) for f in FAMILIES])
 def test_attnlrp_pixels_receive_what_the_image_tokens_received(family: str) -> None:
     """Bias-free (biases, position and class embeddings zero), ``attention="cp"``, ``epsilon=0``: the relevance
     that reaches the image tokens' embeddings flows on, whole, through the projector and the vision tower (Qwen-VL's
