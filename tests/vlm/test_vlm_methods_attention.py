@@ -7,7 +7,7 @@ import torch
 
 from camkit.errors import InvalidInputError
 from camkit.vlm.methods import get_vlm_method
-from camkit.vlm.methods.attention import attention_rollout, sdpa_probabilities
+from camkit.vlm.methods.attention import attention_probabilities, attention_rollout
 
 pytest.importorskip("transformers")
 
@@ -50,7 +50,7 @@ def test_rollout_on_eager_attention_reads_the_same() -> None:
     torch.testing.assert_close(a.scores[0], b.scores[0], atol=1e-5, rtol=1e-4)
 
 
-def test_sdpa_probabilities_by_hand() -> None:
+def test_attention_probabilities_by_hand() -> None:
     torch.manual_seed(0)
     q, k = torch.randn(2, 4, 5, 3), torch.randn(2, 2, 5, 3)  # grouped heads: 2 query heads per key head
     mask = torch.rand(2, 1, 5, 5) > 0.3
@@ -59,9 +59,9 @@ def test_sdpa_probabilities_by_hand() -> None:
         ((q[:, h] @ k[:, h // 2].transpose(-2, -1)) * 0.5).masked_fill(~mask[:, 0], float("-inf")).softmax(-1)
         for h in range(4)
     ]).mean(0)  # fmt: skip
-    torch.testing.assert_close(sdpa_probabilities(q, k, mask, scale=0.5), expected)
+    torch.testing.assert_close(attention_probabilities(q, k, mask, scale=0.5), expected)
     additive = torch.zeros(2, 1, 5, 5).masked_fill(~mask, float("-inf"))
-    torch.testing.assert_close(sdpa_probabilities(q, k, additive, scale=0.5), expected)
+    torch.testing.assert_close(attention_probabilities(q, k, additive, scale=0.5), expected)
 
 
 def test_rollout_residual_zero_is_the_plain_product() -> None:
@@ -77,14 +77,13 @@ def test_residual_out_of_range_is_refused() -> None:
 
 
 @pytest.mark.heavy  # transformers compiles flex attention (tens of seconds on a CPU)
-def test_a_kernel_camkit_cannot_see_is_refused_by_name() -> None:
-    """Flex attention (as flash attention) is no torch function camkit's mode sees: refused, the model as loaded."""
-    import tiny_llava
-
-    from camkit.errors import UnsupportedModelError
-
+def test_flex_attention_gives_sdpas_rollout() -> None:
+    """Flex attention (a compiled kernel, as flash attention is one camkit cannot read): the same rollout, the
+    model as loaded."""
     model, processor = tiny_llava.build(attn_implementation="flex_attention")
-    req = request(model, processor, images(1), PROMPTS[:1], ANSWERS[:1])
-    with pytest.raises(UnsupportedModelError, match="'flex_attention'"):
-        get_vlm_method("attention")(req)
+    sdpa, _ = tiny_llava_pair()
+    got = get_vlm_method("attention")(request(model, processor, images(2), PROMPTS, ANSWERS))
+    want = get_vlm_method("attention")(request(sdpa, processor, images(2), PROMPTS, ANSWERS))
+    for b in range(2):
+        torch.testing.assert_close(got.scores[b], want.scores[b], atol=1e-5, rtol=1e-4)
     assert model.config._attn_implementation == "flex_attention"

@@ -90,3 +90,19 @@ def tiny_llava_pair(**sizes: Any) -> tuple[nn.Module, Any]:
 
 
 _BUILT: dict[tuple[Any, ...], tuple[nn.Module, Any]] = {}
+
+
+def family_request(model: nn.Module, processor: Any, pictures: Sequence[Any], prompts: Sequence[str],
+                   answers: Sequence[str], **options: Any) -> MethodRequest:  # fmt: skip
+    """As :func:`request` for any family: the prompts through its chat template, as ``explain_generation`` does."""
+    from camkit.vlm.families import family_of
+    from camkit.vlm.prompts import prepare, teacher_forced
+
+    family = family_of(model)
+    prompted = prepare(model, processor, family, list(pictures), list(prompts))
+    tokenizer = processor.tokenizer
+    ids = [torch.tensor(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
+    forced = teacher_forced(prompted, ids, family, int(tokenizer.pad_token_id or 0), torch.device("cpu"))
+    layouts = family.layout(model, processor, forced.inputs, [p.size for p in prompted])
+    return MethodRequest(model=model, family=family, inputs=forced.inputs, layouts=layouts, positions=forced.positions,
+                         token_ids=forced.token_ids, options=options)  # fmt: skip

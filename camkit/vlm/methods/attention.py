@@ -9,132 +9,201 @@ scores are the row ``p - 1`` of the product at the image tokens' columns (for a 
 tokens' rows). Each row sums to one over the sequence, so a score is the share of the token's
 attention flow that comes from that image token.
 
-How the probabilities are read with fused kernels: the model runs as loaded (SDPA, or eager). A
-:class:`~torch.overrides.TorchFunctionMode` sees each ``F.scaled_dot_product_attention`` call of the
-language model (not those of the vision tower) and computes ``softmax(q k^T * scale + mask)`` from
-the very queries, keys, mask and scale the kernel got (grouped key heads repeated); with eager
-attention it reads the softmax the layer computes. Flash-attention kernels are not ``torch``
-functions and cannot be read this way: the call says so. No gradient is taken.
+How the probabilities are read, whatever the attention kernel (eager, SDPA, flash, flex, or one the
+user registered): the model runs as loaded, its implementation never switched. A scoped forward hook
+on each attention module of the language model sees what the module received (the hidden states,
+the rotary ``(cos, sin)``, the mask) and what it returned, and camkit computes the probabilities
+again with the module's own parts: its query and key projections, its query and key norms where it
+has them (Gemma 3, Qwen3), its modelling file's rotary function, its ``scaling``, its logit
+soft-capping, and the mask it got (a 4-D mask as given; none, or a 2-D padding mask: causal, within
+the module's sliding window). Grouped key heads are repeated. As a check that nothing was missed,
+the values are projected too and ``o_proj(P V)`` is compared with what the module returned; a layer
+where they differ is refused with an error that names it. No gradient is taken.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Callable
-from typing import Any
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
-from torch.overrides import TorchFunctionMode
+from torch import Tensor, nn
 
 from ...errors import InvalidInputError, UnsupportedModelError
 from ...hooks import HookScope
 from ._language import Targets, decoder_of, logits_of, model_inputs, per_sample
 from .registry import MethodRequest, UnitScores, register_vlm_method
 
-__all__ = ["attention_rollout", "sdpa_probabilities"]
+__all__ = ["attention_probabilities", "attention_rollout"]
 
-_SOFTMAX = {F.softmax, torch.softmax, torch.Tensor.softmax}
+_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
-def sdpa_probabilities(
-    q: Tensor, k: Tensor, mask: Tensor | None = None, *, causal: bool = False, scale: float | None = None
+def _allowed(mask: Tensor | None, length: int, source: int, causal: bool, window: int | None,
+             device: torch.device) -> Tensor | None:  # fmt: skip
+    """Which keys each query may see [B or 1, L, S] (bool) when the mask is not a 4-D one; None: all."""
+    keep = None
+    if causal or window is not None:
+        rows = torch.arange(length, device=device)[:, None] + (source - length)
+        cols = torch.arange(source, device=device)[None, :]
+        keep = torch.ones(length, source, dtype=torch.bool, device=device)
+        if causal:
+            keep = keep & (cols <= rows)
+        if window is not None:
+            keep = keep & (cols > rows - window)
+        keep = keep[None]
+    if mask is not None and mask.dim() == 2:  # a padding mask [B, S]
+        pad = mask[:, None, -source:].bool()
+        keep = pad if keep is None else keep & pad
+    return keep
+
+
+def _heads(q: Tensor, k: Tensor, mask: Tensor | None, *, causal: bool, scale: float | None,
+           window: int | None, softcap: float | None) -> Iterator[tuple[int, Tensor]]:  # fmt: skip
+    """Each head's probabilities ``(h, [B, L, S])`` in float32; rows with nothing to attend to are zero."""
+    heads, groups = q.shape[-3], q.shape[-3] // k.shape[-3]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    length, source = q.shape[-2], k.shape[-2]
+    four = mask is not None and mask.dim() == 4
+    keep = None if four else _allowed(mask, length, source, causal, window, q.device)
+    for h in range(heads):
+        logits = q[:, h].float() @ k[:, h // groups].float().transpose(-2, -1) * scale
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        if four and mask is not None:
+            m = mask[:, min(h, mask.shape[1] - 1), :, -source:]
+            logits = logits.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else logits + m.float()
+        elif keep is not None:
+            logits = logits.masked_fill(~keep, float("-inf"))
+        yield h, torch.nan_to_num(logits.softmax(dim=-1), nan=0.0)
+
+
+def attention_probabilities(
+    q: Tensor, k: Tensor, mask: Tensor | None = None, *, causal: bool = False, scale: float | None = None,
+    window: int | None = None, softcap: float | None = None,
 ) -> Tensor:
     """``softmax(q k^T * scale + mask)`` averaged over heads, float32 [B, L, S], one head at a time.
 
-    ``q`` [B, H, L, E], ``k`` [B, Hk, S, E] (``H`` a multiple of ``Hk``: grouped heads), ``mask``
-    boolean (True: attend) or additive, broadcasting to [B, H, L, S]; as
-    ``F.scaled_dot_product_attention`` reads them. Rows with nothing to attend to are zero.
+    ``q`` [B, H, L, E], ``k`` [B, Hk, S, E] (``H`` a multiple of ``Hk``: grouped heads). ``mask``: a
+    4-D one, boolean (True: attend) or additive, broadcasting to [B, H, L, S], is taken as it is; a
+    2-D padding mask [B, S] (1: a real key) or none adds ``causal`` attention and a sliding
+    ``window`` (a query sees the ``window`` latest keys), as flash kernels do. ``softcap``: the
+    logits become ``softcap * tanh(logits / softcap)`` before the mask. Rows with nothing to
+    attend to are zero.
 
     Example:
         >>> import torch
         >>> q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
-        >>> p = sdpa_probabilities(q, k, causal=True)
+        >>> p = attention_probabilities(q, k, causal=True)
         >>> p.sum(-1).tolist(), p[0, 0].tolist()
         ([[1.0, 1.0, 1.0]], [1.0, 0.0, 0.0])
     """
-    heads, groups = q.shape[-3], q.shape[-3] // k.shape[-3]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    length, source = q.shape[-2], k.shape[-2]
-    total = torch.zeros(q.shape[0], length, source, dtype=torch.float32, device=q.device)
-    for h in range(heads):
-        logits = q[:, h].float() @ k[:, h // groups].float().transpose(-2, -1) * scale
-        if causal:
-            keep = torch.ones(length, source, dtype=torch.bool, device=q.device).tril()
-            logits = logits.masked_fill(~keep, float("-inf"))
-        if mask is not None:
-            m = mask[:, min(h, mask.shape[1] - 1)] if mask.dim() == 4 else mask
-            logits = logits.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else logits + m.float()
-        total += torch.nan_to_num(logits.softmax(dim=-1), nan=0.0)
-    return total / heads
+    total = torch.zeros(q.shape[0], q.shape[-2], k.shape[-2], dtype=torch.float32, device=q.device)
+    for _, probabilities in _heads(q, k, mask, causal=causal, scale=scale, window=window, softcap=softcap):
+        total += probabilities
+    return total / q.shape[-3]
 
 
-class _Probabilities(TorchFunctionMode):
-    """Records each attention layer's head-mean probabilities [B, L, S] while ``inside[0]`` is True."""
+def _attention_modules(decoder: nn.Module) -> list[nn.Module]:
+    """The language model's attention modules (those with query, key, value and output projections), in order."""
+    found = [m for m in decoder.modules() if all(isinstance(getattr(m, n, None), nn.Module) for n in _PARTS)]
+    expected = getattr(getattr(decoder, "config", None), "num_hidden_layers", None)
+    if not found or (expected is not None and len(found) != expected):
+        raise UnsupportedModelError(
+            f"camkit found {len(found)} attention modules with q_proj, k_proj, v_proj and o_proj in the language "
+            f"model ({type(decoder).__name__}), which has {expected} layers; use method='gradient_input', 'attnlrp' "
+            "or 'gradcam' with this model"
+        )
+    return found
 
-    def __init__(self, inside: list[bool]) -> None:
-        super().__init__()
-        self.inside = inside
+
+def _rotary(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
+    rotate = getattr(module, "rotary_fn", None) or getattr(sys.modules[type(module).__module__],
+                                                          "apply_rotary_pos_emb", None)  # fmt: skip
+    if not callable(rotate):
+        raise UnsupportedModelError(f"{type(module).__name__} gets rotary embeddings but its modelling file has no "
+                                    "apply_rotary_pos_emb camkit can apply")  # fmt: skip
+    return rotate
+
+
+def _received(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The module's call by parameter name (what ``**kwargs`` collected merged in)."""
+    bound = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+    named = dict(bound)
+    for name, parameter in inspect.signature(module.forward).parameters.items():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(named.pop(name, {}))
+    return named
+
+
+def _split(module: nn.Module, projection: str, hidden: Tensor) -> Tensor:
+    """``projection(hidden)`` as heads [B, H, L, E], through the module's norm of that projection if it has one."""
+    out = getattr(module, projection)(hidden)
+    out = out.view(*hidden.shape[:-1], -1, int(module.head_dim))  # type: ignore[arg-type]
+    norm = getattr(module, {"q_proj": "q_norm", "k_proj": "k_norm"}.get(projection, ""), None)
+    if isinstance(norm, nn.Module):
+        out = norm(out)
+    return out.transpose(1, 2)
+
+
+class _Reader:
+    """The forward hook: head-mean probabilities of each attention module, checked against its output."""
+
+    def __init__(self) -> None:
         self.layers: list[Tensor] = []
-        self.kinds: set[str] = set()
 
-    def __torch_function__(
-        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if not self.inside[0]:
-            return out
-        if func is F.scaled_dot_product_attention:
-            self.layers.append(_from_sdpa(*args, **kwargs))
-            self.kinds.add("sdpa")
-        elif _is_softmax(func) and isinstance(out, Tensor) and out.dim() == 4:  # eager attention [B, H, L, S]
-            self.layers.append(torch.nan_to_num(out.detach().float().mean(dim=1), nan=0.0))
-            self.kinds.add("eager")
-        return out
+    def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        call = _received(module, args, kwargs)
+        hidden = call.get("hidden_states", args[0] if args else None)
+        if not isinstance(hidden, Tensor):
+            raise UnsupportedModelError(f"{type(module).__name__} was called without hidden states camkit can read")
+        q, k, v = (_split(module, name, hidden) for name in _PARTS[:3])
+        rotary = call.get("position_embeddings")
+        if rotary is not None:
+            q, k = _rotary(module)(q, k, *rotary)
+        cap = getattr(module, "attn_logit_softcapping", None)
+        heads = _heads(q, k, call.get("attention_mask"), causal=bool(getattr(module, "is_causal", True)),
+                       scale=getattr(module, "scaling", None), window=getattr(module, "sliding_window", None),
+                       softcap=cap)  # fmt: skip
+        total = torch.zeros(q.shape[0], q.shape[2], k.shape[2], dtype=torch.float32, device=q.device)
+        values = []
+        for h, p in heads:
+            total += p
+            values.append(p @ v[:, h // (q.shape[1] // v.shape[1])].float())
+        mixed = torch.stack(values, dim=2).flatten(2).to(hidden.dtype)  # [B, L, H * E]
+        project = cast(nn.Module, module.o_proj)
+        _check(module, project(mixed), output[0] if isinstance(output, (tuple, list)) else output)
+        self.layers.append(total / q.shape[1])
 
 
-def _is_softmax(func: Callable[..., Any]) -> bool:
-    try:
-        return func in _SOFTMAX
-    except TypeError:
-        return False
-
-
-def _from_sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-               is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:  # fmt: skip
-    return sdpa_probabilities(query.detach(), key.detach(), attn_mask, causal=is_causal, scale=scale)
+def _check(module: nn.Module, again: Tensor, given: Tensor) -> None:
+    """Refuse a layer whose recomputed output is not the module's own (beyond the dtype's rounding)."""
+    tolerance = 1e-3 if given.dtype in (torch.float32, torch.float64) else 5e-2
+    error = float((again.float() - given.float()).norm() / given.float().norm().clamp(min=1e-12))
+    if not error <= tolerance:
+        raise UnsupportedModelError(
+            f"camkit's reading of {type(module).__name__} (layer {getattr(module, 'layer_idx', '?')}) gives an output "
+            f"{error:.2g} away from the module's own (relative): its attention does something camkit does not "
+            "recompute; use method='gradient_input', 'attnlrp' or 'gradcam' with this model"
+        )
 
 
 def _layer_probabilities(request: MethodRequest, targets: Targets) -> tuple[list[Tensor], Tensor]:
     """The language model's layers' head-mean probabilities and the targets' log-probabilities [B, T]."""
-    model = request.model
-    decoder = decoder_of(model)
-    inside = [False]
-    mode = _Probabilities(inside)
-
-    def enter(*_: Any) -> None:
-        inside[0] = True
-
-    def leave(*_: Any) -> None:
-        inside[0] = False
-
+    modules = _attention_modules(decoder_of(request.model))
+    reader = _Reader()
     with torch.no_grad(), HookScope() as scope:
-        scope.forward_pre(decoder, enter)
-        scope.forward(decoder, leave, always_call=True)
-        with mode:
-            output = model(**model_inputs(request, targets))
+        for module in modules:
+            scope.forward(module, reader, with_kwargs=True, own_thread=True)
+        output = request.model(**model_inputs(request, targets))
         scores = targets.scores(logits_of(output))
-    expected = getattr(getattr(decoder, "config", None), "num_hidden_layers", None)
-    if not mode.layers or (expected is not None and len(mode.layers) != expected):
-        implementation = getattr(getattr(decoder, "config", None), "_attn_implementation", "unknown")
-        raise UnsupportedModelError(
-            f"camkit read {len(mode.layers)} attention layers of the language model, which has {expected}: its "
-            f"attention implementation {implementation!r} runs a kernel camkit cannot see (it reads 'sdpa' and "
-            "'eager'); use method='gradient_input', 'attnlrp' or 'gradcam' with this model as loaded"
-        )
-    return mode.layers, scores
+    if len(reader.layers) != len(modules):
+        raise UnsupportedModelError(f"{len(reader.layers)} of the language model's {len(modules)} attention modules "
+                                    "ran in one forward; camkit reads each once")  # fmt: skip
+    return reader.layers, scores
 
 
 def attention_rollout(layers: list[Tensor], rows: Tensor, residual: float = 0.5) -> Tensor:
@@ -179,4 +248,5 @@ def attention(request: MethodRequest) -> UnitScores:
     positions = [layout.positions for layout in request.layouts]
     log_probs = [scores[b, :n].float() for b, n in enumerate(targets.counts)]
     return UnitScores(per_sample(rolled, positions, targets.counts), "tokens", log_probs,
-                      extras={"rollout": "Abnar & Zuidema 2020, head mean", "residual": residual})  # fmt: skip
+                      extras={"rollout": "Abnar & Zuidema 2020, head mean", "residual": residual,
+                              "read": "recomputed from each attention module's inputs"})  # fmt: skip

@@ -18,11 +18,11 @@ relevance found at the inputs sums to the logit (``extras["relevance"]`` and ``e
   language model only), summed over channels: [T_b, N_b]. Any family whose language model takes
   ``inputs_embeds``.
 * ``"pixels"``: at ``pixel_values``, through the language model, the projector and the vision
-  tower, summed over each patch's pixels and channels, one score per feature row of the family's
-  feature layer: [T_b, R_b] (a class-token row gets zero). For families whose ``pixel_values`` are
-  images [B, C, H, W] or views [B, V, C, H, W] in feature-row order, cut into square patches, one
-  image per prompt: LLaVA, LLaVA-NeXT, PaliGemma, Gemma 3. Qwen-VL (flattened patches) and
-  Idefics3 / SmolVLM (tiles before the whole image) are refused with a pointer to ``"tokens"``.
+  tower, summed over the pixels and channels of each feature row of the family's feature layer:
+  [T_b, R_b] (a class-token row gets zero). Every family here: views cut into square patches (LLaVA,
+  LLaVA-NeXT's tiles, PaliGemma, Gemma 3 with its crops, Idefics3 / SmolVLM with their crops before
+  the whole image) and Qwen-VL's patch rows (``merge x merge`` rows per token, Qwen2.5-VL's window
+  order undone); see :mod:`camkit.vlm.methods._pixels`. One image per prompt.
 * default: ``"pixels"`` where the model allows it, else ``"tokens"``; ``extras["onto"]`` says which.
 
 Options: ``onto``, ``attention`` (``"attnlrp"`` or ``"cp"``), ``rule``, ``epsilon``, ``gamma`` as
@@ -41,12 +41,12 @@ from ...explanation import Explanation
 from ...hooks import HookScope
 from ...methods import AttnLRP
 from ._language import Targets, decoder_of, model_inputs, per_sample
+from ._pixels import PixelPlan, Regrouped, as_videos, grouped, patch_relevance, row_scores
 from .registry import MethodRequest, UnitScores, register_vlm_method
 
 __all__ = ["attnlrp", "patch_relevance"]
 
 _EXPLAINER_OPTIONS = ("attention", "rule", "epsilon", "gamma", "conv_gamma")
-_PIXEL_FAMILIES = ("llava", "llava_next", "paligemma", "gemma3")  # pixel_values' views in feature-row order
 
 
 class _Stop(Exception):
@@ -135,19 +135,6 @@ def _onto_tokens(request: MethodRequest, targets: Targets, target: _LogitTarget)
     return per_sample(relevance, positions, targets.counts), e.scores, e.extras["relevance"]
 
 
-def patch_relevance(raw: Tensor, patch: int) -> Tensor:
-    """Relevance summed over channels and each ``patch`` x ``patch`` block: [..., C, H, W] -> [..., H/p * W/p].
-
-    Example:
-        >>> import torch
-        >>> patch_relevance(torch.ones(1, 3, 4, 4), 2).tolist()
-        [[12.0, 12.0, 12.0, 12.0]]
-    """
-    *lead, _, height, width = raw.shape
-    blocks = raw.sum(dim=-3).reshape(*lead, height // patch, patch, width // patch, patch)
-    return blocks.sum(dim=(-3, -1)).flatten(-2)
-
-
 def _rows_per_view(request: MethodRequest, targets: Targets) -> int:
     layer = request.family.feature_layer(request.model)  # the layer the layout's feature rows number
     shapes: list[torch.Size] = []
@@ -168,41 +155,69 @@ def _rows_per_view(request: MethodRequest, targets: Targets) -> int:
     return int(shapes[0][-2])
 
 
-def _pixel_geometry(request: MethodRequest, targets: Targets) -> tuple[int, int, int] | str:
-    """``(patch, rows per view, class rows)`` where pixels map to feature rows one patch each, else why not."""
-    pixels = request.inputs.get("pixel_values")
+def _patch_rows_plan(request: MethodRequest, pixels: Tensor) -> PixelPlan | str:
+    """Qwen-VL's patch rows: ``merge**2`` consecutive rows per token, each sample's images in turn."""
+    grid = request.inputs.get("image_grid_thw")
+    merge = getattr(getattr(request.model.config, "vision_config", None), "spatial_merge_size", None)
+    if not isinstance(grid, Tensor) or not isinstance(merge, int):
+        return f"pixel_values {list(pixels.shape)} are rows without an image_grid_thw and a spatial_merge_size"
+    per_image = grid.long().prod(dim=-1).tolist()
+    counts, image = [], 0
+    for layout in request.layouts:
+        counts.append(int(sum(per_image[image : image + len(layout.sizes)])))
+        image += len(layout.sizes)
+    tokens = [int(layout.positions.numel()) * merge**2 for layout in request.layouts]
+    if sum(counts) != pixels.shape[0] or counts != tokens:
+        return f"pixel_values has {pixels.shape[0]} patch rows; the samples' tokens need {tokens} ({merge}x{merge} each)"
+    vision = getattr(request.model.config, "vision_config", None)
+    frames, patch = int(getattr(vision, "temporal_patch_size", 1)), int(getattr(vision, "patch_size", 1))
+    if pixels.shape[1] % (frames * patch * patch):
+        return f"patch rows of {pixels.shape[1]} values are not C x {frames} x {patch} x {patch}"
+    entry = (pixels.shape[1] // (frames * patch * patch), frames, patch, patch)
+    return PixelPlan("patch_rows", tuple(counts), unit=merge**2, entry=entry)
+
+
+def _views_plan(request: MethodRequest, targets: Targets, pixels: Tensor) -> PixelPlan | str:
+    """Views cut into square patches, one feature row each (after any class rows)."""
     patch = getattr(getattr(request.model.config, "vision_config", None), "patch_size", None)
-    shape = None if pixels is None else list(pixels.shape)
-    if request.family.name not in _PIXEL_FAMILIES:
-        return f"the views of {request.family.name} are not laid out in pixel_values as its feature rows are"
-    if (pixels is None or pixels.dim() not in (4, 5) or pixels.shape[0] != len(request.layouts)
-            or not isinstance(patch, int) or pixels.shape[-1] % patch or pixels.shape[-2] % patch):  # fmt: skip
-        return f"pixel_values {shape} are not [B, (V,) C, H, W] in square patches, one image per prompt"
+    shape = list(pixels.shape)
+    if not isinstance(patch, int) or pixels.shape[-1] % patch or pixels.shape[-2] % patch:
+        return f"pixel_values {shape} are not cut into square patches of the vision tower's patch_size {patch}"
     per_view = _rows_per_view(request, targets)
     extra = per_view - (pixels.shape[-1] // patch) * (pixels.shape[-2] // patch)
     if extra not in (0, 1):
         return f"the feature layer has {per_view} rows per view, which are not the patches of pixel_values {shape}"
-    return patch, per_view, extra
+    counts = None
+    if pixels.dim() == 4 and pixels.shape[0] != len(request.layouts):  # views concatenated over the batch
+        counts = tuple(int((layout.feature_rows // per_view).unique().numel()) for layout in request.layouts)
+        if sum(counts) != pixels.shape[0]:
+            return f"pixel_values {shape} hold {pixels.shape[0]} views; the layouts' rows read {list(counts)}"
+    return PixelPlan("views", counts, patch, per_view, extra)
 
 
-def _onto_pixels(
-    request: MethodRequest, targets: Targets, target: _LogitTarget, geometry: tuple[int, int, int]
-) -> Relevance:
-    patch, per_view, extra = geometry
+def _pixel_plan(request: MethodRequest, targets: Targets) -> PixelPlan | str:
+    """How relevance at ``pixel_values`` reaches the feature rows, else why it cannot."""
+    pixels = request.inputs.get("pixel_values")
+    if not isinstance(pixels, Tensor):
+        return "the inputs have no pixel_values"
+    if pixels.dim() == 2:
+        return _patch_rows_plan(request, pixels)
+    if pixels.dim() == 5 or (pixels.dim() == 4 and pixels.shape[0] >= len(request.layouts)):
+        return _views_plan(request, targets, pixels)
+    return f"pixel_values {list(pixels.shape)} are neither views [B, (V,) C, H, W] nor patch rows"
+
+
+def _onto_pixels(request: MethodRequest, targets: Targets, target: _LogitTarget, plan: PixelPlan) -> Relevance:
     pixels = request.inputs["pixel_values"]
     rest = {k: v for k, v in model_inputs(request, targets).items() if k != "pixel_values"}
-    e = _explainer(request.model, request, input_index="pixel_values").explain(pixels, target, kwargs=rest)
-    patches = patch_relevance(_raw(e).float(), patch)  # [B, T, (V,) P]
-    if patches.dim() == 3:
-        patches = patches[:, :, None]
-    out = []
-    for b, layout in enumerate(request.layouts):
-        rows = layout.feature_rows.to(patches.device)
-        index = rows % per_view - extra
-        views = layout.feature_view.to(patches.device)
-        values = patches[b, : targets.counts[b]][:, views, index.clamp(min=0)]
-        out.append(torch.where(index >= 0, values, 0.0))
-    return out, e.scores, e.extras["relevance"]
+    if plan.counts is None:
+        e = _explainer(request.model, request, input_index="pixel_values").explain(pixels, target, kwargs=rest)
+    else:
+        x = as_videos(pixels, plan.counts, plan.entry) if plan.entry else grouped(pixels, plan.counts)
+        wrapper = Regrouped(request.model, plan, tuple(pixels.shape[1:]))
+        e = _explainer(wrapper, request).explain(x, target, kwargs=rest)
+    scores = row_scores(_raw(e), plan, request.layouts, targets.counts)
+    return scores, e.scores, e.extras["relevance"]
 
 
 @register_vlm_method("attnlrp")
@@ -218,16 +233,16 @@ def attnlrp(request: MethodRequest) -> UnitScores:
     if onto not in (None, "pixels", "tokens"):
         raise InvalidInputError(f"onto must be 'pixels' or 'tokens', got {onto!r}")
     targets = Targets.of(request)
-    geometry = _pixel_geometry(request, targets) if onto != "tokens" else "not asked for"
-    if onto == "pixels" and isinstance(geometry, str):
-        raise UnsupportedModelError(f"AttnLRP cannot read relevance onto pixels here: {geometry}; use onto='tokens'")
+    plan = _pixel_plan(request, targets) if onto != "tokens" else "not asked for"
+    if onto == "pixels" and isinstance(plan, str):
+        raise UnsupportedModelError(f"AttnLRP cannot read relevance onto pixels here: {plan}; use onto='tokens'")
     if onto is None:
-        onto = "tokens" if isinstance(geometry, str) else "pixels"
+        onto = "tokens" if isinstance(plan, str) else "pixels"
     target = _LogitTarget(targets)
-    if isinstance(geometry, str):
+    if isinstance(plan, str):
         scores, logits, relevance = _onto_tokens(request, targets, target)
     else:
-        scores, logits, relevance = _onto_pixels(request, targets, target, geometry)
+        scores, logits, relevance = _onto_pixels(request, targets, target, plan)
     log_probs = target.log_probs
     if log_probs is None:  # the target was not scored: AttnLRP would have raised
         raise UnsupportedModelError("AttnLRP did not score the targets")
