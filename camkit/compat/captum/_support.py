@@ -38,8 +38,6 @@ STUBS = {
     "_batch_example_iterator": "captum's private batching step",
     "_construct_default_feature_mask": "captum's private feature-mask step",
     "_format_input_baseline": "captum's private input formatting",
-    "configure_interpretable_embedding_layer": "interpretable embeddings of text models",
-    "remove_interpretable_embedding_layer": "interpretable embeddings of text models",
     "get_exp_kernel_similarity_function": "Lime's custom similarity kernels",
     "LinearModel": "captum's interpretable linear models for Lime",
     "SGDLasso": "captum's interpretable linear models for Lime",
