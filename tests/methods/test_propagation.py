@@ -428,7 +428,7 @@ def test_lrp_epsilon_plus_uses_zplus_on_convs_and_epsilon_on_linear_layers():
 
 @pytest.mark.parametrize("rule", ["zplus", "alphabeta", "epsilonplus", "epsilonalpha2beta1"])
 def test_lrp_sign_split_rules_skip_nothing_that_matters_after_relus(rule, monkeypatch):
-    import camkit.methods.attribution.lrp as lrp_module
+    import camkit.methods.attribution._lrp_mode as lrp_module  # the rule mode, where the layers are read
 
     model, x = ResBlockNet().eval(), tiny_input(batch=2)
     calls: list[bool] = []

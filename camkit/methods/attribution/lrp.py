@@ -243,7 +243,8 @@ def _layer_rule(value: str | Mapping[str, Any], defaults: LayerRule, key: object
             f"layer_rules[{key!r}] must be one of {', '.join(repr(r) for r in RULES)} or a dict with 'rule' and "
             f"any of epsilon, stabilizer, gamma, alpha, beta; got {value!r}"
         )
-    spec = replace(defaults, **{k: (v if k == "rule" else float(v)) for k, v in settings.items()})
+    numbers = {k: float(v) for k, v in settings.items() if k != "rule"}
+    spec = replace(defaults, rule=str(settings["rule"]), **numbers)
     _check_settings(spec.epsilon, spec.stabilizer, spec.gamma, spec.alpha, spec.beta)
     return spec
 
