@@ -38,8 +38,6 @@ __all__ = [
 #: names of captum's private modules that its test helpers import but camkit does not provide:
 #: importing them works, calling them raises (the helper's own tests then fail loudly)
 STUBS = {
-    "configure_interpretable_embedding_layer": "interpretable embeddings of text models",
-    "remove_interpretable_embedding_layer": "interpretable embeddings of text models",
 }
 
 

@@ -30,7 +30,8 @@ from ...targets.classes import OutputSelector, Target, resolve_target, select_ou
 from .._core.binding import InputIndex
 from .._core.cam_base import CAMExplainer
 from ._activations import warn_unruled
-from .lrp import LRP, _LRPMode
+from ._lrp_mode import _LRPMode
+from .lrp import LRP
 from .pixel import pixel_maps
 
 __all__ = ["ConceptReferences", "ConceptRelevance"]
@@ -155,7 +156,7 @@ class ConceptRelevance(CAMExplainer):
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         name, module = self._one_layer(x)
         leaf = x.detach().clone().requires_grad_(True)
-        mode = _LRPMode(self._lrp) if self._lrp is not None else None
+        mode = _LRPMode(self._lrp._book) if self._lrp is not None else None
         records: list[Tensor] = []
 
         def hook(mod: nn.Module, args: Any, out: Any) -> Any:

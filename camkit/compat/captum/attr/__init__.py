@@ -15,6 +15,11 @@ from ._base import (
     NotComputedError,
     PerturbationAttribution,
 )
+from ._embedding import (
+    InterpretableEmbeddingBase,
+    configure_interpretable_embedding_layer,
+    remove_interpretable_embedding_layer,
+)
 from ._gradient import (
     Deconvolution,
     DeepLift,
@@ -61,6 +66,7 @@ __all__ = [
     "InputXGradient",
     "IntegratedGradients",
     "InternalAttribution",
+    "InterpretableEmbeddingBase",
     "KernelShap",
     "LayerActivation",
     "LayerAttribution",
@@ -84,7 +90,9 @@ __all__ = [
     "Saliency",
     "ShapleyValueSampling",
     "ShapleyValues",
+    "configure_interpretable_embedding_layer",
     "missing_class",
+    "remove_interpretable_embedding_layer",
 ]
 
 

@@ -210,7 +210,8 @@ class _LayerPath(_Layered):
 
         results, explanations, route = self._on_layer(inputs, target, extra, build, to_input)
         raw = route.split(results[0][0], xs[0].dtype)
-        return (raw, gathered(explanations, "completeness_gap", xs[0].dtype)) if delta else raw
+        kind = (raw[0] if isinstance(raw, tuple) else raw).dtype  # the layer's: integer inputs have float embeddings
+        return (raw, gathered(explanations, "completeness_gap", kind)) if delta else raw
 
 
 class LayerIntegratedGradients(_LayerPath):

@@ -1,9 +1,10 @@
 """captum's ``LRP`` and its rule objects on :class:`camkit.LRP`.
 
 captum sets a rule object on each layer (``layer.rule = GammaRule()``), with the epsilon rule
-(epsilon 1e-9) on every convolution, linear, pooling and batch-norm layer that has none. camkit's LRP
-applies one rule to every convolution and linear layer, so the translation takes the rule all
-those layers share; layers with different rules, or rules camkit does not have, are refused.
+(epsilon 1e-9) on every convolution, linear, pooling and batch-norm layer that has none. The
+translation gives each convolution and linear layer its rule through camkit's
+``LRP(layer_rules=...)``; rules camkit does not have (``IdentityRule`` on a weighted layer,
+``set_bias_to_zero=True``) are refused.
 """
 
 from __future__ import annotations
@@ -66,8 +67,21 @@ def _leaves(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(name, m) for name, m in model.named_modules() if not list(m.children())]
 
 
+def _camkit_layer_rule(rule: PropagationRule, name: str) -> dict[str, Any]:
+    """captum's rule object of one weighted layer as a rule of camkit's ``LRP(layer_rules=...)``."""
+    if getattr(rule, "set_bias_to_zero", False) or type(rule) is IdentityRule:
+        raise NotComputedError(f"LRP with {type(rule).__name__} (or set_bias_to_zero=True) on layer {name!r}")
+    if isinstance(rule, GammaRule):
+        return {"rule": "gamma", "gamma": rule.gamma}
+    if isinstance(rule, Alpha1_Beta0_Rule):
+        return {"rule": "alphabeta", "alpha": 1.0, "beta": 0.0}
+    if isinstance(rule, EpsilonRule):
+        return {"rule": "epsilon", "epsilon": rule.STABILITY_FACTOR}
+    raise NotComputedError(f"LRP with {type(rule).__name__} on layer {name!r}: camkit has no such rule")
+
+
 class LRP(GradientAttribution):
-    """captum's ``LRP`` on :class:`camkit.LRP`, with the one rule every convolution and linear layer has."""
+    """captum's ``LRP`` on :class:`camkit.LRP`, each convolution's and linear layer's rule object as camkit's ``layer_rules``."""
 
     def __init__(self, model: nn.Module) -> None:
         for name, module in model.named_modules():
@@ -91,21 +105,12 @@ class LRP(GradientAttribution):
                     f"Module of type {type(module).__name__} ({name!r}) has no LRP rule in camkit; captum refuses it too "
                     "unless a rule is set on it"
                 )
-        rules = {getattr(m, "rule", None) or EpsilonRule() for _, m in _leaves(self.model) if isinstance(m, _WEIGHTED)}
-        kinds = {r._key() for r in rules}
-        if len(kinds) > 1:
-            raise NotComputedError(
-                f"LRP with different rules on different layers ({sorted(k[0] for k in kinds)}): camkit's LRP applies one "
-                "rule to every convolution and linear layer (or one of its composites, camkit.LRP(model, rule=...))"
-            )
-        rule = next(iter(rules), EpsilonRule())
-        if getattr(rule, "set_bias_to_zero", False) or type(rule) is IdentityRule:
-            raise NotComputedError(f"LRP with {type(rule).__name__} (or set_bias_to_zero=True) on weighted layers")
-        if isinstance(rule, GammaRule):
-            return {"rule": "gamma", "gamma": rule.gamma, "epsilon": 1e-9}
-        if isinstance(rule, Alpha1_Beta0_Rule):
-            return {"rule": "alphabeta", "alpha": 1.0, "beta": 0.0, "epsilon": 1e-9}
-        return {"rule": "epsilon", "epsilon": rule.STABILITY_FACTOR}
+        layers: dict[nn.Module, dict[str, Any]] = {}
+        for name, module in _leaves(self.model):
+            if isinstance(module, _WEIGHTED):
+                layers[module] = _camkit_layer_rule(getattr(module, "rule", None) or EpsilonRule(), name)
+        return {"rule": "epsilon", "epsilon": 1e-9, "layer_rules": layers}
+
 
     def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
                   return_convergence_delta: bool = False, verbose: bool = False) -> Any:

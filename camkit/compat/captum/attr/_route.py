@@ -39,6 +39,7 @@ class Route:
         #: the routed tensor (None: all tensors, flattened side by side; i: the i-th only)
         self.element: int | None = None
         self.shapes: list[tuple[int, ...]] = []  # each tensor's shape, batch included, from :meth:`survey`
+        self.dtypes: list[torch.dtype] = []  # and its dtype
         self.several = False  # the layer takes or returns a tuple (captum then returns a tuple)
 
     def _through(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -94,13 +95,21 @@ class Route:
             raise NotComputedError("the layer did not run in the forward pass")
         value = seen[-1]
         self.several = not isinstance(value, Tensor) and not (self.to_input and len(value) == 1)
-        self.shapes = [tuple(t.shape) for t in as_tuple(tuple(value) if isinstance(value, list) else value)
-                       if isinstance(t, Tensor)]
+        tensors = [t for t in as_tuple(tuple(value) if isinstance(value, list) else value) if isinstance(t, Tensor)]
+        self.shapes = [tuple(t.shape) for t in tensors]
+        self.dtypes = [t.dtype for t in tensors]
         return len(self.shapes)
 
     def split(self, raw: Tensor, dtype: torch.dtype) -> Any:
-        """camkit's attribution to the probe [B, ...] as captum returns it: a tensor, or a tuple for several."""
+        """camkit's attribution to the probe [B, ...] as captum returns it: a tensor, or a tuple for several.
+
+        The parts come in ``dtype`` (the inputs'), or in the layer tensor's own where that is a
+        floating type and ``dtype`` is not (an embedding of integer indices).
+        """
         rows = raw.shape[0]
+        if not dtype.is_floating_point and self.dtypes:
+            own = self.dtypes if self.element is None else [self.dtypes[self.element]]
+            dtype = next((d for d in own if d.is_floating_point), raw.dtype)
         shapes = self.shapes if self.element is None else [self.shapes[self.element]]
         if len(shapes) == 1:
             parts: tuple[Tensor, ...] = (raw.reshape(rows, *shapes[0][1:]).to(dtype),)
