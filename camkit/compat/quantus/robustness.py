@@ -221,18 +221,22 @@ class Consistency(_Robustness):
 
 
 def _representation(model: nn.Module, names: list[str] | None, indices: list[int] | None) -> Callable[[Tensor], Tensor]:
-    """Quantus's hidden representation: the outputs of the chosen modules (default: all but the model
-    itself and its ``nn.Sequential`` containers), flattened and joined."""
-    every = list(model.named_modules())
-    wanted_index = {i if i >= 0 else len(every) + i for i in (indices or [])}
+    """Quantus's hidden representation: the outputs of the chosen hidden modules (every module but the
+    model itself and its ``nn.Sequential`` containers), flattened and joined. As in Quantus, an index
+    counts over those hidden modules; a negative one counts from their end, as in Python (Quantus
+    counts it from the end of every module, the model and containers included, and so misses)."""
+    hidden = [(n, m) for n, m in model.named_modules() if not isinstance(m, (type(model), nn.Sequential))]
+    wanted_index = {i % len(hidden) for i in (indices or []) if -len(hidden) <= i < len(hidden)}
     chosen = [
         module
-        for i, (name, module) in enumerate(every)
-        if not isinstance(module, (type(model), nn.Sequential))
-        and ((not names and not indices) or i in wanted_index or name in (names or []))
+        for i, (name, module) in enumerate(hidden)
+        if (not names and not indices) or i in wanted_index or name in (names or [])
     ]
     if not chosen:
-        raise InvalidInputError(f"no module matches layer_names={names!r} / layer_indices={indices!r}")
+        raise InvalidInputError(
+            f"no hidden module matches layer_names={names!r} / layer_indices={indices!r} "
+            f"(indices count over the {len(hidden)} hidden modules)"
+        )
 
     def features(x: Tensor) -> Tensor:
         outputs: list[Tensor] = []
