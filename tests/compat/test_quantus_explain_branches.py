@@ -137,3 +137,16 @@ def test_get_explanation_refuses_models_that_are_not_torch_modules() -> None:
     x, y = data()
     with pytest.raises(ValueError, match=r"torch\.nn\.Module"):
         ours.get_explanation(object(), x, y)
+
+
+def test_occlusion_default_window_on_a_three_channel_signal_occludes_one_channel_at_a_time() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(3, 4, 5), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 16, 5)).eval()
+    x = np.random.RandomState(1).randn(3, 3, 20).astype(np.float32)
+    y = np.array([0, 3, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = quantus_explain.explain(model=model, inputs=x, targets=y, method="Occlusion")
+        got = ours.explain(model=model, inputs=x, targets=y, method="Occlusion")
+    assert got.shape == theirs.shape == (3, 1, 20)
+    np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-7)

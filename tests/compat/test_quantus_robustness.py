@@ -107,3 +107,34 @@ def test_consistency_equals_quantus_but_a_lonely_label_is_nan() -> None:
     assert shared[0] and shared[3]
     np.testing.assert_allclose(ours[shared], theirs[shared])
     assert (theirs[~shared] == 0).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "init"),
+    [
+        ("AvgSensitivity", {"nr_samples": 3, "perturb_func_kwargs": {"perturb_std": 0.05}}),
+        ("LocalLipschitzEstimate", {"nr_samples": 3, "perturb_func_kwargs": {"perturb_std": 0.05}}),
+        ("RelativeInputStability", {"nr_samples": 3, "return_nan_when_prediction_changes": False}),
+    ],
+)
+def test_a_custom_perturb_func_is_called_as_quantus_calls_it(name: str, init: dict) -> None:
+    call = setup()
+    init = {"normalise": False, "perturb_func": quantus.perturb_func.batch_gaussian_noise, **init}
+    if name == "LocalLipschitzEstimate":
+        init["perturb_func"] = quantus.perturb_func.batch_uniform_noise  # its default is the Gaussian one
+        init["perturb_func_kwargs"] = {"lower_bound": 0.05}
+    ours, theirs = run(cq, name, init=init, **call), run(quantus, name, init=init, **call)
+    np.testing.assert_allclose(ours, theirs, rtol=2e-4)
+    default = run(cq, name, init={k: v for k, v in init.items() if k != "perturb_func"}, **call)
+    assert not np.allclose(ours, default)  # the function given was used
+
+
+@pytest.mark.parametrize("layers", [{"layer_indices": [0]}, {"layer_indices": [2]}, {"layer_names": ["conv2"]}])
+def test_representation_layers_count_over_the_hidden_modules_as_quantus(layers: dict) -> None:
+    call = setup()
+    init = {"nr_samples": 2, "normalise": False, "return_nan_when_prediction_changes": False, **layers}
+    ours = run(cq, "RelativeRepresentationStability", init=init, **call)
+    np.testing.assert_allclose(ours, run(quantus, "RelativeRepresentationStability", init=init, **call), rtol=2e-4)
+    if "layer_indices" in layers:  # the model itself is not module 0
+        other = {"layer_indices": [layers["layer_indices"][0] + 1]}
+        assert not np.allclose(ours, run(cq, "RelativeRepresentationStability", init={**init, **other}, **call))

@@ -2,8 +2,10 @@
 
 The perturbations are drawn from numpy's global generator in Quantus's order (one draw of the
 batch's shape per step, batch by batch), so after ``np.random.seed(s)`` the perturbed inputs are
-Quantus's; camkit then re-explains all of them in bounded batches. Only Quantus's default
-perturbation, norm and similarity functions are supported (their keyword arguments are).
+Quantus's; camkit then re-explains all of them in bounded batches. A ``perturb_func`` given to
+the noise-based classes is called as Quantus calls it (its keywords, ``perturb_func_kwargs`` over
+them; ``arr`` the flattened batch, once per step); only Quantus's default norm and similarity
+functions are supported (their keyword arguments are).
 Shared difference: with ``return_nan_when_prediction_changes=True`` Quantus returns NaN for a
 sample as soon as one perturbation changes its class; camkit leaves those perturbations out and
 returns NaN only when all change it (the relative stabilities of Agarwal et al. 2022 maximise
@@ -12,6 +14,7 @@ over the perturbations that keep the class).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -55,12 +58,40 @@ def _numpy_plan(x: Tensor, samples: int, draw: Callable[[tuple[int, ...]], np.nd
     return torch.stack([(flat.double() + n).to(x.dtype).view_as(x) for n in noise])
 
 
+def _custom(name: str, perturb_func: Any, kwargs: dict[str, Any], given: dict[str, Any] | None) -> Any:
+    """Quantus's ``make_perturb_func``: ``perturb_func`` with the metric's keywords, ``perturb_func_kwargs`` over them;
+    None for Quantus's default function (drawn by :func:`_numpy_plan`)."""
+    if is_default(name, "perturb_func", perturb_func):
+        return None
+    return functools.partial(perturb_func, **{**kwargs, **(given or {})})
+
+
+def _perturbed(x: Tensor, samples: int, perturb: Any) -> Tensor:
+    """Perturbed inputs [N, B, C, *S] from a Quantus perturbation function, called as Quantus calls it:
+    ``perturb(arr=[B, features] numpy, indices=every feature's index per row)``, once per step."""
+    flat = x.detach().flatten(1).cpu().numpy()
+    indices = np.tile(np.arange(flat.shape[1]), (flat.shape[0], 1))
+    steps = [np.asarray(perturb(arr=flat.copy(), indices=indices)) for _ in range(samples)]
+    return torch.stack([torch.as_tensor(step, device=x.device).to(x.dtype).reshape(x.shape) for step in steps])
+
+
 class _Robustness(_Randomisation):
     """A robustness metric: re-explains perturbed inputs with ``explain_func``."""
+
+    perturb: Any = None
+    nr_samples = 0
 
     def explainer(self, model: nn.Module) -> Callable[[Tensor, Any], Tensor]:
         raw = self.raw_maps(model, model)
         return lambda inputs, target: self.prepared(raw(inputs, target))
+
+    def plan(self, x: Tensor, draw: Callable[[tuple[int, ...]], np.ndarray]) -> Tensor:
+        """The perturbed inputs: Quantus's default draws, or the ``perturb_func`` given, called as Quantus calls it."""
+        return (
+            _numpy_plan(x, self.nr_samples, draw)
+            if self.perturb is None
+            else _perturbed(x, self.nr_samples, self.perturb)
+        )
 
 
 class _Sensitivity(_Robustness):
@@ -74,9 +105,11 @@ class _Sensitivity(_Robustness):
         abs: bool = False, normalise: bool = False, **kwargs: Any,
     ) -> None:  # fmt: skip
         _only_defaults(type(self).__name__, similarity_func=similarity_func, norm_numerator=norm_numerator,
-                       norm_denominator=norm_denominator, perturb_func=perturb_func)  # fmt: skip
+                       norm_denominator=norm_denominator)  # fmt: skip
         super().__init__(abs=abs, normalise=normalise, **kwargs)
-        options = {"lower_bound": lower_bound, "upper_bound": upper_bound, **(perturb_func_kwargs or {})}
+        bounds = {"lower_bound": lower_bound, "upper_bound": upper_bound}
+        self.perturb = _custom(type(self).__name__, perturb_func, bounds, perturb_func_kwargs)
+        options = {**bounds, **(perturb_func_kwargs or {})}
         low, high = options["lower_bound"], options["upper_bound"]
         self.low, self.high = (-low, low) if high is None else (low, high)
         self.nr_samples = nr_samples
@@ -85,7 +118,7 @@ class _Sensitivity(_Robustness):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Any:
-        plan = _numpy_plan(x, self.nr_samples, lambda shape: np.random.uniform(self.low, self.high, shape))
+        plan = self.plan(x, lambda shape: np.random.uniform(self.low, self.high, shape))
         measure = metrics.avg_sensitivity if self.reduce == "mean" else metrics.max_sensitivity
         scores = measure(
             self.explainer(model), x, y, model=model, maps=single_channel(a, type(self).__name__), perturbed=plan,
@@ -127,9 +160,11 @@ class LocalLipschitzEstimate(_Robustness):
         abs: bool = False, normalise: bool = True, **kwargs: Any,
     ) -> None:  # fmt: skip
         _only_defaults("LocalLipschitzEstimate", similarity_func=similarity_func, norm_numerator=norm_numerator,
-                       norm_denominator=norm_denominator, perturb_func=perturb_func)  # fmt: skip
+                       norm_denominator=norm_denominator)  # fmt: skip
         super().__init__(abs=abs, normalise=normalise, **kwargs)
-        options = {"perturb_mean": perturb_mean, "perturb_std": perturb_std, **(perturb_func_kwargs or {})}
+        moments = {"perturb_mean": perturb_mean, "perturb_std": perturb_std}
+        self.perturb = _custom("LocalLipschitzEstimate", perturb_func, moments, perturb_func_kwargs)
+        options = {**moments, **(perturb_func_kwargs or {})}
         self.mean, self.std = options["perturb_mean"], options["perturb_std"]
         self.nr_samples = nr_samples
         self.skip_changed = return_nan_when_prediction_changes
@@ -137,7 +172,7 @@ class LocalLipschitzEstimate(_Robustness):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Any:
-        plan = _numpy_plan(x, self.nr_samples, lambda shape: np.random.normal(self.mean, self.std, shape))
+        plan = self.plan(x, lambda shape: np.random.normal(self.mean, self.std, shape))
         scores = metrics.local_lipschitz_estimate(
             self.explainer(model), x, y, model=model, maps=single_channel(a, "LocalLipschitzEstimate"),
             perturbed=plan, skip_changed=self.skip_changed, chunk_size=chunk_size,
@@ -201,7 +236,9 @@ class Consistency(_Robustness):
 
     def __init__(self, discretise_func: Any = None, abs: bool = True, normalise: bool = True, **kwargs: Any) -> None:
         super().__init__(abs=abs, normalise=normalise, **kwargs)
-        self.discretise_func = None if is_default("Consistency", "discretise_func", discretise_func) else discretise_func
+        self.discretise_func = (
+            None if is_default("Consistency", "discretise_func", discretise_func) else discretise_func
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return super(_Randomisation, self).__call__(*args, **kwargs)
@@ -221,18 +258,22 @@ class Consistency(_Robustness):
 
 
 def _representation(model: nn.Module, names: list[str] | None, indices: list[int] | None) -> Callable[[Tensor], Tensor]:
-    """Quantus's hidden representation: the outputs of the chosen modules (default: all but the model
-    itself and its ``nn.Sequential`` containers), flattened and joined."""
-    every = list(model.named_modules())
-    wanted_index = {i if i >= 0 else len(every) + i for i in (indices or [])}
+    """Quantus's hidden representation: the outputs of the chosen hidden modules (every module but the
+    model itself and its ``nn.Sequential`` containers), flattened and joined. As in Quantus, an index
+    counts over those hidden modules; a negative one counts from their end, as in Python (Quantus
+    counts it from the end of every module, the model and containers included, and so misses)."""
+    hidden = [(n, m) for n, m in model.named_modules() if not isinstance(m, (type(model), nn.Sequential))]
+    wanted_index = {i % len(hidden) for i in (indices or []) if -len(hidden) <= i < len(hidden)}
     chosen = [
         module
-        for i, (name, module) in enumerate(every)
-        if not isinstance(module, (type(model), nn.Sequential))
-        and ((not names and not indices) or i in wanted_index or name in (names or []))
+        for i, (name, module) in enumerate(hidden)
+        if (not names and not indices) or i in wanted_index or name in (names or [])
     ]
     if not chosen:
-        raise InvalidInputError(f"no module matches layer_names={names!r} / layer_indices={indices!r}")
+        raise InvalidInputError(
+            f"no hidden module matches layer_names={names!r} / layer_indices={indices!r} "
+            f"(indices count over the {len(hidden)} hidden modules)"
+        )
 
     def features(x: Tensor) -> Tensor:
         outputs: list[Tensor] = []
@@ -254,10 +295,10 @@ class _Relative(_Robustness):
         normalise: bool = False, normalise_func: Any = None, layer_names: list[str] | None = None,
         layer_indices: list[int] | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _only_defaults(type(self).__name__, perturb_func=perturb_func)
         if layer_names is not None and layer_indices is not None:
             raise InvalidInputError("pass layer_names or layer_indices, not both")
         super().__init__(abs=abs, normalise=normalise, normalise_func=normalise_func, **kwargs)
+        self.perturb = _custom(type(self).__name__, perturb_func, {"upper_bound": 0.2}, perturb_func_kwargs)
         options = {"lower_bound": 0.02, "upper_bound": 0.2, **(perturb_func_kwargs or {})}
         low, high = options["lower_bound"], options["upper_bound"]
         self.low, self.high = (-low, low) if high is None else (low, high)
@@ -276,7 +317,7 @@ class _Relative(_Robustness):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Any:
-        plan = _numpy_plan(x, self.nr_samples, lambda shape: np.random.uniform(self.low, self.high, shape))
+        plan = self.plan(x, lambda shape: np.random.uniform(self.low, self.high, shape))
         common: dict[str, Any] = {
             "maps": self.prepared(single_channel(a, type(self).__name__)), "perturbed": plan, "eps": self.eps,
             "skip_changed": self.skip_changed, "chunk_size": chunk_size,
@@ -315,9 +356,10 @@ class RelativeOutputStability(_Relative):
 class RelativeRepresentationStability(_Relative):
     """Quantus's ``RelativeRepresentationStability`` on :func:`camkit.metrics.relative_representation_stability`.
 
-    The representation is Quantus's: the outputs of the modules named in ``layer_names`` (or at
-    ``layer_indices`` of ``named_modules``; default every module but the model itself and its
-    ``nn.Sequential`` containers), flattened and joined. Otherwise as :class:`RelativeInputStability`.
+    The representation is Quantus's: the outputs of the hidden modules (every module but the model
+    itself and its ``nn.Sequential`` containers; default all of them) named in ``layer_names`` or
+    at ``layer_indices`` among the hidden modules, flattened and joined (a negative index counts
+    from their end, as in Python; Quantus counts it over every module). Otherwise as :class:`RelativeInputStability`.
     """
 
     kind = "representation"
