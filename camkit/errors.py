@@ -262,7 +262,7 @@ class NoRuleWarning(CamkitWarning):
         >>> import torch
         >>> from torch import nn
         >>> import camkit
-        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Softmax(dim=1),
+        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.LogSoftmax(dim=1),
         ...                     nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
         >>> import warnings
         >>> with warnings.catch_warnings(record=True) as caught:

@@ -46,8 +46,8 @@ def load_generation_model(
         >>> try:
         ...     load_generation_model("torchvision:resnet18")
         ... except ModelLoadError as err:
-        ...     print(str(err)[:60])
-        --prompt explains vision-language models given as hf:PATH (
+        ...     print(str(err).split(" (")[0])
+        --prompt explains vision-language models given as hf:PATH
     """
     if isinstance(model, nn.Module):
         if processor is None:
