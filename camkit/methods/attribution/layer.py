@@ -383,11 +383,12 @@ class LayerConductance(_PathMethod):
         call: int = -1,
         output: OutputSelector = None,
         keep_mode: bool = False,
+        input_index: InputIndex = 0,
         reshape: Reshape | None = None,
     ) -> None:
         super().__init__(
             model, layer, steps=steps, baseline=baseline, max_batch=max_batch, call=call, output=output,
-            keep_mode=keep_mode, reshape=reshape,
+            keep_mode=keep_mode, input_index=input_index, reshape=reshape,
         )
         integration_points(steps + 1, rule)
         self.rule: IntegrationRule = rule
