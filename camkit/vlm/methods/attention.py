@@ -61,12 +61,26 @@ def _allowed(mask: Tensor | None, length: int, source: int, causal: bool, window
     return keep
 
 
+def _dense(mask: Any, device: torch.device) -> Tensor | None:
+    """A flex-attention ``BlockMask`` as the boolean [B, H, L, S] mask its ``mask_mod`` describes; other masks as given."""
+    if mask is None or isinstance(mask, Tensor):
+        return mask
+    mask_mod, shape = getattr(mask, "mask_mod", None), getattr(mask, "shape", None)
+    if mask_mod is None or shape is None:
+        raise UnsupportedModelError(f"attention rollout cannot read an attention mask of type {type(mask).__name__}")
+    from torch.nn.attention.flex_attention import create_mask
+
+    b, h, length, source = shape
+    return create_mask(mask_mod, b, h, length, source, device=device)
+
+
 def _heads(q: Tensor, k: Tensor, mask: Tensor | None, *, causal: bool, scale: float | None,
            window: int | None, softcap: float | None) -> Iterator[tuple[int, Tensor]]:  # fmt: skip
     """Each head's probabilities ``(h, [B, L, S])`` in float32; rows with nothing to attend to are zero."""
     heads, groups = q.shape[-3], q.shape[-3] // k.shape[-3]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     length, source = q.shape[-2], k.shape[-2]
+    mask = _dense(mask, q.device)
     four = mask is not None and mask.dim() == 4
     keep = None if four else _allowed(mask, length, source, causal, window, q.device)
     for h in range(heads):
