@@ -163,3 +163,28 @@ def test_a_learned_query_is_no_factor_of_the_input() -> None:
         a = camkit.AttnLRP(learned, attention).explain(x, target=1).raw
         b = camkit.AttnLRP(constant, attention).explain(x, target=1).raw
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_written_out_attention_gives_zeros_for_rows_with_nothing_to_attend_to_as_sdpa_does():
+    # a padded query under a causal or sliding-window mask has every key masked: SDPA returns zeros
+    # there, and the written-out attention must too, with finite gradients (NaN would reach every key)
+    from camkit.methods.attribution._attnlrp_attention import attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, 5, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.tensor([[True, False, False, False], [False, False, False, False],
+                         [True, True, True, False], [True, True, True, True]])
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out, weights = attention(q, k, v, "attnlrp", (True, True, True), mask=mask)
+    torch.testing.assert_close(out, expected)
+    assert bool((weights[..., 1, :] == 0).all())
+    grads = torch.autograd.grad(out.sum(), (q, k, v))  # AttnLRP's modified gradients: finite, none at the dead row
+    assert all(bool(torch.isfinite(g).all()) for g in grads)
+    assert bool((grads[0][..., 1, :] == 0).all())
+    # the other rows' relevance is that of the same call without the dead query
+    keep = [0, 2, 3]
+    alive = tuple(t.detach()[..., keep, :].requires_grad_() if i == 0 else t.detach().requires_grad_()
+                  for i, t in enumerate((q, k, v)))
+    out_alive, _ = attention(*alive, "attnlrp", (True, True, True), mask=mask[keep])
+    for mine, theirs in zip((grads[0][..., keep, :], grads[1], grads[2]), torch.autograd.grad(out_alive.sum(), alive)):
+        torch.testing.assert_close(mine, theirs)

@@ -82,7 +82,7 @@ def test_zeroed_pixels_zero_exactly_their_unit(family: str, view: int) -> None:
     assert torch.equal(zero, unit | untouched), (zero.nonzero().flatten().tolist(), unit.nonzero().flatten().tolist())
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "idefics3"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "idefics3", pytest.param("gemma3_crops", marks=_HEAVY)])
 def test_batch_equals_one_by_one(family: str) -> None:
     """Two prompts with images of other sizes (other numbers of patch rows, crops) and answers of other lengths."""
     model, processor = _tiny(family)

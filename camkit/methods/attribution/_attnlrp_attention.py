@@ -73,7 +73,10 @@ def attention(
         logits = logits.masked_fill(~keep, float("-inf"))
     if mask is not None:
         logits = logits.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else logits + mask
-    weights = logits.softmax(dim=-1)
+    # a row with nothing to attend to (a padded query under a causal or sliding-window mask) gives
+    # zeros, as scaled_dot_product_attention does, and no NaN in either pass
+    dead = torch.isneginf(logits).all(dim=-1, keepdim=True)
+    weights = logits.masked_fill(dead, 0.0).softmax(dim=-1).masked_fill(dead, 0.0)
     mixed = F.dropout(weights, dropout) if dropout > 0 else weights
     return _product(mixed, v, (from_q or from_k) and from_v), weights
 
