@@ -100,6 +100,17 @@ class _LlavaBase:
     def _skip(self, model: nn.Module) -> int:
         return 1 if config_of(model).vision_feature_select_strategy == "default" else 0
 
+    @staticmethod
+    def _finish(view: ViewMap, ip: Any, h: int, w: int) -> ViewMap:
+        """The map after the resize and centre crop a view goes through (LLaVA 1.5's image, each LLaVA-NeXT view)."""
+        if getattr(ip, "do_resize", True):
+            new = resized_size(ip.size, h, w)
+            view, (h, w) = view.then_resized((h, w), new), new
+        if getattr(ip, "do_center_crop", False):
+            crop = size_dict(ip.crop_size)
+            view = view.then_cropped(*centre_crop_offset(h, w, crop["height"], crop["width"]))
+        return view
+
     def _views(self, model: nn.Module, processor: Any, inputs: Mapping[str, Tensor], sizes: Sequence[tuple[int, int]]) -> list[_View]:
         raise NotImplementedError
 
@@ -208,13 +219,7 @@ class Llava(_LlavaBase):
                 side = max(h, w)
                 view = view.then_cropped(-((side - h) // 2), -((side - w) // 2))
                 h = w = side
-            if getattr(ip, "do_resize", True):
-                new = resized_size(ip.size, h, w)
-                view, (h, w) = view.then_resized((h, w), new), new
-            if getattr(ip, "do_center_crop", False):
-                crop = size_dict(ip.crop_size)
-                view = view.then_cropped(*centre_crop_offset(h, w, crop["height"], crop["width"]))
-            views.append(_View(index, 0, view))
+            views.append(_View(index, 0, self._finish(view, ip, h, w)))
         return views
 
     def _token_rows(self, model: nn.Module, inputs: Mapping[str, Tensor]) -> list[Tensor]:
@@ -241,17 +246,6 @@ class LlavaNext(_LlavaBase):
 
         config = config_of(model)
         return int(image_size_to_num_patches(list(size), config.image_grid_pinpoints, config.vision_config.image_size))
-
-    @staticmethod
-    def _finish(view: ViewMap, ip: Any, h: int, w: int) -> ViewMap:
-        """The map after the resize and centre crop every view of LLaVA-NeXT goes through."""
-        if getattr(ip, "do_resize", True):
-            new = resized_size(ip.size, h, w)
-            view, (h, w) = view.then_resized((h, w), new), new
-        if getattr(ip, "do_center_crop", False):
-            crop = size_dict(ip.crop_size)
-            view = view.then_cropped(*centre_crop_offset(h, w, crop["height"], crop["width"]))
-        return view
 
     def _views(self, model: nn.Module, processor: Any, inputs: Mapping[str, Tensor], sizes: Sequence[tuple[int, int]]) -> list[_View]:
         import numpy as np
