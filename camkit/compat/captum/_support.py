@@ -73,12 +73,9 @@ def _format_input_baseline(inputs: Any, baselines: Any) -> tuple[tuple[Tensor, .
 
 def _construct_default_feature_mask(inputs: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], int]:
     """Every element of each input its own feature, numbered across the inputs, and the feature count."""
-    masks, start = [], 0
-    for x in inputs:
-        count = x[0:1].numel()
-        masks.append(start + torch.arange(count, device=x.device).reshape(x[0:1].shape))
-        start += count
-    return tuple(masks), start
+    from .attr._engine import default_masks
+
+    return default_masks(inputs)
 
 
 def _batch_example_iterator(bsz: int, *args: Any) -> Any:
