@@ -7,7 +7,6 @@ no captum code runs after ``install()``. None of them is an attribution.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import torch
@@ -16,7 +15,6 @@ from torch import Tensor
 from ._pack import as_tuple, flat_targets, forward_args
 
 __all__ = [
-    "STUBS",
     "_batch_example_iterator",
     "_construct_default_feature_mask",
     "_construct_future_forward",
@@ -31,25 +29,8 @@ __all__ = [
     "apply_gradient_requirements",
     "approximation_parameters",
     "compute_gradients",
-    "stub",
     "undo_gradient_requirements",
 ]
-
-#: names of captum's private modules that its test helpers import but camkit does not provide:
-#: importing them works, calling them raises (the helper's own tests then fail loudly)
-STUBS: dict[str, str] = {}  # none today: every helper captum's tests import is served
-
-
-@cache
-def stub(name: str) -> Any:
-    """A class named ``name`` whose construction (or call) raises NotComputedError naming what is missing."""
-    from .attr._base import NotComputedError
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise NotComputedError(f"{name}: camkit.compat.captum does not provide {STUBS[name]}; run this on the original captum")
-
-    return type(name, (), {"__new__": lambda cls, *a, **k: refuse(), "__doc__": f"Not provided: {STUBS[name]}."})
-
 
 def _get_deep_layer_name(obj: Any, layer_names: str) -> Any:
     """The attribute at the dotted path ``layer_names`` of ``obj`` (``"layer1.0.conv1"``)."""

@@ -20,7 +20,4 @@ def lookup(name: str) -> Any:
     attr = importlib.import_module(f"{__package__}.attr")
     if name in attr.MISSING:
         return attr.missing_class(name)
-    support = importlib.import_module(f"{__package__}._support")
-    if name in support.STUBS:
-        return support.stub(name)
     return None
