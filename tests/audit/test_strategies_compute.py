@@ -111,3 +111,78 @@ def test_small_classes_import_neither_scikit_learn_nor_scipy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "True []"
+
+
+def _reference_kmeans(points: torch.Tensor, k: int, n_init: int = 3, seed: int = 0) -> torch.Tensor:
+    """k-means as written before its starts were batched: one start after the other, ``torch.cdist`` per step."""
+    x = points.to(torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    tol = 1e-4 * float(x.var(dim=0, unbiased=False).mean())
+    best, least = None, float("inf")
+    for _ in range(n_init):
+        first = int(torch.randint(len(x), (1,), generator=gen))
+        centres, closest = [x[first]], ((x - x[first]) ** 2).sum(dim=1)
+        for _ in range(1, k):
+            total = float(closest.sum())
+            trials = 2 + int(np.log(k))
+            pick = (torch.multinomial(closest / total, trials, replacement=True, generator=gen) if total > 0
+                    else torch.randint(len(x), (trials,), generator=gen))  # fmt: skip
+            candidate = torch.minimum(closest[None], torch.cdist(x[pick], x) ** 2)
+            chosen = int(torch.argmin(candidate.sum(dim=1)))
+            centres.append(x[pick[chosen]])
+            closest = candidate[chosen]
+        c = torch.stack(centres)
+        labels = torch.cdist(x, c).argmin(dim=1)
+        for _ in range(300):
+            counts = torch.bincount(labels, minlength=k).to(x.dtype)[:, None]
+            moved = torch.where(counts > 0, torch.zeros_like(c).index_add_(0, labels, x) / counts.clamp_min(1), c)
+            shift, c = float(((moved - c) ** 2).sum()), moved
+            new = torch.cdist(x, c).argmin(dim=1)
+            stop, labels = bool(torch.equal(new, labels) or shift <= tol), new
+            if stop:
+                break
+        inertia = float(((x - c[labels]) ** 2).sum())
+        if inertia < least:
+            best, least = labels, inertia
+    assert best is not None
+    return best
+
+
+def _embedding_rows(rng: np.random.Generator, n: int, k: int) -> torch.Tensor:
+    """Unit rows of k overlapping groups, like a spectral embedding's rows (noise from tight to none at all)."""
+    group = rng.integers(0, k, n)
+    rows = rng.normal(size=(k, k))[group] + rng.uniform(0.05, 0.8) * rng.normal(size=(n, k))
+    return torch.from_numpy(rows / np.linalg.norm(rows, axis=1, keepdims=True))
+
+
+def test_kmeans_equals_the_one_start_at_a_time_reference():
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        n, k = int(rng.integers(12, 200)), int(rng.integers(2, 7))
+        points = _embedding_rows(rng, n, k)
+        assert torch.equal(kmeans(points, k, seed=trial % 4), _reference_kmeans(points, k, seed=trial % 4)), (n, k)
+    ties = torch.tensor([[0.0, 0.0]] * 6 + [[1.0, 0.0]] * 6 + [[0.5, 0.0]])  # repeated points, one equidistant
+    assert torch.equal(kmeans(ties, 2, n_init=4, seed=1), _reference_kmeans(ties, 2, n_init=4, seed=1))
+
+
+def test_find_strategies_equal_with_the_reference_kmeans(monkeypatch):
+    from camkit.audit.strategies import find_strategies, spectral
+
+    rng = np.random.default_rng(12)
+    sizes = (40, 50, 90, 160)
+    maps = np.concatenate([_blobs((s // 2, s // 4, s - s // 2 - s // 4), 64, seed=s, spread=0.8)[0] for s in sizes])
+    vectors = np.abs(rng.normal(size=(sum(sizes), 48))).astype(np.float32)
+    vectors[: sizes[0] // 2, :8] += 3.0
+    classes = [f"c{i}" for i, s in enumerate(sizes) for _ in range(s)]
+    right = [bool(i % 3) for i in range(len(classes))]
+
+    def summary() -> list[object]:
+        found = find_strategies(classes, np.abs(maps).reshape(-1, 8, 8), vectors, correct=right, seed=2)
+        groups = [*found.maps.values(), *found.concepts.values()]
+        return [[(g.clustering.labels.tolist(), g.outliers, [(s.members, s.prototypes, s.channels) for s in g.strategies])
+                 for g in groups], [(kind, s.name, s.score) for kind, s in found.ranking]]  # fmt: skip
+
+    ours = summary()
+    monkeypatch.setattr(spectral, "kmeans", lambda points, k, n_init=3, seed=0: _reference_kmeans(points, k, n_init, seed))
+    assert summary() == ours
+    assert any(len(set(labels)) > 1 for labels, _, _ in ours[0])  # k-means ran on some class
