@@ -1,6 +1,6 @@
 """Seeded k-means on a few low-dimensional points (the rows of a spectral embedding), in torch.
 
-The points k-means sees here are at most a few thousand rows of at most :data:`MAX_CLUSTERS`
+The points k-means sees here are at most a few thousand rows of at most ``max_clusters``
 columns, so it runs on the CPU whatever the device of the rest: the whole problem is a few
 hundred kilobytes, and each Lloyd step on a GPU would be a handful of kernel launches and a
 host sync. Greedy k-means++ seeding (each new centre the best of ``2 + log k`` draws), then
