@@ -236,7 +236,7 @@ def test_attention_explainers_refuse_what_the_language_model_path_cannot_do(case
     next_model, processor = llava_next  # tiles: placed on the image by explain_generation, which has the processor
     prompt = prepare(next_model, processor, family_of(next_model), [picture(40, 70, seed=1)], "what is this ?")[0]
     inputs = dict(prompt.inputs)
-    with pytest.raises(camkit.UnsupportedModelError, match="explain_generation.*method='chefer'"):
+    with pytest.raises(camkit.UnsupportedModelError, match=r"explain_generation.*method='chefer'"):
         camkit.CheferRollout(next_model, input_index="pixel_values").explain(
             inputs.pop("pixel_values"), camkit.TokenTarget(inputs["input_ids"].shape[1] - 1), kwargs=inputs
         )

@@ -133,13 +133,15 @@ def _layers_of(decoder: nn.Module, count: int) -> list[nn.Module]:
 
 def _lens(model: nn.Module, decoder: nn.Module) -> Any:
     """``hidden [B, U, D] -> logits [B, U, V]``: the final norm, the head and the logits' soft cap, as the model reads."""
-    norm, head = getattr(decoder, "norm", None), model.get_output_embeddings()
+    get = getattr(model, "get_output_embeddings", None)
+    norm, head = getattr(decoder, "norm", None), get() if callable(get) else None
     if not isinstance(norm, nn.Module) or not isinstance(head, nn.Module):
         raise UnsupportedModelError(
             f"LeGrad reads each layer through the model's final norm and head; camkit finds no .norm in "
             f"{type(decoder).__name__} or no output embeddings in {type(model).__name__}; use method='chefer'"
         )
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config: Any = getattr(model, "config", None)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
     cap = getattr(config, "final_logit_softcapping", None)
 
     def lens(hidden: Tensor) -> Tensor:
