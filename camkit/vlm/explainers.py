@@ -34,10 +34,32 @@ from .methods.attention import rollout_values
 from .methods.attention_gradients import chefer_values, legrad_values
 from .methods.registry import MethodRequest
 
-__all__ = ["METHODS", "token_attention_maps"]
+__all__ = ["METHODS", "check_model", "token_attention_maps"]
 
 #: The explainers' registry keys this path serves, and the vision-language method each one is.
 METHODS = {"attentionrollout": "attention", "cheferrollout": "chefer", "legrad": "legrad"}
+
+
+def check_model(model: nn.Module, explainer: str) -> None:
+    """Refuse, before anything runs, a model of no vision-language family camkit knows.
+
+    Example:
+        >>> from torch import nn
+        >>> import camkit
+        >>> try:
+        ...     check_model(nn.Linear(2, 2), "CheferRollout")
+        ... except camkit.UnsupportedModelError as err:
+        ...     print(str(err).split(":")[0])
+        CheferRollout explains a TokenTarget over a vision-language model's language model
+    """
+    try:
+        family_of(model)
+    except UnsupportedModelError as err:
+        raise UnsupportedModelError(
+            f"{explainer} explains a TokenTarget over a vision-language model's language model: {err} For another "
+            "model, score a token with a gradient, LRP or perturbation explainer (camkit.Saliency, camkit.AttnLRP, "
+            "camkit.Occlusion...)"
+        ) from None
 
 
 def _per_sample(index: Tensor, batch: int, name: str) -> Tensor:

@@ -233,6 +233,11 @@ def test_attention_explainers_refuse_what_the_language_model_path_cannot_do(case
     with pytest.raises(camkit.InvalidInputError, match="input_index='pixel_values'"):
         camkit.CheferRollout(model).explain(pv, target)
     assert _hooks(model) == hooks
+    from torchvision.models import VisionTransformer
+
+    vit = VisionTransformer(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16).eval()
+    with pytest.raises(camkit.UnsupportedModelError, match="over a vision-language model's language model"):
+        camkit.AttentionRollout(vit).explain(torch.rand(1, 3, 16, 16), target)
     next_model, processor = llava_next  # tiles: placed on the image by explain_generation, which has the processor
     prompt = prepare(next_model, processor, family_of(next_model), [picture(40, 70, seed=1)], "what is this ?")[0]
     inputs = dict(prompt.inputs)

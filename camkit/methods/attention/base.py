@@ -129,8 +129,9 @@ class AttentionExplainer(Explainer):
         self, x: Tensor, target: TokenTarget, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None
     ) -> Explanation:
         """A :class:`~camkit.TokenTarget`: the method over the language model's layers (:mod:`camkit.vlm.explainers`)."""
-        from ...vlm.explainers import token_attention_maps  # the vision-language wing, loaded when a token asks for it
+        from ...vlm.explainers import check_model, token_attention_maps  # the vision-language wing, loaded here
 
+        check_model(self.model, type(self).__name__)
         check_input_batch(x)
         call = self._bind_inputs(x, inputs, kwargs)
         if call is None or not isinstance(call.slot, str) or call.args:
