@@ -109,10 +109,13 @@ class LeGrad(AttentionExplainer):
         model: a vision transformer whose head camkit knows (timm's and torchvision's
             ``VisionTransformer``; Hugging Face ``ViTForImageClassification``, DeiT's classifiers,
             DINOv2's classifiers, ``CLIPVisionModelWithProjection`` (the projected embedding) and
-            ``CLIPVisionModel`` (the pooled output)), or any with ``head=``.
+            ``CLIPVisionModel`` (the pooled output)), or any with ``head=``; or a vision-language
+            model explained for a :class:`~camkit.TokenTarget` (no ``head=``: its language model's
+            own final norm and head are read, see :mod:`camkit.vlm.explainers`).
         head: a callable ``f(tokens [B, N, D]) -> output`` giving what the target scores from one
             block's tokens (the final norm and head on their mean); overrides the known head.
         layers: which attention layers are averaged (indices, negative from the end); ``None``: all.
+            For a TokenTarget, indices of the language model's layers.
         path: ``"auto"`` (default: the whole graph where it fits the memory budget, else block by
             block), ``"whole"`` (one forward keeping every block's graph: 1.7-1.9x a no-grad
             forward's time on vit_b_16 at batch 8 on the CPU, but 13-14x its memory) or
