@@ -8,7 +8,7 @@ from vlm_methods_helpers import images, request, tiny_llava_pair
 
 from camkit.vlm.methods import get_vlm_method
 
-METHODS = {"gradient_input": {}, "attention": {}, "attnlrp": {}, "occlusion": {}, "rise": {"masks": 6}}
+METHODS = {"gradient_input": {}, "attention": {}, "chefer": {}, "legrad": {}, "attnlrp": {}, "occlusion": {}, "rise": {"masks": 6}}
 PROMPTS, ANSWERS = ["what is this ?"], ["a red cat"]
 
 

@@ -27,12 +27,12 @@ def _tiny(family: str) -> tuple[Any, Any]:
     return _BUILT[family]
 
 
-METHODS = {"gradient_input": {}, "attention": {}, "attnlrp": {}, "occlusion": {}, "rise": {"masks": 8}}
+METHODS = {"gradient_input": {}, "attention": {}, "chefer": {}, "legrad": {}, "attnlrp": {}, "occlusion": {}, "rise": {"masks": 8}}
 IMAGES = ((40, 70, 5), (50, 30, 6))
 PROMPTS, ANSWERS = ["what is this ?", "describe the picture"], ["a red cat", "two dogs"]
 
 
-@pytest.mark.heavy  # 15 cases of three explain_generation calls; test_vlm_methods_invariants covers LLaVA in make test
+@pytest.mark.heavy  # cases of three explain_generation calls; test_vlm_methods_invariants covers LLaVA in make test
 @pytest.mark.parametrize("method", sorted(METHODS))
 @pytest.mark.parametrize("family", FAMILIES)
 def test_batch_equals_one_by_one(family: str, method: str) -> None:

@@ -16,6 +16,8 @@ PROMPTS, ANSWERS = ["what is this ?", "describe the big picture"], ["a red cat",
 METHODS = {
     "gradient_input": {},
     "attention": {},
+    "chefer": {},
+    "legrad": {},
     "attnlrp": {},
     "occlusion": {},
     "rise": {"masks": 6},

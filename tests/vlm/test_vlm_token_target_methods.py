@@ -128,13 +128,123 @@ def test_plain_lrp_says_to_use_attnlrp(case):
         camkit.LRP(model, input_index="pixel_values").explain(pv, camkit.TokenTarget(positions), kwargs={"input_ids": ids})
 
 
-@pytest.mark.parametrize("cls", [camkit.AttentionRollout, camkit.CheferRollout, camkit.LeGrad])
-def test_attention_explainers_refuse_a_token_target(case, cls):
+def _grid(values, positions):
+    """Scores over the whole sequence [L] at the image tokens, on LLaVA's 4 x 4 patch grid (row-major)."""
+    return values[positions].reshape(4, 4)
+
+
+def test_attention_rollout_is_the_vlm_rollout_on_the_patch_grid(case):
+    """AttentionRollout with a TokenTarget: the rollout the vision-language method "attention" computes, row p - 1."""
     model, pv, ids, positions, hooks = case
-    explainer = cls(model, input_index="pixel_values", **({"head": lambda t: t.mean(1)} if cls is camkit.LeGrad else {}))
-    with pytest.raises(camkit.InvalidTargetError, match="TokenTarget use a gradient, LRP, AttnLRP or perturbation"):
-        explainer.explain(pv, camkit.TokenTarget(positions), kwargs={"input_ids": ids})
+    pv0, ids0 = pv.clone(), ids.clone()
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    e = camkit.AttentionRollout(model, input_index="pixel_values").explain(
+        pv, camkit.TokenTarget(positions, reduce="none"), kwargs={"input_ids": ids}
+    )
+    assert e.raw.shape == (2, 2, 4, 4) and e.maps.shape == (2, 2, 32, 32)
+    eager = _eager(model)
+    with torch.no_grad():
+        attentions = eager(input_ids=ids, pixel_values=pv, use_cache=False, output_attentions=True).attentions
+    length = ids.shape[1]
+    product = torch.eye(length).expand(2, -1, -1)
+    for a in attentions:
+        product = (0.5 * a.mean(dim=1) + 0.5 * torch.eye(length)) @ product
+    image = family_of(model).image_token_id(model)
+    for b in range(2):
+        where = (ids[b] == image).nonzero()[:, 0]
+        for k in range(2):
+            p = int(positions[b, k])
+            torch.testing.assert_close(e.raw[b, k], _grid(product[b, p - 1], where), rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(e.scores[b, k], _log_prob(model, pv[b : b + 1], ids, b, p).detach(), rtol=1e-5, atol=1e-5)
+    _check_hygiene(model, hooks, pv, pv0, ids, ids0, flags)
+
+
+def _eager(model):
+    """An eager twin of the SDPA model (same weights), whose attentions are the probabilities it multiplies with."""
+    import tiny_llava
+
+    if "eager" not in _TWINS:
+        _TWINS["eager"], _ = tiny_llava.build(attn_implementation="eager")
+        _TWINS["eager"].load_state_dict(model.state_dict())
+    return _TWINS["eager"]
+
+
+_TWINS: dict[str, torch.nn.Module] = {}
+
+
+def test_chefer_rollout_is_chefers_formula_over_the_language_model(case):
+    """CheferRollout with a TokenTarget: R = I, R <- R + mean_heads(relu(∂s/∂A_l ⊙ A_l)) R over the language model's
+    layers, by hand from the eager twin's probabilities and autograd; a span sums its tokens' scores and rows."""
+    model, pv, ids, positions, hooks = case
+    pv0, ids0 = pv.clone(), ids.clone()
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    explainer = camkit.CheferRollout(model, input_index="pixel_values")
+    each = explainer.explain(pv, camkit.TokenTarget(positions, reduce="none"), kwargs={"input_ids": ids})
+    span = explainer.explain(pv, camkit.TokenTarget(positions), kwargs={"input_ids": ids})
+    assert each.raw.shape == (2, 2, 4, 4) and span.raw.shape == (2, 4, 4) and span.maps.shape == (2, 32, 32)
+    run = _eager(model)(input_ids=ids, pixel_values=pv, use_cache=False, output_attentions=True)
+    image = family_of(model).image_token_id(model)
+
+    def by_hand(b, picked):
+        score = sum(run.logits[b, p - 1].float().log_softmax(-1)[ids[b, p]] for p in picked)
+        grads = torch.autograd.grad(score, run.attentions, retain_graph=True)
+        relevance = torch.eye(ids.shape[1])
+        for a, g in zip(run.attentions, grads):
+            relevance = relevance + (g[b] * a[b]).clamp(min=0).mean(0) @ relevance
+        return _grid(sum(relevance[p - 1] for p in picked), (ids[b] == image).nonzero()[:, 0]).detach()
+
+    for b in range(2):
+        picked = positions[b].tolist()
+        for k in range(2):
+            torch.testing.assert_close(each.raw[b, k], by_hand(b, picked[k : k + 1]), rtol=1e-4, atol=1e-7)
+        torch.testing.assert_close(span.raw[b], by_hand(b, picked), rtol=1e-4, atol=1e-7)
+        assert float(each.raw[b].std()) > 0
+    _check_hygiene(model, hooks, pv, pv0, ids, ids0, flags)
+
+
+def test_legrad_needs_no_head_for_a_token_and_equals_the_vlm_method(case):
+    """LeGrad with a TokenTarget reads the language model's own head (no head= asked); the batch equals each sample
+    alone, and a class target still asks for head=."""
+    model, pv, ids, positions, hooks = case
+    pv0, ids0 = pv.clone(), ids.clone()
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    explainer = camkit.LeGrad(model, input_index="pixel_values")
+    batch = explainer.explain(pv, camkit.TokenTarget(positions, reduce="none"), kwargs={"input_ids": ids})
+    for b in range(2):
+        alone = explainer.explain(pv[b : b + 1], camkit.TokenTarget(positions[b], reduce="none"),
+                                  kwargs={"input_ids": ids[b : b + 1]})  # fmt: skip
+        torch.testing.assert_close(batch.raw[b], alone.raw[0], rtol=1e-4, atol=1e-8)
+        torch.testing.assert_close(batch.scores[b], alone.scores[0], rtol=1e-5, atol=1e-5)
+    assert bool((batch.raw >= 0).all()) and float(batch.raw.std()) > 0
+    with pytest.raises(camkit.InvalidInputError, match="head="):
+        explainer.explain(pv, 3, kwargs={"input_ids": ids})
+    _check_hygiene(model, hooks, pv, pv0, ids, ids0, flags)
+
+
+def test_attention_explainers_refuse_what_the_language_model_path_cannot_do(case, llava_next):
+    model, pv, ids, positions, hooks = case
+    target = camkit.TokenTarget(positions)
+    with pytest.raises(camkit.InvalidInputError, match="head_fusion='mean'"):
+        camkit.AttentionRollout(model, head_fusion="max", input_index="pixel_values").explain(
+            pv, target, kwargs={"input_ids": ids}
+        )
+    with pytest.raises(camkit.InvalidInputError, match="input_ids"):
+        camkit.CheferRollout(model, input_index="pixel_values").explain(pv, target, kwargs={"attention_mask": ids > 0})
+    with pytest.raises(camkit.InvalidInputError, match="input_index='pixel_values'"):
+        camkit.CheferRollout(model).explain(pv, target)
     assert _hooks(model) == hooks
+    from torchvision.models import VisionTransformer
+
+    vit = VisionTransformer(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16).eval()
+    with pytest.raises(camkit.UnsupportedModelError, match="over a vision-language model's language model"):
+        camkit.AttentionRollout(vit).explain(torch.rand(1, 3, 16, 16), target)
+    next_model, processor = llava_next  # tiles: placed on the image by explain_generation, which has the processor
+    prompt = prepare(next_model, processor, family_of(next_model), [picture(40, 70, seed=1)], "what is this ?")[0]
+    inputs = dict(prompt.inputs)
+    with pytest.raises(camkit.UnsupportedModelError, match=r"explain_generation.*method='chefer'"):
+        camkit.CheferRollout(next_model, input_index="pixel_values").explain(
+            inputs.pop("pixel_values"), camkit.TokenTarget(inputs["input_ids"].shape[1] - 1), kwargs=inputs
+        )
 
 
 def test_occlusion_is_the_log_probability_drop_per_window(case):

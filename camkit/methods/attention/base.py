@@ -23,7 +23,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ...errors import InvalidInputError, InvalidTargetError, LayerNotReachedError
+from ..._internal.checks import check_input_batch
+from ..._internal.state import eval_mode
+from ...errors import InvalidInputError, LayerNotReachedError
 from ...explanation import Explanation
 from ...functional.tokens import infer_token_grid
 from ...layers.layout import prefix_token_hint
@@ -108,20 +110,40 @@ class AttentionExplainer(Explainer):
     ) -> Explanation:
         """Explain a batch; see :meth:`camkit.Explainer.explain`.
 
-        A :class:`~camkit.TokenTarget` is refused: these methods roll attention out over one
-        transformer's tokens to its own query token (the class token or the tokens' mean), but a
-        language model's tokens read the image through a vision tower, a projector and a second
-        transformer, whose attention this rollout does not follow.
+        A :class:`~camkit.TokenTarget` on a vision-language model camkit knows (LLaVA, PaliGemma,
+        Gemma 3...; ``x`` its ``pixel_values``, the sequence as ``kwargs={"input_ids": ids}``) is
+        explained by the method's own definition over the *language model's* layers, from the row
+        that predicts the token to the image tokens, laid on ``x``'s patch grid (see
+        :mod:`camkit.vlm.explainers`): the vision tower's attention, which the method reads on an
+        image model, does not lead from a written token back to the image.
         """
         if isinstance(target, TokenTarget):
-            raise InvalidTargetError(
-                f"{type(self).__name__} rolls attention out over one vision transformer's tokens to its query token "
-                "and cannot follow a language model's token back to the image (through the vision tower, the "
-                "projector and the language model's own attention); for a TokenTarget use a gradient, LRP, AttnLRP "
-                "or perturbation method (camkit.GradCAM, camkit.AttnLRP, camkit.Occlusion...) or "
-                "camkit.explain_generation"
-            )
+            return self._explain_tokens(x, target, inputs, kwargs)
         return super().explain(x, target, inputs=inputs, kwargs=kwargs)
+
+    def _token_options(self) -> dict[str, Any]:
+        """The options the language model's path takes from this explainer (refusing those it cannot honour)."""
+        return {}
+
+    def _explain_tokens(
+        self, x: Tensor, target: TokenTarget, inputs: Sequence[Any] | None, kwargs: Mapping[str, Any] | None
+    ) -> Explanation:
+        """A :class:`~camkit.TokenTarget`: the method over the language model's layers (:mod:`camkit.vlm.explainers`)."""
+        from ...vlm.explainers import check_model, token_attention_maps  # the vision-language wing, loaded here
+
+        check_model(self.model, type(self).__name__)
+        check_input_batch(x)
+        call = self._bind_inputs(x, inputs, kwargs)
+        if call is None or not isinstance(call.slot, str) or call.args:
+            raise InvalidInputError(
+                f"{type(self).__name__} explains a TokenTarget on a vision-language model called by keyword: build it "
+                "with input_index='pixel_values' and pass kwargs={'input_ids': ids} (no positional inputs)"
+            )
+        options = self._token_options()
+        x = self._match_dtype(x)
+        with eval_mode(self.model, enabled=not self.keep_mode):
+            raw, scores, extras = token_attention_maps(self.key, self.model, {**call.kwargs, call.slot: x}, x, target, options)
+        return make_explanation(self.key, [raw], x, None, scores, **extras)
 
     def layer_names(self) -> list[str]:
         """The attention modules read, in the order the model registers them."""

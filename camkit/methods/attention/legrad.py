@@ -61,6 +61,21 @@ class _Pass:
     grid: tuple[int, ...] = ()
 
 
+def _reads_tokens(model: nn.Module) -> bool:
+    """Whether ``model`` has a language model's output head: its head is read on the LM path of a TokenTarget."""
+    get = getattr(model, "get_output_embeddings", None)
+    return callable(get) and isinstance(get(), nn.Module)
+
+
+def _no_head(model: nn.Module) -> InvalidInputError:
+    return InvalidInputError(
+        f"LeGrad does not know the final norm and head of {type(model).__name__}; pass head= a callable "
+        "taking one block's tokens [B, N, D] to what the target scores, e.g. "
+        "lambda t: model.head(model.norm(t.mean(dim=1)))"
+        + ("; a TokenTarget needs no head= (the language model's own is read)" if _reads_tokens(model) else "")
+    )
+
+
 @register_method("legrad")
 class LeGrad(AttentionExplainer):
     """LeGrad (Bousselham et al., 2024): each layer's attention gradient of a score read at that layer.
@@ -94,10 +109,13 @@ class LeGrad(AttentionExplainer):
         model: a vision transformer whose head camkit knows (timm's and torchvision's
             ``VisionTransformer``; Hugging Face ``ViTForImageClassification``, DeiT's classifiers,
             DINOv2's classifiers, ``CLIPVisionModelWithProjection`` (the projected embedding) and
-            ``CLIPVisionModel`` (the pooled output)), or any with ``head=``.
+            ``CLIPVisionModel`` (the pooled output)), or any with ``head=``; or a vision-language
+            model explained for a :class:`~camkit.TokenTarget` (no ``head=``: its language model's
+            own final norm and head are read, see :mod:`camkit.vlm.explainers`).
         head: a callable ``f(tokens [B, N, D]) -> output`` giving what the target scores from one
             block's tokens (the final norm and head on their mean); overrides the known head.
         layers: which attention layers are averaged (indices, negative from the end); ``None``: all.
+            For a TokenTarget, indices of the language model's layers.
         path: ``"auto"`` (default: the whole graph where it fits the memory budget, else block by
             block), ``"whole"`` (one forward keeping every block's graph: 1.7-1.9x a no-grad
             forward's time on vit_b_16 at batch 8 on the CPU, but 13-14x its memory) or
@@ -147,19 +165,21 @@ class LeGrad(AttentionExplainer):
             raise TypeError(f"head must be a callable f(tokens [B, N, D]) -> output, got {type(head).__name__}")
         self._known_head = head is None
         self.head = head if head is not None else known_head(self.model)
-        if self.head is None:
-            raise InvalidInputError(
-                f"LeGrad does not know the final norm and head of {type(self.model).__name__}; pass head= a callable "
-                "taking one block's tokens [B, N, D] to what the target scores, e.g. "
-                "lambda t: model.head(model.norm(t.mean(dim=1)))"
-            )
+        if self.head is None and not _reads_tokens(self.model):
+            raise _no_head(self.model)
         count = len(self._modules)
         picked = list(range(count)) if layers is None else [int(i) for i in layers]
         if not picked or any(not -count <= i < count for i in picked):
             raise InvalidInputError(f"layers must be indices of the model's {count} attention layers, got {layers}")
         self.layers = sorted({i % count for i in picked})
+        self._layers_given = None if layers is None else [int(i) for i in layers]
+
+    def _token_options(self) -> dict[str, Any]:
+        return {"layers": self._layers_given}  # indices of the language model's layers there
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
+        if self.head is None:
+            raise _no_head(self.model)
         if isinstance(target, NeuronTarget):
             raise InvalidTargetError(
                 "LeGrad scores each layer through the model's head, so a NeuronTarget (a hidden unit) has no score at "

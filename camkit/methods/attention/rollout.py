@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
@@ -67,6 +67,14 @@ class AttentionRollout(AttentionExplainer):
             raise InvalidInputError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
         self.head_fusion = head_fusion
         self.discard_ratio = float(discard_ratio)
+
+    def _token_options(self) -> dict[str, Any]:
+        if self.head_fusion != "mean" or self.discard_ratio:
+            raise InvalidInputError(
+                "a TokenTarget's rollout over the language model's layers averages the heads and discards nothing (the "
+                "probabilities are recomputed one head at a time and summed); use head_fusion='mean', discard_ratio=0"
+            )
+        return {"residual": 0.5}  # 0.5 A + 0.5 I: rows of A sum to one, so no renormalisation changes it
 
     def _explain(self, x: Tensor, target: Target) -> Explanation:
         fusion = self.head_fusion

@@ -37,7 +37,18 @@ from ...hooks import HookScope
 from ._language import Targets, decoder_of, logits_of, model_inputs, per_sample
 from .registry import MethodRequest, UnitScores, register_vlm_method
 
-__all__ = ["attention_probabilities", "attention_rollout"]
+__all__ = [
+    "attention_modules",
+    "attention_probabilities",
+    "attention_rollout",
+    "check_output",
+    "head_probabilities",
+    "module_output",
+    "project_mixed",
+    "recomputed_parts",
+    "rollout_values",
+    "target_rows",
+]
 
 _PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -121,7 +132,7 @@ def attention_probabilities(
     return total / q.shape[-3]
 
 
-def _attention_modules(decoder: nn.Module) -> list[nn.Module]:
+def attention_modules(decoder: nn.Module) -> list[nn.Module]:
     """The language model's attention modules (those with query, key, value and output projections), in order."""
     found = [m for m in decoder.modules() if all(isinstance(getattr(m, n, None), nn.Module) for n in _PARTS)]
     expected = getattr(getattr(decoder, "config", None), "num_hidden_layers", None)
@@ -163,6 +174,46 @@ def _split(module: nn.Module, projection: str, hidden: Tensor) -> Tensor:
     return out.transpose(1, 2)
 
 
+def recomputed_parts(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+    """What an attention module computed from what it received: ``(hidden, q, k, v, settings)``.
+
+    ``q`` [B, H, L, E], ``k`` and ``v`` [B, Hk, S, E] after the module's norms and rotary embedding;
+    ``settings`` are the keyword arguments of :func:`_heads` (mask, causality, scale, window, soft cap).
+    Autograd records what it computes when its mode is on (the gradient methods keep the graph).
+    """
+    call = _received(module, args, kwargs)
+    hidden = call.get("hidden_states", args[0] if args else None)
+    if not isinstance(hidden, Tensor):
+        raise UnsupportedModelError(f"{type(module).__name__} was called without hidden states camkit can read")
+    q, k, v = (_split(module, name, hidden) for name in _PARTS[:3])
+    rotary = call.get("position_embeddings")
+    if rotary is not None:
+        q, k = _rotary(module)(q, k, *rotary)
+    settings = {"mask": call.get("attention_mask"), "causal": bool(getattr(module, "is_causal", True)),
+                "scale": getattr(module, "scaling", None), "window": getattr(module, "sliding_window", None),
+                "softcap": getattr(module, "attn_logit_softcapping", None)}  # fmt: skip
+    return hidden, q, k, v, settings
+
+
+def head_probabilities(q: Tensor, k: Tensor, settings: dict[str, Any]) -> Tensor:
+    """Every head's probabilities [B, H, L, S] in float32 (see :func:`attention_probabilities`), in autograd's graph."""
+    mask = settings["mask"]
+    rest = {key: value for key, value in settings.items() if key != "mask"}
+    return torch.stack([p for _, p in _heads(q, k, mask, **rest)], dim=1)
+
+
+def project_mixed(module: nn.Module, probabilities: Tensor, v: Tensor, dtype: torch.dtype) -> Tensor:
+    """``o_proj(P V)`` [B, L, D] from probabilities [B, H, L, S] (float32) and values [B, Hk, S, E]."""
+    groups = probabilities.shape[1] // v.shape[1]
+    mixed = probabilities @ v.float().repeat_interleave(groups, dim=1)  # [B, H, L, E]
+    return cast(nn.Module, module.o_proj)(mixed.transpose(1, 2).flatten(2).to(dtype))
+
+
+def module_output(output: Any) -> Tensor:
+    """The attention output of what an attention module returned (its first element when it returns a tuple)."""
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
 class _Reader:
     """The forward hook: head-mean probabilities of each attention module, checked against its output."""
 
@@ -170,33 +221,23 @@ class _Reader:
         self.layers: list[Tensor] = []
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        call = _received(module, args, kwargs)
-        hidden = call.get("hidden_states", args[0] if args else None)
-        if not isinstance(hidden, Tensor):
-            raise UnsupportedModelError(f"{type(module).__name__} was called without hidden states camkit can read")
-        q, k, v = (_split(module, name, hidden) for name in _PARTS[:3])
-        rotary = call.get("position_embeddings")
-        if rotary is not None:
-            q, k = _rotary(module)(q, k, *rotary)
-        cap = getattr(module, "attn_logit_softcapping", None)
-        heads = _heads(q, k, call.get("attention_mask"), causal=bool(getattr(module, "is_causal", True)),
-                       scale=getattr(module, "scaling", None), window=getattr(module, "sliding_window", None),
-                       softcap=cap)  # fmt: skip
+        hidden, q, k, v, settings = recomputed_parts(module, args, kwargs)
         total = torch.zeros(q.shape[0], q.shape[2], k.shape[2], dtype=torch.float32, device=q.device)
         values = []
-        for h, p in heads:
+        for h, p in _heads(q, k, settings.pop("mask"), **settings):
             total += p
             values.append(p @ v[:, h // (q.shape[1] // v.shape[1])].float())
         mixed = torch.stack(values, dim=2).flatten(2).to(hidden.dtype)  # [B, L, H * E]
         project = cast(nn.Module, module.o_proj)
-        _check(module, project(mixed), output[0] if isinstance(output, (tuple, list)) else output)
+        check_output(module, project(mixed), module_output(output))
         self.layers.append(total / q.shape[1])
 
 
-def _check(module: nn.Module, again: Tensor, given: Tensor) -> None:
+def check_output(module: nn.Module, again: Tensor, given: Tensor) -> None:
     """Refuse a layer whose recomputed output is not the module's own (beyond the dtype's rounding)."""
     tolerance = 1e-3 if given.dtype in (torch.float32, torch.float64) else 5e-2
-    error = float((again.float() - given.float()).norm() / given.float().norm().clamp(min=1e-12))
+    again, given = again.detach().float(), given.detach().float()
+    error = float((again - given).norm() / given.norm().clamp(min=1e-12))
     if not error <= tolerance:
         raise UnsupportedModelError(
             f"camkit's reading of {type(module).__name__} (layer {getattr(module, 'layer_idx', '?')}) gives an output "
@@ -207,7 +248,7 @@ def _check(module: nn.Module, again: Tensor, given: Tensor) -> None:
 
 def _layer_probabilities(request: MethodRequest, targets: Targets) -> tuple[list[Tensor], Tensor]:
     """The language model's layers' head-mean probabilities and the targets' log-probabilities [B, T]."""
-    modules = _attention_modules(decoder_of(request.model))
+    modules = attention_modules(decoder_of(request.model))
     reader = _Reader()
     with torch.no_grad(), HookScope() as scope:
         for module in modules:
@@ -238,6 +279,33 @@ def attention_rollout(layers: list[Tensor], rows: Tensor, residual: float = 0.5)
     return out
 
 
+def target_rows(targets: Targets, batch: int, length: int, device: torch.device) -> Tensor:
+    """Each target's rows ``p - 1`` of a relevance matrix as a row vector: [B, T, L], the sum of one-hot rows.
+
+    Example:
+        >>> import torch
+        >>> from types import SimpleNamespace
+        >>> request = SimpleNamespace(inputs={"input_ids": torch.zeros(1, 4, dtype=torch.long)},
+        ...                           positions=[torch.tensor([[2, 3]])], token_ids=[torch.tensor([[5, 6]])])
+        >>> target_rows(Targets.of(request), 1, 4, torch.device("cpu")).tolist()  # a phrase: rows 1 and 2
+        [[[0.0, 1.0, 1.0, 0.0]]]
+    """
+    picks = torch.where(targets.valid, targets.rows[targets.index], -1)  # [B, T, K] rows p - 1
+    rows = torch.zeros(batch, targets.length, length + 1, device=device)
+    rows.scatter_add_(2, (picks % (length + 1)).to(device), targets.valid.float().to(device))
+    return rows[..., :length]
+
+
+def rollout_values(request: MethodRequest, targets: Targets, residual: float = 0.5) -> tuple[Tensor, Tensor]:
+    """The rollout of every target over the whole sequence [B, T, L] and the targets' log-probabilities [B, T]."""
+    if not 0.0 <= residual <= 1.0:
+        raise InvalidInputError(f"residual must lie in [0, 1], got {residual}")
+    layers, scores = _layer_probabilities(request, targets)
+    batch, length = layers[0].shape[0], layers[0].shape[-1]
+    rows = target_rows(targets, batch, length, layers[0].device)
+    return attention_rollout(layers, rows, residual), scores
+
+
 @register_vlm_method("attention")
 def attention(request: MethodRequest) -> UnitScores:
     """Attention rollout from each target's token(s) to the image tokens: [T_b, N_b] (see the module docstring).
@@ -250,15 +318,8 @@ def attention(request: MethodRequest) -> UnitScores:
         True
     """
     residual = float(request.options.get("residual", 0.5))
-    if not 0.0 <= residual <= 1.0:
-        raise InvalidInputError(f"residual must lie in [0, 1], got {residual}")
     targets = Targets.of(request)
-    layers, scores = _layer_probabilities(request, targets)
-    batch, length = layers[0].shape[0], layers[0].shape[-1]
-    picks = torch.where(targets.valid, targets.rows[targets.index], -1)  # [B, T, K] rows p - 1
-    rows = torch.zeros(batch, targets.length, length + 1, device=layers[0].device)
-    rows.scatter_add_(2, (picks % (length + 1)).to(rows.device), targets.valid.float().to(rows.device))
-    rolled = attention_rollout(layers, rows[..., :length], residual)
+    rolled, scores = rollout_values(request, targets, residual)
     positions = [layout.positions for layout in request.layouts]
     log_probs = [scores[b, :n].float() for b, n in enumerate(targets.counts)]
     return UnitScores(per_sample(rolled, positions, targets.counts), "tokens", log_probs,
