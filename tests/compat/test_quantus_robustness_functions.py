@@ -115,3 +115,21 @@ def test_batched_translation_equals_quantus(baseline, direction) -> None:
         ours = batched_translation(x, baseline, shift, direction=direction)
         np.random.seed(0)
         np.testing.assert_array_equal(ours, theirs(x, baseline, shift, direction=direction))
+
+
+@pytest.mark.parametrize("discretiser", ["sign", "rank", "floating_points", "callable"])
+def test_consistency_discretise_func_equals_quantus(discretiser) -> None:
+    qd = pytest.importorskip("quantus.functions.discretise_func")
+    call = setup()
+    x = np.concatenate([call["x_batch"], call["x_batch"][::-1]])
+    y = call["model"](torch.as_tensor(x)).argmax(1).numpy()
+    base = q_explain(call["model"], call["x_batch"], call["y_batch"])
+    scale = 1.0 if discretiser == "floating_points" else 2.0  # rounded values: only an equal map shares them
+    a = np.concatenate([base, scale * base[::-1]])  # every map's label shared by one other sample
+    func = {"sign": qd.sign, "rank": qd.rank, "floating_points": qd.floating_points,
+            "callable": lambda row: int(np.argmax(np.abs(row)))}[discretiser]  # fmt: skip
+    kwargs = {"model": call["model"], "x_batch": x, "y_batch": y, "a_batch": a, "device": "cpu"}
+    init = {"discretise_func": func, "normalise": False}
+    ours, theirs = run(cq, "Consistency", init=init, **kwargs), run(quantus, "Consistency", init=init, **kwargs)
+    assert np.isfinite(ours).all()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
