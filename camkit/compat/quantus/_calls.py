@@ -111,19 +111,19 @@ def translations(
 
 
 def complexity_measure(complexity_func: Any, kwargs: dict[str, Any]) -> Callable[[Tensor, Tensor], Tensor]:
-    """``f(maps [B, *S], x [B, C, *S]) -> [B]``: ``complexity_func(a=map [1, *S], x=input [C, *S], **kwargs)``
+    """``f(maps [B, K, *S], x [B, C, *S]) -> [B]``: ``complexity_func(a=map [K, *S], x=input [C, *S], **kwargs)``
     per map, numpy arrays, as Quantus's complexity metrics call it.
 
     Example:
         >>> import numpy as np, torch
         >>> f = complexity_measure(lambda a, x, **kw: float(np.abs(a).sum() / x.size * kw["scale"]), {"scale": 2})
-        >>> f(torch.ones(2, 2, 2), torch.ones(2, 1, 2, 2))
+        >>> f(torch.ones(2, 1, 2, 2), torch.ones(2, 1, 2, 2))
         tensor([2., 2.], dtype=torch.float64)
     """
 
     def measure(maps: Tensor, x: Tensor) -> Tensor:
         inputs = x.detach().cpu().numpy()
-        values = [complexity_func(a=m[None], x=inputs[i], **kwargs) for i, m in enumerate(maps.detach().cpu().numpy())]
+        values = [complexity_func(a=m, x=inputs[i], **kwargs) for i, m in enumerate(maps.detach().cpu().numpy())]
         return torch.as_tensor(np.asarray(values, dtype=np.float64).reshape(maps.shape[0]), device=maps.device)
 
     return measure

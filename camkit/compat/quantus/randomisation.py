@@ -4,8 +4,8 @@ Layers are randomised as Quantus randomises them, on a copy of the model: every 
 ``reset_parameters`` method, in ``named_modules`` order (reversed for ``"top_down"``), reset
 under ``torch.manual_seed(seed + 1)``; camkit does this inside ``torch.random.fork_rng`` so the
 caller's global generator is left as it was (Quantus reseeds it). ``explain_func`` is Quantus's
-callable or a camkit explainer, rebuilt on each randomised copy. Maps with several channels are
-refused (sum them over the channel axis first).
+callable or a camkit explainer, rebuilt on each randomised copy. Maps keep their channel axis
+([B, C, *S]): maps with several channels are compared whole, as Quantus compares them (flattened).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from camkit import Explainer, metrics
 from camkit.errors import InvalidInputError
 
 from ._base import Metric, Result, quantus_similarity
-from .localisation import rows, single_channel
+from .localisation import rows
 
 __all__ = ["MPRT", "RandomLogit", "SmoothMPRT"]
 
@@ -72,21 +72,19 @@ class _Randomisation(Metric):
         return super().__call__(*args, **kwargs)
 
     def raw_maps(self, model: nn.Module, replica: nn.Module) -> Callable[[Tensor, Any], Tensor]:
-        """``f(x, y) -> maps [B, *S]`` of ``replica`` (a copy of ``model``), before normalising."""
+        """``f(x, y) -> maps [B, C, *S]`` of ``replica`` (a copy of ``model``), before normalising."""
         explain_func = self._explain_func
         if isinstance(explain_func, Explainer):
             explain_func = rebind(explain_func, model, replica)
 
         def explain(x: Tensor, y: Any) -> Tensor:
-            return single_channel(
-                self._explain(replica, x, torch.as_tensor(y), explain_func, self._explain_kwargs), type(self).__name__
-            )
+            return self._explain(replica, x, torch.as_tensor(y), explain_func, self._explain_kwargs)
 
         return explain
 
     def prepared(self, maps: Tensor) -> Tensor:
-        """Quantus's normalise and abs, on maps [B, *S]."""
-        return self._preprocess(maps[:, None])[:, 0]
+        """Quantus's normalise and abs, on maps [B, C, *S]."""
+        return self._preprocess(maps)
 
 
 class MPRT(_Randomisation):
@@ -123,7 +121,7 @@ class MPRT(_Randomisation):
         self.skip_layers = skip_layers
 
     def given_maps(self, a: Tensor) -> Tensor | None:
-        return single_channel(a, type(self).__name__)
+        return a
 
     def similarity(self, a: Tensor, b: Tensor) -> Tensor:
         a, b = self.prepared(a), self.prepared(b)
@@ -212,9 +210,9 @@ class RandomLogit(_Randomisation):
         if self.similarity_func is not None:
             return quantus_similarity(self.similarity_func)(a, b).float()
         values = []
-        for p, q in zip(a, b):  # the pair's range, as Quantus
+        for p, q in zip(a, b):  # the pair's range, as Quantus; each channel on its grid, averaged
             span = float(torch.maximum(p.max(), q.max()) - torch.minimum(p.min(), q.min()))
-            values.append(metrics.ssim(p[None], q[None], data_range=span if span > 0 else 1.0))
+            values.append(metrics.ssim(p, q, data_range=span if span > 0 else 1.0).mean()[None])
         return torch.cat(values)
 
     def evaluate(
@@ -226,6 +224,6 @@ class RandomLogit(_Randomisation):
         raw = self.raw_maps(model, model)
         scores = metrics.random_logit(
             lambda inputs, target: self.prepared(raw(inputs, target)), model, x, y, num_classes=self.num_classes,
-            maps=single_channel(a, "RandomLogit"), similarity=self.similarity, off_classes=off, chunk_size=chunk_size,
+            maps=a, similarity=self.similarity, off_classes=off, chunk_size=chunk_size,
         )  # fmt: skip
         return rows(scores)

@@ -82,8 +82,8 @@ class _Robustness(_Randomisation):
     nr_samples = 0
 
     def explainer(self, model: nn.Module) -> Callable[[Tensor, Any], Tensor]:
-        raw = self.raw_maps(model, model)
-        return lambda inputs, target: self.prepared(raw(inputs, target))
+        raw, name = self.raw_maps(model, model), type(self).__name__
+        return lambda inputs, target: single_channel(self.prepared(raw(inputs, target)), name)
 
     def plan(self, x: Tensor, draw: Callable[[tuple[int, ...]], np.ndarray]) -> Tensor:
         """The perturbed inputs: Quantus's default draws, or the ``perturb_func`` given, called as Quantus calls it."""
@@ -328,7 +328,7 @@ class _Relative(_Robustness):
     ) -> Any:
         plan = self.plan(x, lambda shape: np.random.uniform(self.low, self.high, shape))
         common: dict[str, Any] = {
-            "maps": self.prepared(single_channel(a, type(self).__name__)), "perturbed": plan, "eps": self.eps,
+            "maps": single_channel(self.prepared(a), type(self).__name__), "perturbed": plan, "eps": self.eps,
             "skip_changed": self.skip_changed, "chunk_size": chunk_size,
         }  # fmt: skip
         explain = self.explainer(model)
