@@ -133,3 +133,17 @@ def test_consistency_discretise_func_equals_quantus(discretiser) -> None:
     ours, theirs = run(cq, "Consistency", init=init, **kwargs), run(quantus, "Consistency", init=init, **kwargs)
     assert np.isfinite(ours).all()
     np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_batched_translation_uniform_bounds_quantus_drops_them() -> None:
+    from quantus.functions.perturb_func import batched_translation as theirs
+
+    x = np.zeros((2, 1, 2, 4), dtype=np.float32)
+    np.random.seed(0)
+    ours = batched_translation(x, "uniform", 2, uniform_low=5.0, uniform_high=6.0)
+    np.random.seed(0)
+    quantus_fill = theirs(x, "uniform", 2, uniform_low=5.0, uniform_high=6.0)
+    np.random.seed(0)
+    draws = np.random.uniform(5.0, 6.0, 2)  # one draw per image, in the bounds given
+    np.testing.assert_allclose(ours[:, :, :, :2], np.broadcast_to(draws[:, None, None, None], (2, 1, 2, 2)))
+    assert ((quantus_fill[:, :, :, :2] >= 0) & (quantus_fill[:, :, :, :2] < 1)).all()  # Quantus: U(0, 1) always
