@@ -207,12 +207,12 @@ class Continuity(_Robustness):
         super().__init__(abs=abs, normalise=normalise, **kwargs)
         self.nr_steps = nr_steps
         self.fill = float(perturb_baseline) if number else None
+        default_func = is_default("Continuity", "perturb_func", perturb_func)
+        black = isinstance(perturb_baseline, str) and perturb_baseline == "black"
         self.translate = None  # the native translation, unless another function, fill or keyword is given
-        if not (is_default("Continuity", "perturb_func", perturb_func) and (number or (isinstance(perturb_baseline, str) and perturb_baseline == "black"))
-                and not perturb_func_kwargs):  # fmt: skip
-            func = None if is_default("Continuity", "perturb_func", perturb_func) else perturb_func
+        if not (default_func and (number or black) and not perturb_func_kwargs):
             self.translate = functools.partial(
-                translations, perturb_func=func, perturb_baseline=perturb_baseline,
+                translations, perturb_func=None if default_func else perturb_func, perturb_baseline=perturb_baseline,
                 perturb_func_kwargs=perturb_func_kwargs,
             )  # fmt: skip
         self.skip_changed = return_nan_when_prediction_changes
