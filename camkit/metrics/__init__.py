@@ -52,8 +52,9 @@ from .localisation import (
     relevance_rank_accuracy,
     top_k_intersection,
 )
+from .logit import random_logit
 from .pointing import energy_pointing_game, energy_score, pointing_game, pointing_score, region_masks
-from .randomisation import MPRTResult, efficient_mprt, mprt, random_logit
+from .randomisation import MPRTResult, efficient_mprt, mprt
 from .regions import irof, region_perturbation, selectivity
 from .road import noisy_linear_imputation, road_curve
 from .robustness import (

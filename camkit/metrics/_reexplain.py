@@ -28,32 +28,42 @@ def slice_target(target: Target, index: Tensor, batch: int) -> Target:
     return target
 
 
-def explain_maps(explainer: Callable[..., Any], x: Tensor, target: Target) -> Tensor:
-    """The maps [B, *S] ``explainer(x, target)`` gives for inputs [B, C, *S] (or its ``.maps``), detached, in float."""
+def explain_maps(explainer: Callable[..., Any], x: Tensor, target: Target, *, channels: bool = False) -> Tensor:
+    """The maps [B, *S] ``explainer(x, target)`` gives for inputs [B, C, *S] (or its ``.maps``), detached, in float.
+
+    With ``channels``, maps with a channel axis [B, K, *S] are accepted too.
+    """
     result = explainer(x, target)
     maps = result.maps if hasattr(result, "maps") else result
-    if not isinstance(maps, Tensor) or maps.dim() != x.dim() - 1 or maps.shape[0] != x.shape[0]:
+    ranks = (x.dim() - 1, x.dim()) if channels else (x.dim() - 1,)
+    if (
+        not isinstance(maps, Tensor) or maps.dim() not in ranks or maps.shape[0] != x.shape[0]
+        or (channels and tuple(maps.shape[maps.dim() - x.dim() + 2 :]) != tuple(x.shape[2:]))
+    ):  # fmt: skip
         got = list(maps.shape) if isinstance(maps, Tensor) else type(maps).__name__
         raise InvalidInputError(
-            f"the explainer must return maps {MAP_SHAPES[x.dim() - 1]} with B={x.shape[0]} for inputs "
-            f"{list(x.shape)}, got {got}"
+            f"the explainer must return maps {MAP_SHAPES[x.dim() - 1]}{' (or with a channel axis)' if channels else ''}"
+            f" with B={x.shape[0]} for inputs {list(x.shape)}, got {got}"
         )
     return maps.detach().float()
 
 
-def explain_stack(explainer: Callable[..., Any], inputs: Tensor, target: Target, chunk_size: int) -> Tensor:
+def explain_stack(
+    explainer: Callable[..., Any], inputs: Tensor, target: Target, chunk_size: int, *, channels: bool = False
+) -> Tensor:
     """Maps [N, B, *S] of inputs [N, B, C, *S] (N versions of a batch of B), ``chunk_size`` inputs per call.
 
-    Row ``b`` of every version is explained for the target of input ``b``.
+    Row ``b`` of every version is explained for the target of input ``b``; with ``channels``, maps
+    with a channel axis [N, B, K, *S] are accepted too (the same K for all).
     """
     count, batch = inputs.shape[:2]
     flat = inputs.flatten(0, 1)
     owners = torch.arange(batch).repeat(count)
     out = [
-        explain_maps(explainer, flat[a:b], slice_target(target, owners[a:b], batch))
+        explain_maps(explainer, flat[a:b], slice_target(target, owners[a:b], batch), channels=channels)
         for a, b in chunks(flat.shape[0], chunk_size)
     ]
-    return torch.cat(out).view(count, batch, *inputs.shape[3:])
+    return torch.cat(out).view(count, batch, *(out[0].shape[1:] if channels else inputs.shape[3:]))
 
 
 def model_outputs(model: nn.Module, inputs: Tensor, chunk_size: int, output: OutputSelector = None) -> Tensor:

@@ -4,8 +4,8 @@
   or independent, with the smoothed explanations of smooth MPRT (Hedström et al. 2023);
 * :func:`efficient_mprt`: the relative rise of the maps' entropy once every layer is
   random (eMPRT, Hedström et al. 2023);
-* :func:`random_logit`: the similarity of a class's map with a random other class's
-  (Sixt et al. 2020).
+* :func:`random_logit` (in :mod:`camkit.metrics.logit`): the similarity of a class's map
+  with a random other class's (Sixt et al. 2020).
 
 Weights are randomised on a copy of the model (never the model given), from a
 ``torch.Generator``; explanations are computed through an explainer built on that copy,
@@ -35,10 +35,10 @@ from ._randomize import (
     randomise_parameters,
     randomised_models,
 )
-from ._reexplain import explain_stack, model_outputs, top1
-from .sanity import spearman, ssim
+from ._reexplain import explain_stack, top1
+from .sanity import spearman
 
-__all__ = ["MPRTResult", "efficient_mprt", "mprt", "random_logit"]
+__all__ = ["MPRTResult", "Similarity", "efficient_mprt", "mprt"]
 
 Similarity = Callable[[Tensor, Tensor], Tensor]
 _ORDERS = ("top-down", "bottom-up", "independent")
@@ -80,8 +80,9 @@ class MPRTResult:
 def _explain(
     explainer: Callable[..., Any], x: Tensor, target: Target, chunk_size: int, noise: Tensor | None = None
 ) -> Tensor:
-    """Maps [B, *S] of ``x``; with ``noise`` [N, B, C, *S], the mean map over ``x + noise[n]``."""
-    return explain_stack(explainer, x[None] if noise is None else x[None] + noise, target, chunk_size).mean(dim=0)
+    """Maps [B, *S] (or [B, K, *S]) of ``x``; with ``noise`` [N, B, C, *S], the mean map over ``x + noise[n]``."""
+    inputs = x[None] if noise is None else x[None] + noise
+    return explain_stack(explainer, inputs, target, chunk_size, channels=True).mean(dim=0)
 
 
 def _noise(x: Tensor, samples: int, magnitude: float, generator: torch.Generator) -> Tensor | None:
@@ -155,16 +156,17 @@ def mprt(
     Args:
         explainer_factory: ``f(model_copy) -> explainer``; the explainer is called as
             ``explainer(x, target)`` and returns maps [B, *S] or an object with ``.maps``
-            (camkit explainers do). Name layers by string: a module object would belong to
-            the original model.
+            (camkit explainers do); maps with a channel axis [B, K, *S] (per-channel
+            attributions) are compared whole. Name layers by string: a module object would
+            belong to the original model.
         model: the model; never modified (the copy is put in eval mode).
         x: inputs [B, C, *S] ([B, C, T], [B, C, H, W] or [B, C, D, H, W]).
         target: ``None`` (the original model's top-1 class), an int, B ints, or a callable.
         order: ``"top-down"``, ``"bottom-up"`` or ``"independent"``.
         layers: module names randomised, in the order given; ``None``: every module owning
             parameters in order of first call in the forward pass (reversed for top-down).
-        maps: the original maps [B, *S]; ``None`` explains the original model.
-        similarity: ``f(a, b) -> [B]`` on maps [B, *S].
+        maps: the original maps [B, *S] (or [B, K, *S]); ``None`` explains the original model.
+        similarity: ``f(a, b) -> [B]`` on maps [B, *S] (or [B, K, *S]).
         samples: explanations averaged per map (1: plain MPRT).
         noise_magnitude: noise std as a share of each input's value range.
         last_only: compute only the last step (the whole cascade).
@@ -226,10 +228,14 @@ def _run(
     noise = _noise(x, samples, noise_magnitude, generator)
     if maps is None:
         maps = _explain(explainer_factory(base), x, target, chunk_size, noise)
-    elif not isinstance(maps, Tensor) or maps.shape != (x.shape[0], *x.shape[2:]):
+    elif not isinstance(maps, Tensor) or not (
+        maps.shape == (x.shape[0], *x.shape[2:])
+        or (maps.dim() == x.dim() and maps.shape[0] == x.shape[0] and maps.shape[2:] == x.shape[2:])
+    ):  # fmt: skip
         got = list(maps.shape) if isinstance(maps, Tensor) else type(maps).__name__
         raise InvalidInputError(
-            f"maps must be [B, *S] = {[x.shape[0], *x.shape[2:]]} for inputs {list(x.shape)}, got {got}"
+            f"maps must be [B, *S] = {[x.shape[0], *x.shape[2:]]} (or [B, K, *S] with a channel axis) for inputs "
+            f"{list(x.shape)}, got {got}"
         )
     maps = maps.detach().float().to(x.device)
     original = torch.full((x.shape[0],), float("nan"), device=x.device)
@@ -322,81 +328,3 @@ def efficient_mprt(
     before, after = entropies[0], res.last
     rise = (after - before) / torch.where(before == 0, torch.ones_like(before), before)
     return torch.where(before == 0, torch.full_like(rise, float("nan")), rise)
-
-
-def random_logit(
-    explainer: Callable[..., Any],
-    model: nn.Module,
-    x: Tensor,
-    target: Target = None,
-    *,
-    num_classes: int | None = None,
-    maps: Tensor | None = None,
-    similarity: Similarity = ssim,
-    off_classes: Tensor | None = None,
-    generator: torch.Generator | None = None,
-    chunk_size: int = 64,
-    output: OutputSelector = None,
-) -> Tensor:
-    """Random logit test (Sixt et al. 2020): similarity of a class's map with another class's map.
-
-    For each input the explained class ``y`` and a class ``y' != y`` drawn uniformly from
-    the other ``K - 1`` classes; the score is ``similarity(e_y, e_y')`` (SSIM by default,
-    on the maps' own grid). Lower is better: a map that does not change with the class
-    explains nothing about the class. Needs a model (for the classes) and re-explanation;
-    costs one explanation of the batch (two without ``maps``).
-
-    Args:
-        explainer: called as ``explainer(x, classes)``, returns maps [B, *S] (or ``.maps``).
-        model: the model; run (without gradients, on chunks) only when ``target`` or
-            ``num_classes`` is ``None``.
-        x: inputs [B, C, *S].
-        target: the explained classes: ``None`` (top-1), an int or B ints.
-        num_classes: K; ``None``: the width of the model's output.
-        maps: the maps of ``target`` [B, *S]; ``None`` explains them.
-        similarity: ``f(a, b) -> [B]``; the default SSIM expects maps in [0, 1].
-        off_classes: the other classes [B] (a pre-drawn plan); ``None`` draws them.
-        generator: the source of the draw; ``None``: a generator seeded with 0.
-        chunk_size: inputs per explainer or model call.
-        output: what to score when the model does not return a tensor.
-
-    Returns:
-        Float tensor [B].
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> import camkit
-        >>> from camkit.metrics import random_logit
-        >>> net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        ...                     nn.Flatten(), nn.Linear(4, 3))
-        >>> random_logit(camkit.GradCAM(net, "1"), net, torch.rand(2, 3, 8, 8), target=[0, 1]).shape
-        torch.Size([2])
-    """
-    check_model(model)
-    check_images(x)
-    check_chunk_size(chunk_size)
-    batch = x.shape[0]
-    if target is None or num_classes is None:
-        logits = model_outputs(model, x, chunk_size, output)
-        num_classes = num_classes if num_classes is not None else logits.shape[1]
-        if target is None:
-            target = logits.argmax(dim=1)
-    classes = None if callable(target) else torch.as_tensor(target, device=x.device).long().flatten()
-    if classes is not None and classes.numel() == 1:
-        classes = classes.expand(batch)
-    if classes is None or classes.shape != (batch,) or not ((classes >= 0) & (classes < num_classes)).all():
-        raise InvalidInputError(f"random_logit needs one class per input, from 0 to {num_classes - 1}, got {target!r}")
-    if num_classes < 2:
-        raise InvalidInputError(f"random_logit needs at least 2 classes, got num_classes={num_classes}")
-    if off_classes is None:
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        drawn = torch.randint(0, num_classes - 1, (batch,), generator=generator).to(x.device)
-        off_classes = drawn + (drawn >= classes).long()  # skip the explained class
-    off_classes = off_classes.to(x.device).long()
-    if off_classes.shape != (batch,) or (off_classes == classes).any():
-        raise InvalidInputError(f"off_classes must be [B] = [{batch}] classes, none equal to the target's")
-    if maps is None:
-        maps = _explain(explainer, x, classes, chunk_size)
-    other = _explain(explainer, x, off_classes, chunk_size)
-    return similarity(maps.detach().float().to(x.device), other).float()

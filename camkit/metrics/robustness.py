@@ -16,6 +16,8 @@ are in :mod:`camkit.metrics.stability`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -42,17 +44,36 @@ __all__ = [
 ]
 
 
+Measure = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def _measured(measure: Measure, maps: Tensor, moved: Tensor, x: Tensor, plan: Tensor) -> Tensor:
+    """[N, B]: ``measure(maps, moved[n], x, plan[n])`` for each perturbation n, checked to be [B]."""
+    values = []
+    for n in range(plan.shape[0]):
+        value = torch.as_tensor(measure(maps, moved[n], x, plan[n]), device=x.device)
+        if value.shape != (x.shape[0],):
+            raise InvalidInputError(
+                f"measure must return one value per input [B] = [{x.shape[0]}], got {list(value.shape)}"
+            )
+        values.append(value.double())
+    return torch.stack(values)
+
+
 def _sensitivity(
     explainer: Explain, x: Tensor, target: Target, how: str, *, model: nn.Module | None, maps: Tensor | None,
     samples: int, radius: float, perturbed: Tensor | None, skip_changed: bool, generator: torch.Generator | None,
-    chunk_size: int, output: OutputSelector,
+    chunk_size: int, output: OutputSelector, measure: Measure | None,
 ) -> Tensor:  # fmt: skip
     target, maps = unperturbed_maps(explainer, model, x, target, maps, chunk_size, output)
     plan = perturbed_inputs(x, perturbed, samples, uniform_noise(-radius, radius, generator))
     moved = explain_stack(explainer, plan, target, chunk_size)
-    base = row_norms(maps[None])
-    ratio = row_norms(moved - maps[None]) / torch.where(base == 0, torch.ones_like(base), base)
-    ratio = torch.where(base == 0, torch.full_like(ratio, float("nan")), ratio)
+    if measure is not None:
+        ratio = _measured(measure, maps, moved, x, plan)
+    else:
+        base = row_norms(maps[None])
+        ratio = row_norms(moved - maps[None]) / torch.where(base == 0, torch.ones_like(base), base)
+        ratio = torch.where(base == 0, torch.full_like(ratio, float("nan")), ratio)
     skip = prediction_changed(model, x, plan, chunk_size, output) if skip_changed else None
     return reduce_copies(ratio, skip, how)
 
@@ -71,6 +92,7 @@ def avg_sensitivity(
     generator: torch.Generator | None = None,
     chunk_size: int = 64,
     output: OutputSelector = None,
+    measure: Measure | None = None,
 ) -> Tensor:
     """Average sensitivity (Yeh et al. 2019): the mean relative change of the map under small noise.
 
@@ -93,6 +115,9 @@ def avg_sensitivity(
         generator: the source of the draws.
         chunk_size: inputs per explainer (and model) call.
         output: what to read when the model does not return a tensor.
+        measure: the change of one perturbation, ``measure(maps, moved, x, perturbed) -> [B]`` (maps
+            and ``moved`` [B, *S], ``x`` and ``perturbed`` [B, C, *S]), called once per perturbation;
+            ``None``: ``||moved - maps||_2 / ||maps||_2``, computed for all perturbations at once.
 
     Returns:
         Float tensor [B]; NaN for a map that is all zero.
@@ -105,10 +130,13 @@ def avg_sensitivity(
         >>> plan = torch.stack([x + 0.1, x - 0.1])  # two perturbations, given as a plan
         >>> avg_sensitivity(square, x, 0, perturbed=plan)  # (||1.21 - 1|| + ||0.81 - 1||) / 2 / ||1||
         tensor([0.2000])
+        >>> squared = lambda maps, moved, x, p: (moved - maps).square().sum(1) / maps.square().sum(1)
+        >>> avg_sensitivity(square, x, 0, perturbed=plan, measure=squared)  # (0.21 ** 2 + 0.19 ** 2) / 2
+        tensor([0.0401])
     """
     return _sensitivity(
         explainer, x, target, "mean", model=model, maps=maps, samples=samples, radius=radius, perturbed=perturbed,
-        skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output,
+        skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output, measure=measure,
     )  # fmt: skip
 
 
@@ -126,6 +154,7 @@ def max_sensitivity(
     generator: torch.Generator | None = None,
     chunk_size: int = 64,
     output: OutputSelector = None,
+    measure: Measure | None = None,
 ) -> Tensor:
     """Max sensitivity (Yeh et al. 2019): the largest relative change of the map under small noise.
 
@@ -135,7 +164,7 @@ def max_sensitivity(
     Needs and costs as :func:`avg_sensitivity`, whose arguments it takes.
 
     Args:
-        explainer, x, target, model, maps, samples, radius, perturbed, skip_changed, generator, chunk_size, output: see :func:`avg_sensitivity`.
+        explainer, x, target, model, maps, samples, radius, perturbed, skip_changed, generator, chunk_size, output, measure: see :func:`avg_sensitivity`.
 
     Returns:
         Float tensor [B]; NaN for a map that is all zero.
@@ -150,7 +179,7 @@ def max_sensitivity(
     """
     return _sensitivity(
         explainer, x, target, "max", model=model, maps=maps, samples=samples, radius=radius, perturbed=perturbed,
-        skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output,
+        skip_changed=skip_changed, generator=generator, chunk_size=chunk_size, output=output, measure=measure,
     )  # fmt: skip
 
 
@@ -169,6 +198,7 @@ def local_lipschitz_estimate(
     generator: torch.Generator | None = None,
     chunk_size: int = 64,
     output: OutputSelector = None,
+    measure: Measure | None = None,
 ) -> Tensor:
     """Local Lipschitz estimate (Alvarez-Melis and Jaakkola 2018): the steepest change of the map.
 
@@ -177,6 +207,8 @@ def local_lipschitz_estimate(
 
     Args:
         explainer, x, target, model, maps, samples, perturbed, skip_changed, generator, chunk_size, output: see :func:`avg_sensitivity`.
+        measure: the change of one perturbation, as in :func:`avg_sensitivity`; ``None``:
+            ``||moved - maps||_2 / ||perturbed - x||_2``.
         mean, std: the Gaussian noise.
 
     Returns:
@@ -197,7 +229,10 @@ def local_lipschitz_estimate(
         x, perturbed, samples, lambda shape: torch.randn(shape, generator=generator, dtype=torch.float64) * std + mean
     )
     moved = explain_stack(explainer, plan, target, chunk_size)
-    ratio = row_norms(moved - maps[None]) / row_norms(plan - x[None])
+    if measure is not None:
+        ratio = _measured(measure, maps, moved, x, plan)
+    else:
+        ratio = row_norms(moved - maps[None]) / row_norms(plan - x[None])
     skip = prediction_changed(model, x, plan, chunk_size, output) if skip_changed else None
     return reduce_copies(ratio, skip, "max")
 
@@ -220,6 +255,7 @@ def continuity(
     maps: Tensor | None = None,
     steps: int = 28,
     fill: float | None = None,
+    perturbed: Tensor | None = None,
     skip_changed: bool = False,
     chunk_size: int = 64,
     output: OutputSelector = None,
@@ -237,6 +273,8 @@ def continuity(
         explainer, x, target, model, maps, skip_changed, chunk_size, output: see :func:`avg_sensitivity`.
         steps: translations.
         fill: the value shifted in.
+        perturbed: a plan of perturbed inputs [N, B, C, *S] instead of the translations (``steps``
+            and ``fill`` are then unused): another fill, another direction, another library's.
 
     Returns:
         Float tensor [B]; translations that leave the input unchanged are left out.
@@ -250,12 +288,15 @@ def continuity(
         tensor([1.4142])
     """
     target, maps = unperturbed_maps(explainer, model, x, target, maps, chunk_size, output)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InvalidInputError(f"steps must be a positive int, got {steps!r}")
-    width = x.shape[-1]
-    dx = (2 * width + 1) // steps
-    values = x.flatten(1).amin(dim=1) if fill is None else torch.full((x.shape[0],), float(fill), device=x.device)
-    plan = torch.stack([_translate(x, -width + dx * k, values) for k in range(1, steps + 1)])
+    if perturbed is not None:
+        plan = perturbed_inputs(x, perturbed, 1, lambda shape: torch.zeros(shape))
+    else:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise InvalidInputError(f"steps must be a positive int, got {steps!r}")
+        width = x.shape[-1]
+        dx = (2 * width + 1) // steps
+        values = x.flatten(1).amin(dim=1) if fill is None else torch.full((x.shape[0],), float(fill), device=x.device)
+        plan = torch.stack([_translate(x, -width + dx * k, values) for k in range(1, steps + 1)])
     moved = explain_stack(explainer, plan, target, chunk_size)
     l1 = (moved - maps[None]).flatten(2).double().abs().sum(dim=2)
     dist = row_norms(plan - x[None])

@@ -7,7 +7,7 @@ import pytest
 from test_quantus_localisation_randomisation import q_explain, run, setup
 
 from camkit.compat import quantus as cq
-from camkit.compat.quantus.randomisation import bins_by_rule
+from camkit.compat.quantus.efficient_mprt import bins_by_rule
 from camkit.errors import InvalidInputError
 
 quantus = pytest.importorskip("quantus")
@@ -74,3 +74,45 @@ def test_extra_scores_equal_quantus(skip_layers):
                                    atol=1e-7, equal_nan=True, err_msg=name)  # fmt: skip
     fraction = np.asarray(ours_metric.scores_extra["scores_fraction_explanation"])
     np.testing.assert_allclose(np.asarray(ours), fraction - 1, rtol=1e-5)  # the score is the fraction's rise
+
+
+def _spread(a, x, **kwargs):
+    """A complexity that reads its keywords: the map's spread in units of the bins."""
+    assert a.ndim == 3 and a.shape[0] == 1 and kwargs["extra"] == "kept"
+    return float(np.std(a)) * kwargs["n_bins"]
+
+
+def test_complexity_func_called_as_quantus_calls_it():
+    net, x, y = setup()
+    call = {"model": net, "x_batch": x, "y_batch": y, "explain_func": q_explain, "device": "cpu"}
+    init = {"complexity_func": _spread, "complexity_func_kwargs": {"n_bins": 12, "extra": "kept"}, "abs": True}
+    theirs = run(quantus, "EfficientMPRT", init=init, **call)
+    ours = run(cq, "EfficientMPRT", init=init, **call)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4)
+    default = run(cq, "EfficientMPRT", init={"complexity_func_kwargs": {"n_bins": 12}, "abs": True}, **call)
+    assert not np.allclose(ours, default, rtol=1e-3)
+
+
+def test_quantus_own_entropy_fails_where_camkit_passes_each_input():
+    net, x, y = setup()
+    call = {"model": net, "x_batch": x, "y_batch": y, "explain_func": q_explain, "device": "cpu"}
+    init = {"complexity_func": quantus.functions.complexity_func.entropy, "abs": True, "skip_layers": True}
+    with pytest.raises(AttributeError, match="NoneType"):  # Quantus passes x=None for the randomised maps
+        run(quantus, "EfficientMPRT", init=init, **call)
+    calls = []
+
+    def recorded(a, x, **kwargs):
+        calls.append((x, quantus.functions.complexity_func.entropy(a, x, **kwargs)))
+        return calls[-1][1]
+
+    ours = np.asarray(run(cq, "EfficientMPRT", init={**init, "complexity_func": recorded}, **call))
+    assert len(calls) == 6  # three original maps, then three of the randomised model
+    for i, (given, _) in enumerate(calls):
+        np.testing.assert_array_equal(given, x[i % 3])  # each map's own input, each map once
+    # by hand: the Shannon entropy of each |map| read as a distribution
+    a = np.abs(q_explain(net, x, y)).reshape(len(x), -1).astype(np.float64)
+    p = a / a.sum(1, keepdims=True)
+    before = -(p * np.log(np.where(p > 0, p, 1))).sum(1)
+    np.testing.assert_allclose([value for _, value in calls[:3]], before, rtol=1e-5)
+    after = np.array([value for _, value in calls[3:]])
+    np.testing.assert_allclose(ours, (after - before) / before, rtol=1e-5)

@@ -76,6 +76,19 @@ def test_mprt_cascading_and_independent_by_hand() -> None:
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())  # the model is never touched
 
 
+def test_maps_with_a_channel_axis_are_compared_whole() -> None:
+    x = torch.rand(2, 2, 4, generator=torch.Generator().manual_seed(0))
+    net = product_net()
+    per_channel = lambda model: lambda inputs, target: model[0].w.detach() * model[1].w.detach() * inputs  # noqa: E731
+    cascade = mprt(per_channel, net, x, 0, order="top-down", layers=["1", "0"], randomize=flip)
+    torch.testing.assert_close(cascade.similarity, torch.tensor([[-1.0, -1.0], [1.0, 1.0]]))
+    given = mprt(per_channel, net, x, 0, layers=["1", "0"], maps=6 * x, randomize=flip, last_only=True)
+    torch.testing.assert_close(given.last, torch.ones(2))
+    seen = []
+    mprt(per_channel, net, x, 0, layers=["1"], randomize=flip, similarity=lambda a, b: seen.append(b.shape) or spearman(a, b))
+    assert seen == [torch.Size([2, 2, 4])] * 2  # the self-check and the one step, channels kept
+
+
 def test_default_layers_follow_the_forward_pass() -> None:
     net = RankNet(2)
     res = mprt(lambda m: camkit.GradCAM(m, "conv2"), net, rank_input(2, batch=2), order="bottom-up")
@@ -121,7 +134,9 @@ def test_bad_inputs() -> None:
     with pytest.raises(camkit.LayerNotFoundError):
         mprt(weight_map, net, x, 0, layers=["9"])
     with pytest.raises(InvalidInputError, match=r"maps must be \[B, \*S\]"):
-        mprt(weight_map, net, x, 0, layers=["1"], maps=torch.rand(2, 1, 8))
+        mprt(weight_map, net, x, 0, layers=["1"], maps=torch.rand(2, 1, 7))
+    with pytest.raises(InvalidInputError, match="or with a channel axis"):
+        mprt(lambda m: lambda inputs, target: inputs[:, :, :7], net, x, 0, layers=["1"])
     with pytest.raises(InvalidInputError, match="off_classes"):
         random_logit(weight_map(net), net, x, [0, 1], off_classes=torch.tensor([0, 0]))
 

@@ -108,6 +108,16 @@ def test_continuity_by_hand() -> None:
     torch.testing.assert_close(continuity(identity, x, 0, steps=7), torch.tensor([best]))
 
 
+def test_continuity_takes_a_plan_of_perturbed_inputs() -> None:
+    x = torch.tensor([[[0.0, 3.0, 1.0]], [[2.0, 2.0, 2.0]]])
+    identity = lambda inputs, target: inputs[:, 0]  # noqa: E731
+    plan = torch.stack([x + torch.tensor([1.0, 0.0, 0.0]), x + torch.tensor([1.0, -1.0, 1.0]), x])
+    # the map is the input: ||d||_1 / ||d||_2 is 1 and sqrt(3); the unchanged copy is left out
+    torch.testing.assert_close(continuity(identity, x, 0, perturbed=plan), torch.full((2,), 3**0.5))
+    with pytest.raises(InvalidInputError, match="perturbed inputs"):
+        continuity(identity, x, 0, perturbed=plan[:, :1])
+
+
 def test_consistency_by_hand() -> None:
     maps = torch.tensor([[1.0, -1.0], [2.0, -3.0], [5.0, -1.0], [1.0, 1.0]])
     predictions = torch.tensor([0, 0, 1, 0])

@@ -21,6 +21,7 @@ from ._evaluate import MetricFailedError, evaluate
 from ._install import AlreadyImportedError, NotTranslatedError, install, installed, uninstall
 from .axiomatic import Completeness, InputInvariance, NonSensitivity
 from .complexity import Complexity, EffectiveComplexity, Sparseness
+from .efficient_mprt import EfficientMPRT
 from .faithfulness import (
     FaithfulnessCorrelation,
     FaithfulnessEstimate,
@@ -39,7 +40,7 @@ from .localisation import (
     RelevanceRankAccuracy,
     TopKIntersection,
 )
-from .randomisation import MPRT, EfficientMPRT, RandomLogit, SmoothMPRT
+from .randomisation import MPRT, RandomLogit, SmoothMPRT
 from .regions import IROF, ROAD, RegionPerturbation, Selectivity, Sufficiency
 from .robustness import (
     AvgSensitivity,

@@ -2,7 +2,10 @@
 
 Maps and masks come as Quantus takes them (``a_batch`` and ``s_batch`` [B, 1, *S], or without
 the channel axis); a mask position counts as inside where ``s != 0``. Maps with several
-channels are refused (sum them over the channel axis first). The model is not used.
+channels ([B, C, *S]) are read as Quantus reads every map, flattened: each channel's value is
+a position of its own, and the mask [B, 1, *S] holds for every channel (Quantus 0.6.0 fails
+there, its flattened one-channel mask being C times shorter than the map); ``Focus`` sums the
+positive relevance of every channel, as Quantus does. The model is not used.
 Where the region is empty, every class returns NaN (Quantus's ``PointingGame`` returns True).
 """
 
@@ -49,9 +52,12 @@ class _Localisation(Metric):
         return False
 
     def masks(self, a: Tensor, s: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Maps and bool masks [B, *S]; for maps with several channels, both flattened to [B, C * N]."""
         name = type(self).__name__
         if s is None:
             raise InvalidInputError(f"{name} needs the ground-truth masks: pass s_batch [B, 1, *S]")
+        if a.shape[1] != 1:
+            return a.flatten(1), s.expand_as(a).flatten(1) != 0
         return single_channel(a, name), single_channel(s, name) != 0
 
     def evaluate(
@@ -191,4 +197,5 @@ class Focus(_Localisation):
         batch = x.shape[0]
         parts = self._parts[self._offset : self._offset + batch].to(x.device)
         self._offset += batch
-        return rows(metrics.focus(single_channel(a, "Focus"), parts))
+        positive = a[:, 0] if a.shape[1] == 1 else a.clamp(min=0).sum(dim=1)  # each channel's positive relevance
+        return rows(metrics.focus(positive, parts))

@@ -1,11 +1,11 @@
-"""Quantus 0.6.0's randomisation metrics on :mod:`camkit.metrics` (mprt, efficient_mprt, random_logit).
+"""Quantus 0.6.0's randomisation metrics on :mod:`camkit.metrics` (mprt, random_logit; ``EfficientMPRT`` in its own module).
 
 Layers are randomised as Quantus randomises them, on a copy of the model: every module with a
 ``reset_parameters`` method, in ``named_modules`` order (reversed for ``"top_down"``), reset
 under ``torch.manual_seed(seed + 1)``; camkit does this inside ``torch.random.fork_rng`` so the
 caller's global generator is left as it was (Quantus reseeds it). ``explain_func`` is Quantus's
-callable or a camkit explainer, rebuilt on each randomised copy. Maps with several channels are
-refused (sum them over the channel axis first).
+callable or a camkit explainer, rebuilt on each randomised copy. Maps keep their channel axis
+([B, C, *S]): maps with several channels are compared whole, as Quantus compares them (flattened).
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from torch import Tensor, nn
 
 from camkit import Explainer, metrics
 from camkit.errors import InvalidInputError
-from camkit.metrics.randomisation import discrete_entropy
 
-from ._base import Metric, Result, is_default, quantus_similarity
-from .localisation import rows, single_channel
+from ._base import Metric, Result, quantus_similarity
+from .localisation import rows
 
-__all__ = ["MPRT", "EfficientMPRT", "RandomLogit", "SmoothMPRT", "bins_by_rule"]
+__all__ = ["MPRT", "RandomLogit", "SmoothMPRT"]
 
 _ORDERS = {"top_down": "top-down", "bottom_up": "bottom-up", "independent": "independent"}
 
@@ -73,21 +72,19 @@ class _Randomisation(Metric):
         return super().__call__(*args, **kwargs)
 
     def raw_maps(self, model: nn.Module, replica: nn.Module) -> Callable[[Tensor, Any], Tensor]:
-        """``f(x, y) -> maps [B, *S]`` of ``replica`` (a copy of ``model``), before normalising."""
+        """``f(x, y) -> maps [B, C, *S]`` of ``replica`` (a copy of ``model``), before normalising."""
         explain_func = self._explain_func
         if isinstance(explain_func, Explainer):
             explain_func = rebind(explain_func, model, replica)
 
         def explain(x: Tensor, y: Any) -> Tensor:
-            return single_channel(
-                self._explain(replica, x, torch.as_tensor(y), explain_func, self._explain_kwargs), type(self).__name__
-            )
+            return self._explain(replica, x, torch.as_tensor(y), explain_func, self._explain_kwargs)
 
         return explain
 
     def prepared(self, maps: Tensor) -> Tensor:
-        """Quantus's normalise and abs, on maps [B, *S]."""
-        return self._preprocess(maps[:, None])[:, 0]
+        """Quantus's normalise and abs, on maps [B, C, *S]."""
+        return self._preprocess(maps)
 
 
 class MPRT(_Randomisation):
@@ -124,7 +121,7 @@ class MPRT(_Randomisation):
         self.skip_layers = skip_layers
 
     def given_maps(self, a: Tensor) -> Tensor | None:
-        return single_channel(a, type(self).__name__)
+        return a
 
     def similarity(self, a: Tensor, b: Tensor) -> Tensor:
         a, b = self.prepared(a), self.prepared(b)
@@ -191,171 +188,6 @@ class SmoothMPRT(MPRT):
         return super().prepared(maps)
 
 
-_BIN_RULES = ("Freedman Diaconis", "Scotts", "Square Root", "Sturges Formula", "Rice")
-
-
-def bins_by_rule(maps: np.ndarray, rule: str, low: int = 10, high: int = 200) -> int:
-    """Histogram bins for every map of ``maps`` [B, ...] by a textbook rule, clamped to ``[low, high]``.
-
-    ``n`` is the number of values in one map (the observations of one histogram); the spread
-    (interquartile range, standard deviation, min and max) is taken over the whole batch, one
-    count of bins for all maps, as Quantus takes it. Rules: Freedman-Diaconis (width
-    ``2 IQR / n^(1/3)``, at least 1e-6), Scott (width ``3.5 std / n^(1/3)``), square root
-    (``sqrt n``), Sturges (``log2 n + 1``), Rice (``2 n^(1/3)``); counts are truncated to ints.
-    """
-    values = np.asarray(maps, dtype=np.float64)
-    n = values[0].size
-    span = float(values.max() - values.min())
-    if rule == "Freedman Diaconis":
-        width = max(2 * float(np.percentile(values, 75) - np.percentile(values, 25)) / n ** (1 / 3), 1e-6)
-        count = int(span / width)
-    elif rule == "Scotts":
-        width = 3.5 * float(values.std()) / n ** (1 / 3)
-        count = int(span / width) if width > 0 else low
-    elif rule == "Square Root":
-        count = int(np.sqrt(n))
-    elif rule == "Sturges Formula":
-        count = int(np.log2(n) + 1)
-    elif rule == "Rice":
-        count = int(2 * n ** (1 / 3))
-    else:
-        raise InvalidInputError(f"complexity_func_kwargs['rule'] must be one of {list(_BIN_RULES)}, got {rule!r}")
-    return max(min(count, high), low)
-
-
-def _prediction_entropy(model: nn.Module, x: Tensor, softmax: bool) -> Tensor:
-    """Shannon entropy (nats) of each output row of ``model(x)`` read as a distribution (divided by its sum of |.|)."""
-    with torch.no_grad():
-        out = model(x).double()
-    out = out.softmax(dim=1) if softmax else out
-    if (out < 0).any():
-        raise InvalidInputError("compute_extra_scores needs non-negative outputs for their entropy: keep softmax=True")
-    p = out / out.abs().sum(dim=1, keepdim=True)
-    return -(p * torch.log(torch.where(p > 0, p, torch.ones_like(p)))).sum(dim=1)
-
-
-def _ratio(b: Tensor, a: Tensor) -> Tensor:
-    return torch.where(a != 0, b / torch.where(a != 0, a, torch.ones_like(a)), torch.full_like(b, float("nan")))
-
-
-class EfficientMPRT(_Randomisation):
-    """Quantus's ``EfficientMPRT`` on :func:`camkit.metrics.efficient_mprt`.
-
-    ``(H(e_random) - H(e)) / H(e)`` per sample, ``H`` the entropy of a histogram of each map's
-    values, ``e`` the original model's maps and ``e_random`` those with every layer reset
-    (bottom-up). The bins: ``complexity_func_kwargs={"n_bins": ...}``, or a rule
-    (``{"rule": "Freedman Diaconis"}``, ``"Scotts"``, ``"Square Root"``, ``"Sturges Formula"``,
-    ``"Rice"``, clamped to ``min_n_bins``..``max_n_bins``, 10..200) computed from ``a_batch`` as
-    given (or, without it, from each batch's explained maps), or ``n_bins_default`` (100).
-    Equal to Quantus with ``n_bins`` or without a rule. Differs with a rule: Quantus counts the
-    observations ``n`` as the number of axes of one map (3 for [1, H, W]), so its square root,
-    Sturges and Rice rules always give their minimum and its Freedman-Diaconis and Scott bins are
-    too wide by ``(H W / 3)^(1/3)``; camkit counts the map's values (:func:`bins_by_rule`).
-
-    ``compute_extra_scores=True`` fills ``scores_extra`` as Quantus does: the explanation
-    entropies' delta and fraction (randomised over original), the model outputs' entropies'
-    (softmax) delta and fraction, their ratio (``scores_delta_explanation_vs_models``), the
-    mean entropy over the randomised layers and the Spearman correlation, per sample, between
-    the model's and the explanation's entropies over the layers. With ``skip_layers=False``
-    every layer is explained (one explanation pass per layer); the main score is unchanged.
-    Only the default complexity (discrete entropy) is supported.
-    """
-
-    softmax_default = True
-
-    def __init__(
-        self, complexity_func: Any = None, complexity_func_kwargs: dict[str, Any] | None = None,
-        similarity_func: Any = None, layer_order: str = "bottom_up", seed: int = 42,
-        compute_extra_scores: bool = False, skip_layers: bool = True, abs: bool = False, normalise: bool = False,
-        **kwargs: Any,
-    ) -> None:  # fmt: skip
-        super().__init__(abs=abs, normalise=normalise, **kwargs)
-        options = dict(complexity_func_kwargs or {})
-        if not is_default("EfficientMPRT", "complexity_func", complexity_func):
-            raise InvalidInputError(
-                "camkit.compat.quantus.EfficientMPRT computes the discrete entropy only: leave complexity_func unset"
-            )
-        self.rule: str = str(options.get("rule") or "")
-        if self.rule and "n_bins" not in options and self.rule not in _BIN_RULES:
-            raise InvalidInputError(f"complexity_func_kwargs['rule'] must be one of {list(_BIN_RULES)}, got {self.rule!r}")
-        self.fixed_bins = "n_bins" in options or not self.rule
-        self.n_bins = int(options.get("n_bins", options.get("n_bins_default", 100)))
-        self.bin_limits = (int(options.get("min_n_bins", 10)), int(options.get("max_n_bins", 200)))
-        self.similarity_func = similarity_func
-        self.layer_order, self.seed = layer_order, seed
-        self.compute_extra_scores, self.skip_layers = compute_extra_scores, skip_layers
-        self.scores_extra: dict[str, list[float]] = {}
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        a_batch = kwargs.get("a_batch", args[3] if len(args) > 3 else None)
-        self._rule_bins: int | None = None
-        if not self.fixed_bins and a_batch is not None:  # Quantus reads the rule off a_batch as given
-            self._rule_bins = bins_by_rule(np.asarray(a_batch), self.rule, *self.bin_limits)
-        self._extra: list[dict[str, Tensor]] = []
-        scores = super().__call__(*args, **kwargs)
-        if self.compute_extra_scores:
-            self.scores_extra = {k: [float(v) for v in torch.cat([e[k] for e in self._extra]).tolist()]
-                                 for k in self._extra[0]} if self._extra else {}  # fmt: skip
-        return scores
-
-    def evaluate(
-        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
-    ) -> Result:
-        bins = self.n_bins if self.fixed_bins else self._rule_bins
-        if bins is None:  # no a_batch: the rule reads this batch's explained maps
-            bins = bins_by_rule(self.prepared(self.raw_maps(model, model)(x, y)).cpu().numpy(), self.rule,
-                                *self.bin_limits)  # fmt: skip
-
-        def factory(replica: nn.Module) -> Callable[[Tensor, Any], Tensor]:
-            raw = self.raw_maps(model, replica)
-            return lambda inputs, target: self.prepared(raw(inputs, target))
-
-        layers = quantus_layers(model, self.layer_order)
-        if not self.compute_extra_scores:
-            scores = metrics.efficient_mprt(factory, model, x, y, bins=bins, layers=layers,
-                                            randomize=quantus_randomizer(self.seed), chunk_size=chunk_size)  # fmt: skip
-            return rows(scores)
-        return rows(self._with_extras(factory, model, x, y, bins, layers, softmax, chunk_size))
-
-    def _with_extras(
-        self, factory: Callable[[nn.Module], Any], model: nn.Module, x: Tensor, y: Tensor, bins: int, layers: list[str],
-        softmax: bool, chunk_size: int,
-    ) -> Tensor:  # fmt: skip
-        """The score, with every layer's (or the last layer's) explanation and model entropies kept for the extras."""
-        originals: list[Tensor] = []
-        models: list[Tensor] = []
-
-        def recording(replica: nn.Module) -> Any:
-            models.append(_prediction_entropy(replica, x, softmax))
-            return factory(replica)
-
-        def entropy_of_randomised(a: Tensor, b: Tensor) -> Tensor:
-            originals.append(discrete_entropy(a, bins))
-            return discrete_entropy(b, bins)
-
-        res = metrics.mprt(recording, model, x, y, order="bottom-up", layers=layers, similarity=entropy_of_randomised,
-                           last_only=self.skip_layers, randomize=quantus_randomizer(self.seed),
-                           chunk_size=chunk_size)  # fmt: skip
-        h = torch.cat([originals[0][None], res.similarity.double()]).double()  # [1 + L, B]: original, then layers
-        m = torch.stack([models[0], *models[2:]]).double()  # the calls: original, the self-check copy, the layers
-        before, after = h[0], h[-1]
-        fraction_e, fraction_m = _ratio(after, before), _ratio(m[-1], m[0])
-        def similarity(p: Tensor, q: Tensor) -> Tensor:
-            if self.similarity_func is None:
-                return metrics.spearman(p[None], q[None])[0].double()
-            return torch.as_tensor(float(self.similarity_func(p.cpu().numpy(), q.cpu().numpy())), dtype=torch.float64)
-
-        self._extra.append({
-            "scores_delta_explanation": after - before, "scores_fraction_explanation": fraction_e,
-            "scores_delta_model": m[-1] - m[0], "scores_fraction_model": fraction_m,
-            "scores_delta_explanation_vs_models": _ratio(fraction_e, fraction_m),
-            "scores_average_complexity": h[1:].mean(dim=0),
-            "scores_correlation_model_vs_explanation_complexity": torch.stack(
-                [similarity(m[:, i], h[:, i]).cpu() for i in range(h.shape[1])]).to(h.device),
-        })  # fmt: skip
-        return _ratio(after - before, before)
-
-
 class RandomLogit(_Randomisation):
     """Quantus's ``RandomLogit`` on :func:`camkit.metrics.random_logit`.
 
@@ -378,9 +210,9 @@ class RandomLogit(_Randomisation):
         if self.similarity_func is not None:
             return quantus_similarity(self.similarity_func)(a, b).float()
         values = []
-        for p, q in zip(a, b):  # the pair's range, as Quantus
+        for p, q in zip(a, b):  # the pair's range, as Quantus; each channel on its grid, averaged
             span = float(torch.maximum(p.max(), q.max()) - torch.minimum(p.min(), q.min()))
-            values.append(metrics.ssim(p[None], q[None], data_range=span if span > 0 else 1.0))
+            values.append(metrics.ssim(p, q, data_range=span if span > 0 else 1.0).mean()[None])
         return torch.cat(values)
 
     def evaluate(
@@ -392,6 +224,6 @@ class RandomLogit(_Randomisation):
         raw = self.raw_maps(model, model)
         scores = metrics.random_logit(
             lambda inputs, target: self.prepared(raw(inputs, target)), model, x, y, num_classes=self.num_classes,
-            maps=single_channel(a, "RandomLogit"), similarity=self.similarity, off_classes=off, chunk_size=chunk_size,
+            maps=a, similarity=self.similarity, off_classes=off, chunk_size=chunk_size,
         )  # fmt: skip
         return rows(scores)

@@ -4,8 +4,9 @@ The perturbations are drawn from numpy's global generator in Quantus's order (on
 batch's shape per step, batch by batch), so after ``np.random.seed(s)`` the perturbed inputs are
 Quantus's; camkit then re-explains all of them in bounded batches. A ``perturb_func`` given to
 the noise-based classes is called as Quantus calls it (its keywords, ``perturb_func_kwargs`` over
-them; ``arr`` the flattened batch, once per step); only Quantus's default norm and similarity
-functions are supported (their keyword arguments are).
+them; ``arr`` the flattened batch, once per step). Quantus's default norm and similarity
+functions are computed in torch; other ones are called as Quantus calls them (numpy rows
+[B, F], once per step).
 Shared difference: with ``return_nan_when_prediction_changes=True`` Quantus returns NaN for a
 sample as soon as one perturbation changes its class; camkit leaves those perturbations out and
 returns NaN only when all change it (the relative stabilities of Agarwal et al. 2022 maximise
@@ -27,6 +28,7 @@ from camkit.errors import InvalidInputError
 from camkit.hooks import HookScope
 
 from ._base import is_default
+from ._calls import lipschitz_measure, sensitivity_measure, translations
 from .localisation import rows, single_channel
 from .randomisation import _Randomisation
 
@@ -42,13 +44,11 @@ __all__ = [
 ]
 
 
-def _only_defaults(name: str, **given: Any) -> None:
-    custom = sorted(key for key, value in given.items() if not is_default(name, key, value))
-    if custom:
-        raise InvalidInputError(
-            f"camkit.compat.quantus.{name} supports Quantus's default {', '.join(custom)} only; "
-            "call the camkit.metrics function for other choices"
-        )
+def _given_functions(name: str, similarity_func: Any, norm_numerator: Any, norm_denominator: Any) -> Any:
+    """The three functions as given (None for Quantus's default), or None when all three are the defaults."""
+    given = {"similarity_func": similarity_func, "norm_numerator": norm_numerator, "norm_denominator": norm_denominator}
+    custom = {key: None if is_default(name, key, value) else value for key, value in given.items()}
+    return None if all(value is None for value in custom.values()) else custom
 
 
 def _numpy_plan(x: Tensor, samples: int, draw: Callable[[tuple[int, ...]], np.ndarray]) -> Tensor:
@@ -82,8 +82,8 @@ class _Robustness(_Randomisation):
     nr_samples = 0
 
     def explainer(self, model: nn.Module) -> Callable[[Tensor, Any], Tensor]:
-        raw = self.raw_maps(model, model)
-        return lambda inputs, target: self.prepared(raw(inputs, target))
+        raw, name = self.raw_maps(model, model), type(self).__name__
+        return lambda inputs, target: single_channel(self.prepared(raw(inputs, target)), name)
 
     def plan(self, x: Tensor, draw: Callable[[tuple[int, ...]], np.ndarray]) -> Tensor:
         """The perturbed inputs: Quantus's default draws, or the ``perturb_func`` given, called as Quantus calls it."""
@@ -104,8 +104,8 @@ class _Sensitivity(_Robustness):
         perturb_func_kwargs: dict[str, Any] | None = None, return_nan_when_prediction_changes: bool = False,
         abs: bool = False, normalise: bool = False, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _only_defaults(type(self).__name__, similarity_func=similarity_func, norm_numerator=norm_numerator,
-                       norm_denominator=norm_denominator)  # fmt: skip
+        custom = _given_functions(type(self).__name__, similarity_func, norm_numerator, norm_denominator)
+        self.measure = None if custom is None else sensitivity_measure(**custom)
         super().__init__(abs=abs, normalise=normalise, **kwargs)
         bounds = {"lower_bound": lower_bound, "upper_bound": upper_bound}
         self.perturb = _custom(type(self).__name__, perturb_func, bounds, perturb_func_kwargs)
@@ -122,7 +122,7 @@ class _Sensitivity(_Robustness):
         measure = metrics.avg_sensitivity if self.reduce == "mean" else metrics.max_sensitivity
         scores = measure(
             self.explainer(model), x, y, model=model, maps=single_channel(a, type(self).__name__), perturbed=plan,
-            skip_changed=self.skip_changed, chunk_size=chunk_size,
+            skip_changed=self.skip_changed, chunk_size=chunk_size, measure=self.measure,
         )  # fmt: skip
         return rows(scores)
 
@@ -159,8 +159,8 @@ class LocalLipschitzEstimate(_Robustness):
         perturb_func_kwargs: dict[str, Any] | None = None, return_nan_when_prediction_changes: bool = False,
         abs: bool = False, normalise: bool = True, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _only_defaults("LocalLipschitzEstimate", similarity_func=similarity_func, norm_numerator=norm_numerator,
-                       norm_denominator=norm_denominator)  # fmt: skip
+        custom = _given_functions("LocalLipschitzEstimate", similarity_func, norm_numerator, norm_denominator)
+        self.measure = None if custom is None else lipschitz_measure(**custom)
         super().__init__(abs=abs, normalise=normalise, **kwargs)
         moments = {"perturb_mean": perturb_mean, "perturb_std": perturb_std}
         self.perturb = _custom("LocalLipschitzEstimate", perturb_func, moments, perturb_func_kwargs)
@@ -175,7 +175,7 @@ class LocalLipschitzEstimate(_Robustness):
         plan = self.plan(x, lambda shape: np.random.normal(self.mean, self.std, shape))
         scores = metrics.local_lipschitz_estimate(
             self.explainer(model), x, y, model=model, maps=single_channel(a, "LocalLipschitzEstimate"),
-            perturbed=plan, skip_changed=self.skip_changed, chunk_size=chunk_size,
+            perturbed=plan, skip_changed=self.skip_changed, chunk_size=chunk_size, measure=self.measure,
         )  # fmt: skip
         return rows(scores)
 
@@ -184,9 +184,15 @@ class Continuity(_Robustness):
     """Quantus's ``Continuity`` on :func:`camkit.metrics.continuity`.
 
     ``max_k ||e(x) - e(x_k)||_1 / ||x - x_k||_2`` over ``nr_steps`` translations along the last
-    axis, filled with each input's minimum (``perturb_baseline="black"``) or a number (the
-    other fills Quantus offers are refused: call the native function). As Quantus, the inputs are
-    re-explained (``a_batch`` is not used). Equal to Quantus on images with ``normalise=False``.
+    axis, the gap filled with ``perturb_baseline`` per input (``"black"``: its minimum,
+    ``"white"``, ``"mean"``, ``"uniform"``: one draw per input and step from numpy, bounds
+    ``uniform_low``/``uniform_high`` in ``perturb_func_kwargs``, or a number). A ``perturb_func``
+    replaces Quantus's ``batched_translation`` and is called as that function is:
+    ``perturb_func(arr=x [B, C, H, W], perturb_baseline=..., perturb_dx=shift, direction="x",
+    **perturb_func_kwargs)`` once per step. As Quantus, the inputs are re-explained (``a_batch``
+    is not used). Equal to Quantus on images with ``normalise=False`` and the default
+    perturbation. Differs: Quantus 0.6.0 ignores ``perturb_baseline``, ``perturb_func`` and
+    ``perturb_func_kwargs`` here (it always translates with ``"black"``); camkit uses them.
     Inputs that are not images ``[B, C, H, W]`` raise ``InvalidInputError`` (a ``ValueError``), as
     Quantus's translation does; :func:`camkit.metrics.continuity` takes signals and volumes too.
     Translations that change nothing are left out (Quantus divides 0 by 1e-9).
@@ -197,16 +203,18 @@ class Continuity(_Robustness):
         perturb_func_kwargs: dict[str, Any] | None = None, return_nan_when_prediction_changes: bool = False,
         abs: bool = True, normalise: bool = True, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _only_defaults("Continuity", perturb_func=perturb_func, perturb_func_kwargs=perturb_func_kwargs or None)
         number = isinstance(perturb_baseline, (int, float)) and not isinstance(perturb_baseline, bool)
-        if perturb_baseline != "black" and not number:
-            raise InvalidInputError(
-                f"Continuity supports perturb_baseline='black' (each sample's minimum) or a number, got "
-                f"{perturb_baseline!r}; call camkit.metrics.continuity(fill=...) for another fill"
-            )
         super().__init__(abs=abs, normalise=normalise, **kwargs)
         self.nr_steps = nr_steps
         self.fill = float(perturb_baseline) if number else None
+        default_func = is_default("Continuity", "perturb_func", perturb_func)
+        black = isinstance(perturb_baseline, str) and perturb_baseline == "black"
+        self.translate = None  # the native translation, unless another function, fill or keyword is given
+        if not (default_func and (number or black) and not perturb_func_kwargs):
+            self.translate = functools.partial(
+                translations, perturb_func=None if default_func else perturb_func, perturb_baseline=perturb_baseline,
+                perturb_func_kwargs=perturb_func_kwargs,
+            )  # fmt: skip
         self.skip_changed = return_nan_when_prediction_changes
 
     def evaluate(
@@ -217,8 +225,9 @@ class Continuity(_Robustness):
                 f"Continuity translates images [B, C, H, W] (Quantus's contract), got inputs of shape {list(x.shape)}; "
                 "call camkit.metrics.continuity for signals and volumes"
             )
+        plan = None if self.translate is None else self.translate(x, self.nr_steps)
         scores = metrics.continuity(
-            self.explainer(model), x, y, model=model, steps=self.nr_steps, fill=self.fill,
+            self.explainer(model), x, y, model=model, steps=self.nr_steps, fill=self.fill, perturbed=plan,
             skip_changed=self.skip_changed, chunk_size=chunk_size,
         )  # fmt: skip
         return rows(scores)
@@ -319,7 +328,7 @@ class _Relative(_Robustness):
     ) -> Any:
         plan = self.plan(x, lambda shape: np.random.uniform(self.low, self.high, shape))
         common: dict[str, Any] = {
-            "maps": self.prepared(single_channel(a, type(self).__name__)), "perturbed": plan, "eps": self.eps,
+            "maps": single_channel(self.prepared(a), type(self).__name__), "perturbed": plan, "eps": self.eps,
             "skip_changed": self.skip_changed, "chunk_size": chunk_size,
         }  # fmt: skip
         explain = self.explainer(model)

@@ -219,6 +219,32 @@ def _marker(name: str, module: str = "perturb_func") -> Callable[..., Any]:
     return marker
 
 
-batched_translation = _marker("batched_translation")
 noisy_linear_imputation = _marker("noisy_linear_imputation")
 perturb_batch = _marker("perturb_batch")
+
+
+def batched_translation(
+    arr: np.ndarray, perturb_baseline: Any, perturb_dx: int = 10, direction: str = "x", **kwargs: Any
+) -> np.ndarray:
+    """A batch of images [B, C, H, W] moved by ``perturb_dx`` positions along W (``"x"``) or H (``"y"``).
+
+    The gap is filled with ``perturb_baseline`` taken per image (:func:`batch_baseline_values`:
+    a number, ``"black"``, ``"white"``, ``"mean"``, ``"uniform"`` with one draw per image); a
+    positive shift moves the content right (down), a negative one left (up).
+
+    Example:
+        >>> batched_translation(np.arange(3.0).reshape(1, 1, 1, 3), 9.0, perturb_dx=1).tolist()
+        [[[[9.0, 0.0, 1.0]]]]
+    """
+    if direction not in ("x", "y"):
+        raise ValueError(f"direction must be 'x' or 'y', got {direction!r}")
+    arr = np.asarray(arr)
+    if arr.ndim != 4:
+        raise ValueError(f"batched_translation takes images [B, C, H, W], got an array of shape {list(arr.shape)}")
+    axis = 3 if direction == "x" else 2
+    fill = batch_baseline_values(perturb_baseline, arr.reshape(arr.shape[0], -1), arr.shape, **kwargs)
+    size, shift = arr.shape[axis], int(perturb_dx)
+    gap = np.take(fill, np.arange(size - min(abs(shift), size), size), axis=axis)
+    joined = np.concatenate([gap, arr] if shift >= 0 else [arr, gap], axis=axis)
+    keep = np.arange(size) if shift >= 0 else np.arange(joined.shape[axis] - size, joined.shape[axis])
+    return np.take(joined, keep, axis=axis)
