@@ -14,6 +14,13 @@ Timed side by side (interleaved), for Grad-CAM, Grad-CAM++, XGrad-CAM, LayerCAM 
   followed by a bilinear resize and a min-max normalisation ("torchcam + resize");
 * captum's ``LayerGradCam`` (Grad-CAM only) and pytorch-grad-cam's class of the same name.
 
+Which torchcam row is like for like: torchcam's maps stay at the layer's grid, so the plain row
+leaves out the upsampling camkit's output contract includes (counted with callgrind on the shapes
+CNN, the bilinear kernel to 64x64 alone runs more instructions than torchcam's whole overhead above
+the floor); the "+ resize" row adds it. Both rows are kept: the plain one is the goal as written.
+torchcam's forward, run by its caller with autograd on, also records the layers before the target
+layer (the floor and camkit do not), which counts in its overhead.
+
 Each timed call runs ``INNER`` explanations (a batch-1 call takes about a millisecond). The
 overhead is an implementation's time minus the floor's, round by round; the goal compares
 camkit's with torchcam's: ``(camkit - floor) / (torchcam - floor)`` at most 1. Maps are compared

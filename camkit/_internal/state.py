@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 from torch import Tensor, nn
@@ -21,10 +21,9 @@ _LOCK = threading.Lock()
 _ACTIVE: dict[int, tuple[int, tuple[Sequence[nn.Module], list[nn.Module]]]] = {}
 
 
-@contextmanager
 def eval_mode(
     model: nn.Module, *, enabled: bool = True, modules: Sequence[nn.Module] | None = None
-) -> Iterator[nn.Module]:
+) -> AbstractContextManager[nn.Module]:
     """Run a block with ``model`` in eval mode, restoring every module's own flag after.
 
     Each module's ``training`` flag is saved separately, so a model with mixed flags
@@ -48,25 +47,37 @@ def eval_mode(
         >>> [m.training for m in net.modules()]
         [True, True, False]
     """
-    if not enabled:
-        yield model
-        return
-    key = id(model)
-    with _LOCK:
-        count, flags = _ACTIVE.get(key, (0, ([], [])))
-        if count == 0:
-            every = _modules(model) if modules is None else modules
-            flags = (every, [m for m in every if m.training])  # every module, and those in train mode
-            if flags[1]:
-                try:
-                    model.eval()  # the model's own train()/eval() overrides run, as for a plain model.eval()
-                except BaseException:
-                    _restore(flags)  # an eval() override that raises part-way leaves no flag changed
-                    raise
-        _ACTIVE[key] = (count + 1, flags)
-    try:
-        yield model
-    finally:
+    return _EvalMode(model, modules) if enabled else nullcontext(model)
+
+
+class _EvalMode:
+    """:func:`eval_mode`'s context (a class, not a generator: it is entered on every explained batch)."""
+
+    __slots__ = ("_key", "_model", "_modules")
+
+    def __init__(self, model: nn.Module, modules: Sequence[nn.Module] | None) -> None:
+        self._model = model
+        self._modules = modules
+        self._key = id(model)
+
+    def __enter__(self) -> nn.Module:
+        model, key = self._model, self._key
+        with _LOCK:
+            count, flags = _ACTIVE.get(key, (0, ([], [])))
+            if count == 0:
+                every = _modules(model) if self._modules is None else self._modules
+                flags = (every, [m for m in every if m.training])  # every module, and those in train mode
+                if flags[1]:
+                    try:
+                        model.eval()  # the model's own train()/eval() overrides run, as for a plain model.eval()
+                    except BaseException:
+                        _restore(flags)  # an eval() override that raises part-way leaves no flag changed
+                        raise
+            _ACTIVE[key] = (count + 1, flags)
+        return model
+
+    def __exit__(self, *exc: object) -> None:
+        key = self._key
         with _LOCK:
             count, flags = _ACTIVE[key]
             if count == 1:
@@ -231,27 +242,26 @@ class GradModes:
     """
 
     def __init__(self) -> None:
-        self._start = ExitStack()
-        self._start.enter_context(torch.set_grad_enabled(torch.is_grad_enabled()))
-        self._open: list[ExitStack] = []
+        # Each switch is a ``set_grad_enabled`` context: made, it sets its mode; exited, it puts back
+        # the mode it found (no ExitStack per switch: a gradient capture makes three switches per call).
+        self._start = torch.set_grad_enabled(torch.is_grad_enabled())
+        self._open: list[torch.set_grad_enabled] = []
 
     def enter(self, mode: bool) -> None:
         """Switch autograd to ``mode`` until the matching :meth:`leave` (or :meth:`close`)."""
-        switch = ExitStack()
-        switch.enter_context(torch.set_grad_enabled(mode))
-        self._open.append(switch)
+        self._open.append(torch.set_grad_enabled(mode))
 
     def leave(self) -> None:
         """Undo the newest switch still open: the mode before it comes back. ``IndexError`` when none is open."""
-        self._open.pop().close()
+        self._open.pop().__exit__(None, None, None)
 
     def close(self) -> None:
         """Undo every switch still open, newest first, then put back the mode of the start."""
         try:
             while self._open:
-                self._open.pop().close()
+                self._open.pop().__exit__(None, None, None)
         finally:
-            self._start.close()
+            self._start.__exit__(None, None, None)
 
     def __enter__(self) -> GradModes:
         return self

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, cast
 
 import torch
@@ -65,10 +65,9 @@ def _applies(model: nn.Module, target: Any, layers: Sequence[str], output: Any) 
     return parts
 
 
-@contextmanager
 def narrowed_scores(
     model: nn.Module, target: Any, layers: Sequence[str], output: Any
-) -> Iterator[tuple[Narrow, bool]]:
+) -> AbstractContextManager[tuple[Narrow, bool]]:
     """Inside the block, a detector's heads run without autograd; yields ``(narrow, unreached_zero)``.
 
     ``narrow`` takes the target's scores (computed from the detached output) and returns the
@@ -79,8 +78,16 @@ def narrowed_scores(
     returns the scores as they are.
     """
     if not callable(getattr(target, "picked", None)) and not callable(getattr(target, "picked_labels", None)):
-        yield (lambda scores: scores), False  # not a target that names detections: nothing to narrow
-        return
+        return nullcontext((_unchanged, False))  # not a target that names detections: nothing to narrow
+    return _narrowed(model, target, layers, output)
+
+
+def _unchanged(scores: Tensor) -> Tensor:
+    return scores
+
+
+@contextmanager
+def _narrowed(model: nn.Module, target: Any, layers: Sequence[str], output: Any) -> Iterator[tuple[Narrow, bool]]:
     parts = _applies(model, target, layers, output)
     if parts is None:
         stage = single_stage(model, target, layers, output)
@@ -90,7 +97,7 @@ def narrowed_scores(
             return
         head = dense_head(model, target, layers, output)
         if head is None:
-            yield (lambda scores: scores), False
+            yield _unchanged, False
         else:
             with narrowed_dense_scores(head, target) as narrow:
                 yield narrow, True

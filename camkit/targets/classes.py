@@ -158,7 +158,7 @@ def check_class_range(index: Tensor, classes: int) -> None:
         ...
         camkit.errors.InvalidTargetError: target class 4 is out of range for an output with 4 classes
     """
-    values = index.flatten().tolist()  # one read of the host's memory rather than two reductions
+    values = (index if index.dim() == 1 else index.flatten()).tolist()  # one read of the host's memory, no reduction
     if not values:
         return
     low, high = min(values), max(values)
@@ -169,6 +169,8 @@ def check_class_range(index: Tensor, classes: int) -> None:
 
 def _plain_target(target: Any) -> Any:
     """Numpy integers as ints; bools, strings, floats and other objects refused with what to pass."""
+    if target is None or isinstance(target, Tensor):  # the usual targets, first: the checks below are slower
+        return target
     if isinstance(target, (bool, np.bool_)):
         raise InvalidTargetError("target must be a class index, not a bool")
     if isinstance(target, numbers.Integral):
@@ -183,7 +185,7 @@ def _plain_target(target: Any) -> Any:
         )
     if isinstance(target, numbers.Real):
         raise InvalidTargetError(f"target={target!r} is not an integer class index")
-    if target is None or isinstance(target, (Tensor, list, tuple)):
+    if isinstance(target, (list, tuple)):
         return target
     raise InvalidTargetError(
         f"target must be None, an int, a sequence of ints, an integer tensor [B] or [B, K], or a callable "
@@ -282,13 +284,14 @@ def resolve_target(target: Target, output: Any, batch: int | None = None) -> tup
     else:
         index = _index_tensor(target, batch)
         valid = _check_classes(index, classes)
-        index = index.to(device=output.device, dtype=torch.long, non_blocking=True)
+        if index.device != output.device or index.dtype != torch.long:
+            index = index.to(device=output.device, dtype=torch.long, non_blocking=True)
         if valid is not None:
             # A device tensor is not read back for a check (that would stall the device):
             # out-of-range classes are clamped for the gather and their scores set to NaN.
             index = index.clamp(0, classes - 1)
             scores = output.gather(1, index if index.dim() == 2 else index[:, None])
             scores = torch.where(valid.to(output.device).view(scores.shape), scores, torch.nan)
-            return index, scores if index.dim() == 2 else scores[:, 0]
+            return index, scores if index.dim() == 2 else scores.view(-1)
     scores = output.gather(1, index if index.dim() == 2 else index[:, None])
-    return index, scores if index.dim() == 2 else scores[:, 0]
+    return index, scores if index.dim() == 2 else scores.view(-1)

@@ -2,7 +2,8 @@
 
 The reference is written out from the public functions it replaces on the explainers' path:
 ``flat_maps`` on the raw map, ``upsample_maps`` then ``normalize_maps``, then flat maps set to zero.
-Equality is bit for bit, NaN positions and signs of zero included.
+Equality is bit for bit, NaN positions and signs of zero included, on both of its paths: the host's,
+which reads which maps need the zero fill, and the device's, which reads nothing.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from camkit._internal import syncs as _syncs
 from camkit.functional import flat_maps, normalize_maps, upsample_maps
 from camkit.methods._core.output import _finish_one, finish_maps
 
@@ -50,11 +52,31 @@ def _variants(raw: torch.Tensor) -> dict[str, torch.Tensor]:
     inf[-1].view(-1)[0] = float("inf")
     inf[0].view(-1)[-1] = float("-inf")
     out["infinities"] = inf
+    zeros = raw.clamp_min(0)
+    zeros[zeros == 0] = -0.0  # negative zeros where the ReLU cut, positive values elsewhere
+    zeros[0] = torch.where(torch.arange(n).view(raw[0].shape) % 2 == 0, 0.0, -0.0)  # a map of signed zeros only
+    out["signed zeros"] = zeros
+    extremes = raw.clone()
+    extremes[0] = float("nan")  # NaN everywhere
+    extremes[-1] = float("inf")  # +inf everywhere
+    out["all NaN, all inf"] = extremes
+    overflow = raw.clone()
+    overflow[0].view(-1)[0], overflow[0].view(-1)[-1] = 3e38, -3e38  # the span overflows float32
+    overflow[-1] = raw[-1] * 1e-39  # subnormal values
+    out["overflow, subnormals"] = overflow
     return out
 
 
+@pytest.fixture(params=["host", "device path"])
+def reads(request, monkeypatch):
+    """Both paths of the zero fill: read on the host (the CPU), or not read (what a GPU takes)."""
+    if request.param == "device path":
+        monkeypatch.setattr(_syncs, "reads_are_free", lambda tensor: False)
+    return request.param
+
+
 @pytest.mark.parametrize(("shape", "size"), SHAPES)
-def test_fused_finish_equals_the_steps_it_replaces_bit_for_bit(shape, size):
+def test_fused_finish_equals_the_steps_it_replaces_bit_for_bit(shape, size, reads):
     raw = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
     for name, variant in _variants(raw).items():
         before = variant.clone()

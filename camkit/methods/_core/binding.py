@@ -23,7 +23,7 @@ input but ``x``'s slot and every keyword input:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any, NamedTuple, Union
@@ -57,10 +57,21 @@ def current_call(owner: object) -> Call | None:
     return _BOUND.get().get(id(owner))
 
 
+def bound(owners: Sequence[object], call: Call | None) -> AbstractContextManager[None]:
+    """Bind ``call`` to each of ``owners`` for the block (in this thread and context only).
+
+    Nothing is set when nothing would change: a plain call (``None``) of owners that no outer
+    block has bound (what :func:`current_call` gives them is ``None`` already).
+    """
+    table = _BOUND.get()
+    if call is None and not any(id(owner) in table for owner in owners):
+        return nullcontext()
+    return _bound(table, owners, call)
+
+
 @contextmanager
-def bound(owners: Sequence[object], call: Call | None) -> Iterator[None]:
-    """Bind ``call`` to each of ``owners`` for the block (in this thread and context only)."""
-    table = dict(_BOUND.get())
+def _bound(current: Mapping[int, Call | None], owners: Sequence[object], call: Call | None) -> Iterator[None]:
+    table = dict(current)
     for owner in owners:
         table[id(owner)] = call
     token = _BOUND.set(MappingProxyType(table))

@@ -130,13 +130,13 @@ class CAMExplainer(Explainer):
         an ambiguous layout or a ``1 x 1`` grid raises. Methods built on
         activations call this before the CAM math.
         """
-        size = tuple(int(side) for side in x.shape[2:])
+        size = x.shape[2:]
         version = module_tree_version()
         grids = []
         for (name, module), tensor in zip(self.layers(x), tensors):
             # A channel-first map is used as it is; that reading, once made for a layer, shape and input
             # size, is kept (it reads only the module's type and structure and the shapes).
-            key = (name, tuple(tensor.shape), size, version)
+            key = (name, tensor.shape, size, version)
             if self.reshape is None and key in self._as_is:
                 grids.append(tensor)
                 continue
@@ -144,7 +144,7 @@ class CAMExplainer(Explainer):
                 name,
                 module,
                 tensor,
-                size,
+                tuple(int(side) for side in size),
                 prefix_hint=self._prefix,
                 conv_model=len(size) in self._conv_ranks,
                 reshape=self.reshape,

@@ -116,17 +116,43 @@ def _finish_one(raw: Tensor, size: tuple[int, ...]) -> tuple[Tensor, Tensor]:
     n = len(size)
     lead, grid = raw.shape[: raw.dim() - n], tuple(raw.shape[raw.dim() - n :])
     cells = raw.reshape(*lead, -1)
-    high, low = cells.amax(dim=-1, keepdim=True), cells.amin(dim=-1, keepdim=True)
-    flat = (high - low) <= FLAT_RTOL * torch.maximum(high, -low)  # flat_maps' rule, [*lead, 1]
+    # One reduction for both extremes: they may differ from amin's and amax's in the sign of a zero
+    # only, which the flatness rule below cannot see (the normalisation's extremes are amin's and amax's).
+    low, high = torch.aminmax(cells, dim=-1, keepdim=True)
+    flat = (high - low) <= torch.maximum(high, -low).mul_(_RTOL)  # flat_maps' rule, [*lead, 1]
     up = cells  # never written to: ``raw`` itself when it has the input's size
     if grid != size:  # upsample_maps' interpolation
-        up = F.interpolate(raw.reshape(-1, 1, *grid), size=size, mode=interpolation_mode(n), align_corners=False)
-        up = up.view(*lead, -1)
+        up = _upsample(raw.reshape(-1, 1, *grid), size).view(*lead, -1)
     top, bottom = up.amax(dim=-1, keepdim=True), up.amin(dim=-1, keepdim=True)
     span = top - bottom
-    zero = (span <= 0).logical_or_(flat)  # constant after upsampling, or flat before it
-    maps = torch.sub(up, bottom).div_(span).masked_fill_(zero, 0.0)  # 0 / 0 and inf / inf filled with zeros
+    zero = (span <= _ZERO).logical_or_(flat)  # constant after upsampling, or flat before it
+    maps = torch.sub(up, bottom).div_(span)
+    # 0 / 0 and inf / inf filled with zeros. On the host, where reading ``zero`` is free, the fill (a
+    # slow kernel with its mask broadcast) runs only when some map needs it.
+    if not _syncs.reads_are_free(zero) or any(zero.view(-1).tolist()):
+        maps.masked_fill_(zero, 0.0)
     return maps.view(*lead, *size), flat.view(lead)
+
+
+# The constants of the rule as float32 scalars: a Python number would be converted on every call.
+_RTOL = torch.tensor(FLAT_RTOL, dtype=torch.float32)
+_ZERO = torch.tensor(0.0, dtype=torch.float32)
+
+
+#: The kernels ``F.interpolate`` calls for linear, bilinear and trilinear resizing (by spatial rank).
+_LINEAR = {1: torch._C._nn.upsample_linear1d, 2: torch._C._nn.upsample_bilinear2d, 3: torch._C._nn.upsample_trilinear3d}
+
+
+def _upsample(batch: Tensor, size: tuple[int, ...]) -> Tensor:
+    """``F.interpolate(batch, size, linear mode by rank, align_corners=False)``, the same kernel and values.
+
+    On the CPU the kernel is called directly, without ``F.interpolate``'s argument checks (a few
+    microseconds a call, on every explained batch). Elsewhere, and for tensor subclasses, it runs
+    as it is: on an accelerator with deterministic algorithms on it swaps in another implementation.
+    """
+    if batch.is_cpu and type(batch) is Tensor:
+        return _LINEAR[len(size)](batch, size, False, None)
+    return F.interpolate(batch, size=size, mode=interpolation_mode(len(size)), align_corners=False)
 
 
 def make_explanation(
@@ -146,7 +172,8 @@ def make_explanation(
     are refused before anything runs; see :func:`camkit._internal.checks.check_finite`).
     """
     maps, flat = finish_maps(raws, tuple(x.shape[2:]), batch=x.shape[0], names=layers, window=window)
-    maps, flat = maps.to(x.device), flat.to(x.device)
+    if maps.device != x.device:
+        maps, flat = maps.to(x.device), flat.to(x.device)
     if not _syncs.reads_are_free(x):
         bad = x.mul(0).flatten(1).sum(dim=1).isnan()  # 0 * v is NaN exactly where v is NaN or infinite
         shape = (-1,) + (1,) * (maps.dim() - 1)
