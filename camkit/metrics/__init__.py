@@ -36,13 +36,7 @@ from .deletion import (
     increase_in_confidence,
     insertion_curve,
 )
-from .faithfulness import (
-    faithfulness_correlation,
-    faithfulness_estimate,
-    monotonicity,
-    monotonicity_correlation,
-    pixel_flipping,
-)
+from .faithfulness import faithfulness_correlation, faithfulness_estimate, pixel_flipping
 from .infidelity import infidelity, sensitivity_n
 from .localisation import (
     attribution_localisation,
@@ -52,6 +46,7 @@ from .localisation import (
     relevance_rank_accuracy,
     top_k_intersection,
 )
+from .monotonicity import monotonicity, monotonicity_correlation
 from .pointing import energy_pointing_game, energy_score, pointing_game, pointing_score, region_masks
 from .randomisation import MPRTResult, efficient_mprt, mprt, random_logit
 from .regions import irof, region_perturbation, selectivity

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
-from ._perturb import as_features, check_count, pearson, run_plan
+from ._perturb import Perturb, as_features, check_count, pearson, run_plan, stepwise
 from .deletion import Baseline, _resolve_baseline
 from .faithfulness import draw_subsets
 
@@ -130,6 +130,7 @@ def sensitivity_n(
     output: OutputSelector = None,
     keep_mode: bool = False,
     similarity: Callable[[Tensor, Tensor], Tensor] | None = None,
+    perturb: Perturb | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Sensitivity-n (Ancona et al. 2018): per sample and subset size ``n``, the correlation
     between the attribution of random subsets of ``n`` features and the score they carry.
@@ -149,6 +150,9 @@ def sensitivity_n(
             per size (then ``sizes``, ``samples`` and ``generator`` are not used).
         generator: draws the subsets (drawn on its device: a generator on the input's device keeps the draw there).
         similarity: ``f(sums [B, samples], changes [B, samples]) -> [B]`` per size, for Pearson's.
+        perturb: instead of ``baseline``, the caller's perturbation (as
+            :func:`~camkit.metrics.pixel_flipping`'s), called on ``x`` once per subset column
+            ([B, n]), size by size.
 
     Returns:
         ``(sizes [K], correlations [B, K])``.
@@ -177,9 +181,13 @@ def sensitivity_n(
         chosen.scatter_(1, table[owner, index].long(), True)  # padding points at the spare column
         return torch.where(features.mask(chosen[:, :total].contiguous()), canvas[owner], x[owner])
 
+    steps = None
+    if perturb is not None:
+        columns = [s.to(x.device, torch.long)[:, j] for s in subsets for j in range(s.shape[1])]
+        steps = stepwise(perturb, x, columns.__getitem__, cumulative=False)
     clean, scores = run_plan(
         model, x, target, build, offsets[-1], softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode,
+        keep_mode=keep_mode, steps=steps,
     )  # fmt: skip
     assert clean is not None
     values = features.values

@@ -10,13 +10,14 @@ are removed cumulatively, all channels together.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
-from ._perturb import Features, as_features, check_count, run_plan
+from ._perturb import Features, Perturb, as_features, check_count, run_plan, stepwise
 from .deletion import Baseline, _resolve_baseline
 
 __all__ = ["irof", "region_perturbation", "selectivity"]
@@ -66,6 +67,7 @@ def _removal_scores(
     chunk_size: int,
     output: OutputSelector,
     keep_mode: bool,
+    perturb: Perturb | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Clean scores [B] and scores [B, steps] after removing the first 1..steps regions of ``ranks``."""
     def build(owner: Tensor, index: Tensor) -> Tensor:
@@ -78,17 +80,37 @@ def _removal_scores(
             filler = filler.to(x.dtype).expand_as(x[owner])
         return torch.where(chosen, filler, x[owner])
 
+    plan = None if perturb is None else stepwise(perturb, x, _region_elements(x, labels, ranks), cumulative=True)
     clean, scores = run_plan(
-        model, x, target, build, steps, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
-    )
+        model, x, target, build, steps, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        steps=plan,
+    )  # fmt: skip
     assert clean is not None
     return clean, scores
+
+
+def _region_elements(x: Tensor, labels: Tensor, ranks: Tensor) -> Callable[[int], Tensor]:
+    """``indices(k)``: the elements [B, C * n] of the region each sample loses at step ``k``, channel by channel
+    (each channel's positions row-major); every region must hold the same number ``n`` of positions."""
+    members = torch.sort(labels, dim=1, stable=True).indices  # positions grouped by region, row-major inside
+    size = labels.shape[1] // ranks.shape[1]
+    if size * ranks.shape[1] != labels.shape[1] or bool((torch.bincount(labels[0]) != size).any()):
+        raise InvalidInputError("a perturbation function needs regions of one size: a patch_size that divides every side")
+    members = members.view(labels.shape[0], ranks.shape[1], size)
+    removal = ranks.argsort(dim=1)  # region removed at each step
+    channels = torch.arange(x.shape[1], device=x.device)[None, :, None] * labels.shape[1]
+
+    def indices(k: int) -> Tensor:
+        positions = members[torch.arange(x.shape[0], device=x.device), removal[:, k]]  # [B, n]
+        return (channels + positions[:, None, :]).flatten(1)
+
+    return indices
 
 
 def _patch_curve(
     model: nn.Module, x: Tensor, maps: Tensor, target: Target, *, patch_size: int, order: str, regions: int | None,
     baseline: Baseline, fill: Tensor | None, generator: torch.Generator | None, softmax: bool, chunk_size: int,
-    output: OutputSelector, keep_mode: bool,
+    output: OutputSelector, keep_mode: bool, perturb: Perturb | None = None,
 ) -> tuple[Tensor, Tensor, Features]:  # fmt: skip
     features = as_features(maps, x)
     check_count(patch_size, "patch_size")
@@ -105,7 +127,7 @@ def _patch_curve(
     fill = None if fill is None else fill.to(x.device)
     clean, scores = _removal_scores(
         model, x, labels, ranks, steps, canvas, fill, target, softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode,
+        keep_mode=keep_mode, perturb=perturb,
     )  # fmt: skip
     return clean, scores, features
 
@@ -126,6 +148,7 @@ def region_perturbation(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """Region perturbation (Samek et al. 2016): the score drop as patches are removed, by relevance.
 
@@ -144,6 +167,10 @@ def region_perturbation(
         fill: per-step replacement values [B, regions] (the patch removed at step ``k`` gets
             ``fill[:, k]``) instead of ``baseline``.
         generator: draws the random order.
+        perturb: instead of ``baseline`` and ``fill``, the caller's perturbation (as
+            :func:`~camkit.metrics.pixel_flipping`'s), called once per step, in order, on the
+            previous step's images, with the removed patch's elements [B, C * n] (channel by
+            channel, row-major); needs a ``patch_size`` that divides every side.
 
     Returns:
         Score drops [B, regions] (NaN rows for NaN maps).
@@ -164,6 +191,7 @@ def region_perturbation(
     clean, scores, features = _patch_curve(
         model, x, maps, target, patch_size=patch_size, order=order, regions=regions, baseline=baseline, fill=fill,
         generator=generator, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        perturb=perturb,
     )  # fmt: skip
     drops = clean[:, None] - scores
     return torch.where(features.nan()[:, None], torch.full_like(drops, float("nan")), drops)
@@ -177,10 +205,12 @@ def selectivity(
     *,
     patch_size: int = 8,
     baseline: Baseline = 0.0,
+    fill: Tensor | None = None,
     softmax: bool = False,
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """Selectivity (Montavon et al. 2018): the score as patches are removed, most relevant first.
 
@@ -188,7 +218,7 @@ def selectivity(
     ``f(x_k)`` themselves; a faithful map makes them fall fast (a small area under the curve:
     ``torch.trapezoid(scores, dim=1)``). Cost: ``B * regions + B`` forward passes.
 
-    Args and Returns: as :func:`region_perturbation` (scores [B, regions]).
+    Args and Returns: as :func:`region_perturbation` (``fill`` [B, regions]; scores [B, regions]).
 
     Example:
         >>> import torch
@@ -202,8 +232,8 @@ def selectivity(
         tensor([[8., 3., 0.]])
     """
     _, scores, features = _patch_curve(
-        model, x, maps, target, patch_size=patch_size, order="morf", regions=None, baseline=baseline, fill=None,
-        generator=None, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        model, x, maps, target, patch_size=patch_size, order="morf", regions=None, baseline=baseline, fill=fill,
+        generator=None, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode, perturb=perturb,
     )  # fmt: skip
     return torch.where(features.nan()[:, None], torch.full_like(scores, float("nan")), scores)
 
