@@ -16,7 +16,8 @@ from torch import Tensor, nn
 from camkit import metrics
 from camkit.errors import InvalidInputError
 
-from ._base import Metric, Result, is_default
+from ._base import Metric, Result, is_default, quantus_baseline
+from .functions.perturb_func import batch_baseline_replacement_by_indices
 
 __all__ = [
     "FaithfulnessCorrelation",
@@ -46,6 +47,7 @@ class PixelFlipping(Metric):
 
     softmax_default = True
     uniform_order = "descending"
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, features_in_step: int = 1, abs: bool = False, normalise: bool = True, return_auc_per_sample: bool = False,
@@ -60,7 +62,7 @@ class PixelFlipping(Metric):
     ) -> Result:
         curves = metrics.pixel_flipping(
             model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.batch_baseline(x, a, self.features_in_step),
-            softmax=softmax, chunk_size=chunk_size,
+            softmax=softmax, chunk_size=chunk_size, perturb=self.perturb_hook(a.expand_as(x), descending=True),
         )  # fmt: skip
         if self.return_auc_per_sample:
             return _rows(torch.trapezoid(curves.double(), dx=1.0, dim=1))
@@ -78,6 +80,7 @@ class FaithfulnessCorrelation(Metric):
 
     softmax_default = False
     uniform_order = "runs"  # "uniform": one draw per sample and run (not a stepwise order)
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, similarity_func: Any = None, nr_runs: int = 100, subset_size: int = 224, abs: bool = False,
@@ -103,14 +106,14 @@ class FaithfulnessCorrelation(Metric):
         runs, draws = [], []
         for _ in range(self.nr_runs):
             runs.append(np.stack([np.random.choice(features, self.subset_size, replace=False) for _ in range(batch)]))
-            if isinstance(self.perturb_baseline, str):  # Quantus's table of named baselines draws this each time
+            if isinstance(self.perturb_baseline, str) and self.perturb_func is None:  # Quantus's table draws this each time
                 draws.append(np.random.uniform(*self.uniform_bounds, size=batch))  # "uniform": this run's values
         subsets = torch.as_tensor(np.stack(runs, axis=1), device=x.device)
         fill = torch.as_tensor(np.stack(draws, axis=1), device=x.device) if self.uniform else None
         return _rows(
             metrics.faithfulness_correlation(
                 model, x, a.expand_as(x), y, subsets=subsets, baseline=self.baseline, fill=fill, softmax=softmax,
-                chunk_size=chunk_size, similarity=self.similarity_rows(),
+                chunk_size=chunk_size, similarity=self.similarity_rows(), perturb=self.perturb_hook(),
             )
         )  # fmt: skip
 
@@ -123,6 +126,7 @@ class FaithfulnessEstimate(Metric):
 
     softmax_default = False
     uniform_order = "descending"
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, similarity_func: Any = None, features_in_step: int = 1, abs: bool = False, normalise: bool = True,
@@ -139,6 +143,7 @@ class FaithfulnessEstimate(Metric):
             metrics.faithfulness_estimate(
                 model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.batch_baseline(x, a, self.features_in_step),
                 softmax=softmax, chunk_size=chunk_size, similarity=self.similarity_rows(),
+                perturb=self.perturb_hook(a.expand_as(x), descending=True),
             )
         )  # fmt: skip
 
@@ -156,6 +161,7 @@ class Monotonicity(Metric):
 
     softmax_default = True
     uniform_order = "start"  # "uniform": one value per sample for the starting input
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, features_in_step: int = 1, abs: bool = True, normalise: bool = True, perturb_baseline: Any = "black",
@@ -171,9 +177,16 @@ class Monotonicity(Metric):
         if self.uniform:
             baseline = self.sample_uniform(x)
             np.random.uniform(*self.uniform_bounds, size=(-(-x[0].numel() // self.features_in_step), x.shape[0]))
+        elif self.perturb_func is not None:  # Quantus's start: perturb_baseline's values (a name draws the uniform ones)
+            named = isinstance(self.perturb_baseline, str)
+            draws = np.random.uniform(0.0, 1.0, size=x.shape[0]) if named else None  # without the function's keywords
+            if named and self.perturb_baseline.lower() == "uniform":
+                baseline = torch.as_tensor(draws, dtype=x.dtype, device=x.device).view(-1, *(1,) * (x.dim() - 1)).expand_as(x)
+            else:
+                baseline = quantus_baseline(self.perturb_baseline)
         values = metrics.monotonicity(
             model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=baseline,
-            softmax=softmax, chunk_size=chunk_size,
+            softmax=softmax, chunk_size=chunk_size, perturb=self.perturb_hook(a.expand_as(x), descending=False),
         )  # fmt: skip
         return [bool(v) for v in values.cpu().tolist()]
 
@@ -193,6 +206,7 @@ class MonotonicityCorrelation(Metric):
     """
 
     softmax_default = True
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, similarity_func: Any = None, eps: float = 1e-5, nr_samples: int = 100, features_in_step: int = 1,
@@ -201,8 +215,13 @@ class MonotonicityCorrelation(Metric):
     ) -> None:  # fmt: skip
         fill_kwargs = dict(perturb_func_kwargs or {})
         unknown = sorted(set(fill_kwargs) - {"uniform_low", "uniform_high"})
-        if unknown:
-            raise InvalidInputError(f"perturb_func_kwargs takes uniform_low and uniform_high here, got {unknown}")
+        if unknown or not is_default("MonotonicityCorrelation", "perturb_func", kwargs.get("perturb_func")):
+            # the caller's function (or keywords for Quantus's), called as Quantus calls it
+            super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline,
+                             perturb_func_kwargs=perturb_func_kwargs, **kwargs)  # fmt: skip
+            self.similarity_func, self.eps, self.nr_samples = similarity_func, eps, nr_samples
+            self.features_in_step, self.low, self.high = features_in_step, 0.0, 1.0
+            return
         uniform = isinstance(perturb_baseline, str) and perturb_baseline.lower() == "uniform"
         if isinstance(perturb_baseline, str) and perturb_baseline.lower() not in ("uniform", "black", "white", "mean"):
             raise InvalidInputError(
@@ -231,10 +250,12 @@ class MonotonicityCorrelation(Metric):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        perturb = self.perturb_hook(a.expand_as(x), descending=False)
         return _rows(
             metrics.monotonicity_correlation(
-                model, x, a.expand_as(x), y, fill=self.fill(x), features_in_step=self.features_in_step, eps=self.eps,
-                softmax=softmax, chunk_size=chunk_size, similarity=self.similarity_rows(),
+                model, x, a.expand_as(x), y, fill=None if perturb else self.fill(x), samples=self.nr_samples,
+                features_in_step=self.features_in_step, eps=self.eps, softmax=softmax, chunk_size=chunk_size,
+                similarity=self.similarity_rows(), perturb=perturb,
             )
         )  # fmt: skip
 
@@ -303,6 +324,8 @@ class SensitivityN(Metric):
     """
 
     softmax_default = True
+    uniform_order = "function"  # "uniform": Quantus's default function draws it, one value per sample and call
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, similarity_func: Any = None, n_max_percentage: float = 0.8, features_in_step: int = 1,
@@ -329,6 +352,7 @@ class SensitivityN(Metric):
         _, curves = metrics.sensitivity_n(
             model, x, a.expand_as(x), y, sizes=sizes, samples=self.nr_samples, generator=generator,
             baseline=self.baseline, softmax=softmax, chunk_size=chunk_size, similarity=self._similarity(),
+            perturb=self.perturb_hook(),
         )  # fmt: skip
         return [[float(v) for v in row] for row in curves.double().cpu().tolist()]
 

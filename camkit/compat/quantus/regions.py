@@ -12,6 +12,7 @@ from camkit import metrics
 from camkit.errors import InvalidInputError
 
 from ._base import Metric, Result
+from .functions.perturb_func import batch_baseline_replacement_by_indices
 
 __all__ = ["IROF", "ROAD", "RegionPerturbation", "Selectivity", "Sufficiency"]
 
@@ -20,26 +21,34 @@ def _curves(values: Tensor) -> Result:
     return [[float(v) for v in row] for row in values.double().cpu().tolist()]
 
 
-class RegionPerturbation(Metric):
+class _Patches(Metric):
+    def step_fill(self, x: Tensor, regions: int) -> Tensor | None:
+        """``"uniform"``: Quantus's draws, one call of size B per removed patch, as a fill [B, regions]."""
+        if not self.uniform:
+            return None
+        return torch.as_tensor(np.random.uniform(*self.uniform_bounds, size=(regions, x.shape[0])), device=x.device).T
+
+
+class RegionPerturbation(_Patches):
     """Quantus's ``RegionPerturbation`` on :func:`camkit.metrics.region_perturbation`: each sample's drops.
 
     Equal to Quantus when ``patch_size`` divides the input's sides (Quantus pads the input to
     a multiple of it and shifts its grid by half the padding; camkit's grid starts at the first
     pixel and ends in shorter patches). ``perturb_baseline="uniform"`` draws one value per sample
     and step from numpy in Quantus's order; ``order="random"`` draws its order from a torch
-    generator seeded from numpy (not Quantus's permutation).
+    generator seeded from numpy (not Quantus's permutation). A ``perturb_func`` is called as
+    Quantus calls it (see :class:`Selectivity`).
     """
 
     softmax_default = True
+    uniform_order = "fill"  # "uniform": one value per sample and step, as a fill
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, patch_size: int = 8, order: str = "morf", regions_evaluation: int = 100, abs: bool = False,
         normalise: bool = True, perturb_baseline: Any = "black", **kwargs: Any,
     ) -> None:  # fmt: skip
-        uniform = perturb_baseline == "uniform"
-        super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0 if uniform else perturb_baseline, **kwargs)
-        self.perturb_baseline = perturb_baseline
-        self.uniform = uniform
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
         self.patch_size = patch_size
         self.order = order.lower()
         self.regions_evaluation = regions_evaluation
@@ -51,23 +60,26 @@ class RegionPerturbation(Metric):
         if self.order == "random":
             generator = torch.Generator().manual_seed(int(np.random.randint(0, 2**31 - 1)))
         regions = min(self.regions_evaluation, int(np.prod([-(-n // self.patch_size) for n in x.shape[2:]])))
-        fill = None
-        if self.uniform:
-            fill = torch.as_tensor(np.random.uniform(size=(regions, x.shape[0])), device=x.device).T
         drops = metrics.region_perturbation(
             model, x, a.expand_as(x), y, patch_size=self.patch_size, order=self.order, regions=regions,
-            baseline=self.baseline, fill=fill, generator=generator, softmax=softmax, chunk_size=chunk_size,
+            baseline=self.baseline, fill=self.step_fill(x, regions), generator=generator, softmax=softmax,
+            chunk_size=chunk_size, perturb=self.perturb_hook(),
         )  # fmt: skip
         return _curves(drops)
 
 
-class Selectivity(Metric):
+class Selectivity(_Patches):
     """Quantus's ``Selectivity`` on :func:`camkit.metrics.selectivity`: each sample's scores.
 
-    Equal to Quantus when ``patch_size`` divides the input's sides (see :class:`RegionPerturbation`).
+    Equal to Quantus when ``patch_size`` divides the input's sides (see :class:`RegionPerturbation`),
+    ``perturb_baseline="uniform"`` included (one draw per sample and patch, as Quantus). A
+    ``perturb_func`` is called as Quantus calls it (the patch's elements [B, C * n], each step on
+    the previous step's array); it needs a ``patch_size`` that divides the input's sides.
     """
 
     softmax_default = True
+    uniform_order = "fill"  # "uniform": one value per sample and step, as a fill
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, patch_size: int = 8, abs: bool = False, normalise: bool = True, perturb_baseline: Any = "black",
@@ -79,9 +91,10 @@ class Selectivity(Metric):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        regions = int(np.prod([-(-n // self.patch_size) for n in x.shape[2:]]))
         scores = metrics.selectivity(
-            model, x, a.expand_as(x), y, patch_size=self.patch_size, baseline=self.baseline, softmax=softmax,
-            chunk_size=chunk_size,
+            model, x, a.expand_as(x), y, patch_size=self.patch_size, baseline=self.baseline,
+            fill=self.step_fill(x, regions), softmax=softmax, chunk_size=chunk_size, perturb=self.perturb_hook(),
         )  # fmt: skip
         return _curves(scores)
 
