@@ -175,8 +175,8 @@ def _score_steps(scorer: ChunkScorer, steps: Callable[[int], Tensor], batch: int
     for k in range(count):
         images = steps(k)
         if not isinstance(images, Tensor) or images.shape != x.shape:
-            got = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
-            raise InvalidInputError(f"a perturbation must return images shaped like the inputs {list(x.shape)}, got {got}")
+            shape = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
+            raise InvalidInputError(f"a perturbation must return images shaped like the inputs {list(x.shape)}, got {shape}")
         for start, stop in chunks(batch, scorer.chunk_size):
             owner = torch.arange(start, stop, device=x.device)
             got = scorer.score(images[start:stop].to(x.device, x.dtype), owner)
