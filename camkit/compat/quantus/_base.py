@@ -32,6 +32,7 @@ from camkit import Explainer
 from camkit.errors import InvalidInputError
 
 from ._perturbation import NumpyPerturbation, bind_perturb_func
+from ._predict import PredictKwargs
 
 __all__ = ["DEFAULTS", "AddAxis", "Metric", "is_default", "quantus_baseline", "quantus_similarity"]
 
@@ -151,6 +152,9 @@ class Metric:
     #: (called through the native metric's ``perturb`` hook); ``uniform_order = "function"``: ``"uniform"``
     #: goes through it too, drawn by the function as Quantus draws it
     perturb_default: Callable[..., Any] | None = None
+    #: whether ``model_predict_kwargs`` is taken: passed to the model's forward when the metric scores
+    #: inputs (as Quantus's ``PyTorchModel.predict`` does), never when explaining
+    takes_predict_kwargs: bool = False
 
     def __init__(
         self,
@@ -237,13 +241,17 @@ class Metric:
         """
         if kwargs:
             raise TypeError(f"{type(self).__name__}() got unknown arguments {sorted(kwargs)}")
+        explain_model = model
         if model_predict_kwargs:
-            raise InvalidInputError("model_predict_kwargs is not supported: wrap the model to pass extra arguments")
+            if not self.takes_predict_kwargs:
+                raise InvalidInputError("model_predict_kwargs is not supported here: wrap the model to pass extra arguments")
+            model = PredictKwargs(model, model_predict_kwargs) if model is not None else None
         x_all = np.asarray(x_batch)
         self._tabular = x_all.ndim == 2  # Quantus's [B, F] features: seen as [B, 1, F], the model as AddAxis
         if self._tabular:
             x_all, channel_first = x_all[:, None], True
             model = AddAxis(model) if model is not None else None
+            explain_model = AddAxis(explain_model) if explain_model is not None else None
         if x_all.ndim < 3:
             raise InvalidInputError(f"x_batch must be [B, F] or [B, C, *S] with 1 to 3 spatial axes, got shape {x_all.shape}")
         if channel_first is None:
@@ -267,7 +275,7 @@ class Metric:
             if a_batch is not None:
                 a = _as_maps(np.asarray(a_batch)[start:stop], x, channel_first)
             else:
-                a = self._explain(model, x, y, explain_func, explain_func_kwargs or {})
+                a = self._explain(explain_model, x, y, explain_func, explain_func_kwargs or {})
             s = None if s_batch is None else _as_maps(np.asarray(s_batch)[start:stop], x, channel_first)
             a = self._preprocess(a)
             if model is None and self._needs_model():

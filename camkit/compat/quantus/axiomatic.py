@@ -29,6 +29,7 @@ class Completeness(Metric):
     """
 
     softmax_default = False
+    takes_predict_kwargs = True
     uniform_order = "whole"  # "uniform": one value per sample for the whole input
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
@@ -65,6 +66,7 @@ class NonSensitivity(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
     uniform_order = "function"  # "uniform": Quantus's default function draws it, one value per sample and step
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 

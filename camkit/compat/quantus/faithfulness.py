@@ -46,6 +46,7 @@ class PixelFlipping(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
     uniform_order = "descending"
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
@@ -79,6 +80,7 @@ class FaithfulnessCorrelation(Metric):
     """
 
     softmax_default = False
+    takes_predict_kwargs = True
     uniform_order = "runs"  # "uniform": one draw per sample and run (not a stepwise order)
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
@@ -125,6 +127,7 @@ class FaithfulnessEstimate(Metric):
     """
 
     softmax_default = False
+    takes_predict_kwargs = True
     uniform_order = "descending"
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
@@ -160,6 +163,7 @@ class Monotonicity(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
     uniform_order = "start"  # "uniform": one value per sample for the starting input
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
@@ -206,6 +210,7 @@ class MonotonicityCorrelation(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
@@ -273,6 +278,7 @@ class Infidelity(Metric):
     """
 
     softmax_default = False
+    takes_predict_kwargs = True
 
     def __init__(
         self, loss_func: Any = "mse", perturb_patch_sizes: list[int] | None = None, n_perturb_samples: int = 10,
@@ -324,6 +330,7 @@ class SensitivityN(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
     uniform_order = "function"  # "uniform": Quantus's default function draws it, one value per sample and call
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 

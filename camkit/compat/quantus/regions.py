@@ -41,6 +41,7 @@ class RegionPerturbation(_Patches):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
     uniform_order = "fill"  # "uniform": one value per sample and step, as a fill
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
@@ -78,6 +79,7 @@ class Selectivity(_Patches):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
     uniform_order = "fill"  # "uniform": one value per sample and step, as a fill
     perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
@@ -100,7 +102,7 @@ class Selectivity(_Patches):
 
 
 class IROF(Metric):
-    """Quantus's ``IROF`` on :func:`camkit.metrics.irof` (SLIC superpixels of each image, as Quantus).
+    """Quantus's ``IROF`` on :func:`camkit.metrics.irof` (SLIC or Felzenszwalb superpixels of each image, as Quantus).
 
     Differs from Quantus: Quantus returns ``K - area`` of the relative-score curve over unit
     steps without its starting point, a number that grows with the image's segment count
@@ -110,19 +112,30 @@ class IROF(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
 
     def __init__(
         self, segmentation_method: str = "slic", abs: bool = False, normalise: bool = True,
         perturb_baseline: Any = "mean", **kwargs: Any,
     ) -> None:  # fmt: skip
-        if segmentation_method != "slic":
-            raise InvalidInputError(f"camkit.compat.quantus's IROF segments with 'slic' only, got {segmentation_method!r}")
+        if segmentation_method not in ("slic", "felzenszwalb"):
+            raise InvalidInputError(f"IROF's segmentation_method is 'slic' or 'felzenszwalb', got {segmentation_method!r}")
         super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
+        self.segmentation_method = segmentation_method
 
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
-        values = metrics.irof(model, x, a, y, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size)
+        segments = None  # SLIC: the native default
+        if self.segmentation_method == "felzenszwalb":
+            from skimage.segmentation import felzenszwalb  # only this option needs it
+
+            # as Quantus calls it: scikit-image's defaults on each image as [H, W, C] doubles
+            images = x.detach().cpu().double().movedim(1, -1).numpy()
+            segments = torch.stack([torch.from_numpy(felzenszwalb(image)) for image in images]).to(x.device)
+        values = metrics.irof(
+            model, x, a, y, segments=segments, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size
+        )
         return [float(v) for v in values.tolist()]
 
 
@@ -132,6 +145,7 @@ class Sufficiency(Metric):
     always does); equal to Quantus."""
 
     softmax_default = True
+    takes_predict_kwargs = True
 
     def __init__(
         self, threshold: float = 0.6, distance_func: str = "seuclidean", abs: bool = True, normalise: bool = True,
@@ -163,6 +177,7 @@ class ROAD(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
 
     def __init__(
         self, percentages: list[float] | None = None, noise: float = 0.01, abs: bool = False, normalise: bool = True,
