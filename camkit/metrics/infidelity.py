@@ -34,6 +34,7 @@ def infidelity(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    loss: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> Tensor:
     """Explanation infidelity (Yeh et al. 2019), the sampled estimator, per sample.
 
@@ -55,6 +56,8 @@ def infidelity(
             ``generator`` are not used.
         normalize: use the scale-invariant variant.
         generator: draws the perturbations (CPU generator).
+        loss: ``loss(dots [B, K], changes [B, K]) -> [B]`` in place of the mean squared error
+            (``I_k . a`` and ``f(x) - f(x - I_k)``, float64).
 
     Returns:
         Float tensor [B].
@@ -92,7 +95,7 @@ def infidelity(
         beta = (dot * change).mean(dim=1) / (dot * dot).mean(dim=1)
         beta = torch.where(torch.isfinite(beta), beta, torch.zeros_like(beta))
         dot = beta[:, None] * dot
-    result = ((dot - change) ** 2).mean(dim=1)
+    result = ((dot - change) ** 2).mean(dim=1) if loss is None else loss(dot, change).to(dot.device, torch.float64)
     return torch.where(features.nan(), torch.full_like(result, float("nan")), result).to(x.dtype)
 
 

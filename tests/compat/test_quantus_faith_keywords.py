@@ -108,3 +108,37 @@ def test_irof_felzenszwalb_segments_as_quantus_makes_them():
     assert not np.allclose(ours, run(cq, "IROF", net, perturb_baseline=0.0))  # SLIC segments differ
     with pytest.raises(InvalidInputError, match="felzenszwalb"):
         cq.IROF(segmentation_method="watershed")
+
+
+def test_infidelity_calls_a_loss_func_as_quantus_does():
+    """``loss_func(a=score_changes, b=attribution_sums, batched=True)`` per patch size, averaged over sizes;
+    Quantus's own ``mse`` passed as a function gives the default's value."""
+    net = Tempered().eval()
+    x, y, a = data()
+    calls = []
+
+    def mean_abs(a, b, batched=False, **kwargs):
+        calls.append((a.shape, b.shape, batched))
+        return np.mean(np.abs(a - b), axis=-1)
+
+    def score(loss_func):
+        np.random.seed(4)
+        metric = cq.Infidelity(loss_func=loss_func, perturb_patch_sizes=[2, 4], n_perturb_samples=5, perturb_baseline=0.0)
+        return np.array(metric(model=net, x_batch=x, y_batch=y, a_batch=a), dtype=float)
+
+    np.testing.assert_allclose(score(quantus.functions.loss_func.mse), score("mse"), rtol=1e-6)
+    spy_mse = []
+
+    def recorded_mse(a, b, batched=False, **kwargs):
+        spy_mse.append(np.mean((a - b) ** 2, axis=-1))
+        return spy_mse[-1]
+
+    default = score(recorded_mse)
+    ours = score(mean_abs)
+    assert calls == [((2, 5), (2, 5), True)] * 2
+    np.testing.assert_allclose(default, np.mean(spy_mse, axis=0), rtol=1e-6)  # the mean over the two sizes
+    assert not np.allclose(ours, default)
+    with pytest.raises(InvalidInputError, match="loss_func"):
+        cq.Infidelity(loss_func="mae")
+    with pytest.raises(ValueError, match="loss_func"):
+        quantus.Infidelity(loss_func="mae", disable_warnings=True)

@@ -274,7 +274,9 @@ class Infidelity(Metric):
     the ``n_perturb_samples`` repeats and each size in ``perturb_patch_sizes``, one square patch
     at a random place (numpy's global generator, one draw per sample and axis), sets it to the
     baseline (``I = (x - baseline) * patch``, Yeh's square removal) and returns
-    ``mean (I . a - (f(x) - f(x - I)))^2``. ``loss_func`` must be ``"mse"``.
+    ``mean (I . a - (f(x) - f(x - I)))^2``. A ``loss_func`` function is called as Quantus calls it,
+    ``f(a=score_changes, b=attribution_sums, batched=True)`` on [B, n_perturb_samples] rows, once per
+    patch size (Quantus: over one size's patches), and the results averaged over the sizes.
     """
 
     softmax_default = False
@@ -285,8 +287,9 @@ class Infidelity(Metric):
         abs: bool = False, normalise: bool = False, perturb_baseline: Any = "black", **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
-        if loss_func != "mse" and getattr(loss_func, "__name__", "") != "mse":
-            raise InvalidInputError(f"camkit.compat.quantus computes infidelity with loss_func='mse' only, got {loss_func!r}")
+        if isinstance(loss_func, str) and loss_func != "mse":
+            raise InvalidInputError(f"loss_func must be 'mse' or a function, as in Quantus; got {loss_func!r}")
+        self.loss_func = None if isinstance(loss_func, str) or is_default("Infidelity", "loss_func", loss_func) else loss_func
         self.perturb_patch_sizes = list(perturb_patch_sizes) if perturb_patch_sizes is not None else [4]
         self.n_perturb_samples = n_perturb_samples
 
@@ -308,7 +311,23 @@ class Infidelity(Metric):
                     mask[window] = True
                 perturbations.append(removed * mask)
         plan = torch.stack(perturbations, dim=1)
-        return _rows(metrics.infidelity(model, x, a, y, perturbations=plan, softmax=softmax, chunk_size=chunk_size))
+        return _rows(
+            metrics.infidelity(model, x, a, y, perturbations=plan, softmax=softmax, chunk_size=chunk_size, loss=self._loss())
+        )
+
+    def _loss(self) -> Callable[[Tensor, Tensor], Tensor] | None:
+        """``loss_func`` called as Quantus calls it, ``f(a=changes, b=dots, batched=True)``, once per patch size
+        (over the ``n_perturb_samples`` draws of that size); the mean over sizes, as Quantus averages them."""
+        func, sizes = self.loss_func, len(self.perturb_patch_sizes)
+        if func is None:
+            return None
+
+        def loss(dots: Tensor, changes: Tensor) -> Tensor:
+            rows = [func(a=changes[:, k::sizes].cpu().numpy(), b=dots[:, k::sizes].cpu().numpy(), batched=True)
+                    for k in range(sizes)]  # fmt: skip
+            return torch.as_tensor(np.mean(np.stack([np.asarray(r, dtype=np.float64) for r in rows], axis=1), axis=1))
+
+        return loss
 
 
 class SensitivityN(Metric):
