@@ -174,15 +174,7 @@ def faithfulness_correlation(
     """
     features = as_features(maps, x)
     batch = x.shape[0]
-    if subsets is None:
-        check_count(runs, "runs", minimum=2)
-        if isinstance(subset_size, bool) or not isinstance(subset_size, int) or not 0 < subset_size <= features.count:
-            raise InvalidInputError(f"subset_size must be an int in [1, {features.count}], got {subset_size!r}")
-        subsets = draw_subsets(batch, features.count, runs, subset_size, generator)
-    if not isinstance(subsets, Tensor) or subsets.dim() != 3 or subsets.shape[0] != batch:
-        got = list(subsets.shape) if isinstance(subsets, Tensor) else type(subsets).__name__
-        raise InvalidInputError(f"subsets must be a LongTensor [B, runs, size] of feature indices, got {got}")
-    subsets = subsets.to(x.device, torch.long)
+    subsets = _checked_subsets(subsets, batch, features.count, runs, subset_size, generator).to(x.device, torch.long)
     runs = subsets.shape[1]
     canvas = _resolve_baseline(baseline, x)
     values = None if fill is None else _run_values(fill, x, runs)
@@ -201,6 +193,21 @@ def faithfulness_correlation(
     assert clean is not None  # run_plan(clean=True) always scores the clean inputs
     sums = features.values.gather(1, subsets.flatten(1)).view(batch, runs, -1).sum(dim=2)
     return _nan_rows((similarity or pearson)(sums, clean[:, None] - scores), features).to(x.dtype)
+
+
+def _checked_subsets(
+    subsets: Tensor | None, batch: int, count: int, runs: int, size: int, generator: torch.Generator | None
+) -> Tensor:
+    """The subsets given, checked, or ``runs`` drawn subsets of ``size`` of the ``count`` features."""
+    if subsets is None:
+        check_count(runs, "runs", minimum=2)
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= count:
+            raise InvalidInputError(f"subset_size must be an int in [1, {count}], got {size!r}")
+        subsets = draw_subsets(batch, count, runs, size, generator)
+    if not isinstance(subsets, Tensor) or subsets.dim() != 3 or subsets.shape[0] != batch:
+        got = list(subsets.shape) if isinstance(subsets, Tensor) else type(subsets).__name__
+        raise InvalidInputError(f"subsets must be a LongTensor [B, runs, size] of feature indices, got {got}")
+    return subsets
 
 
 def _run_values(fill: Tensor, x: Tensor, runs: int) -> Tensor:

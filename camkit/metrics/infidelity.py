@@ -184,27 +184,32 @@ def sensitivity_n(
         chosen.scatter_(1, table[owner, index].long(), True)  # padding points at the spare column
         return torch.where(features.mask(chosen[:, :total].contiguous()), canvas[owner], x[owner])
 
-    steps = None
-    if perturb is not None:
-        columns = [s.to(x.device, torch.long)[:, j] for s in subsets for j in range(s.shape[1])]
-        steps = stepwise(perturb, x, columns.__getitem__, cumulative=False)
     clean, scores = run_plan(
         model, x, target, build, offsets[-1], softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode, steps=steps,
+        keep_mode=keep_mode, steps=None if perturb is None else _subset_steps(perturb, x, subsets),
     )  # fmt: skip
     assert clean is not None
-    values = features.values
-    change = clean[:, None] - scores
-    curves = torch.stack(
-        [
-            (similarity or pearson)(values.gather(1, s.to(x.device, torch.long).flatten(1)).view(s.shape).sum(dim=2),
-                                    change[:, offsets[k] : offsets[k + 1]]).to(change.dtype)
-            for k, s in enumerate(subsets)
-        ],
-        dim=1,
-    )  # fmt: skip
+    curves = _size_curves(features.values, subsets, clean[:, None] - scores, offsets, similarity or pearson)
     curves = torch.where(features.nan()[:, None], torch.full_like(curves, float("nan")), curves)
     return torch.tensor(sizes), curves.to(x.dtype)
+
+
+def _size_curves(
+    values: Tensor, subsets: list[Tensor], change: Tensor, offsets: list[int], similarity: Callable[[Tensor, Tensor], Tensor]
+) -> Tensor:
+    """Per size, the similarity of the subsets' attribution sums and score changes, [B, sizes]."""
+    rows = [
+        similarity(values.gather(1, s.to(values.device, torch.long).flatten(1)).view(s.shape).sum(dim=2),
+                   change[:, offsets[k] : offsets[k + 1]]).to(change.dtype)
+        for k, s in enumerate(subsets)
+    ]  # fmt: skip
+    return torch.stack(rows, dim=1)
+
+
+def _subset_steps(perturb: Perturb, x: Tensor, subsets: list[Tensor]) -> Callable[[int], Tensor]:
+    """The caller's perturbation of ``x``, once per subset column [B, n], size by size."""
+    columns = [s.to(x.device, torch.long)[:, j] for s in subsets for j in range(s.shape[1])]
+    return stepwise(perturb, x, columns.__getitem__, cumulative=False)
 
 
 def _subsets(

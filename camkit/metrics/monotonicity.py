@@ -125,9 +125,8 @@ def monotonicity_correlation(
         generator: draws the replacement values (CPU generator).
         similarity: ``f(sums, variances) -> [B]`` on the [B, P] float64 rows, in place of
             Spearman's rank correlation (``None``).
-        perturb: instead of the uniform draws, the caller's perturbation (as
-            :func:`~camkit.metrics.pixel_flipping`'s), called ``samples`` times per group on ``x``,
-            group by group.
+        perturb: the caller's perturbation in place of the draws (as :func:`~camkit.metrics.pixel_flipping`'s),
+            called ``samples`` times per group on ``x``, group by group.
 
     Returns:
         Correlations [B].
@@ -151,25 +150,26 @@ def monotonicity_correlation(
     if perturb is None:
         fill = _uniform_fill(fill, x, count, step, samples, low, high, generator)
         samples = fill.shape[2]
-        build = _group_replacer(x, features, order, fill, step)
-    else:
-        check_count(samples, "samples")
+    else:  # the plan's builder is not called: the steps make the images
+        fill, samples = x.new_zeros(x.shape[0], count, 1, step), check_count(samples, "samples")
         steps = stepwise(perturb, x, step_indices(features, step, descending=False), cumulative=False, repeat=samples)
-        build = _group_replacer(x, features, order, x.new_zeros(x.shape[0], count, 1, step), step)  # not called
+    build = _group_replacer(x, features, order, fill, step)
     clean, scores = run_plan(
         model, x, target, build, count * samples, softmax=softmax, chunk_size=chunk_size, output=output,
         keep_mode=keep_mode, steps=steps,
     )  # fmt: skip
     assert clean is not None
-    clean = clean.double()
-    inverse = torch.where(clean.abs() >= eps, 1.0 / clean.abs(), torch.ones_like(clean)) ** 2
-    variance = ((scores.double().view(x.shape[0], count, samples) - clean[:, None, None]) ** 2).mean(dim=2)
-    variance = variance * inverse[:, None]
+    variance = _variances(clean.double(), scores.double().view(x.shape[0], count, samples), eps)
     groups = torch.div(order, step, rounding_mode="floor")
-    sums = torch.zeros(x.shape[0], count, dtype=torch.float64, device=x.device)
-    sums.scatter_add_(1, groups, features.values.double())
+    sums = torch.zeros(x.shape[0], count, dtype=torch.float64, device=x.device).scatter_add_(1, groups, features.values.double())
     correlate = spearman_rows if similarity is None else similarity
     return _nan_rows(correlate(sums, variance), features).to(x.dtype)
+
+
+def _variances(clean: Tensor, scores: Tensor, eps: float) -> Tensor:
+    """``mean_s (f(x_s) - f(x))^2 / f(x)^2`` per group [B, P] from scores [B, P, samples] (``f(x)^2`` is 1 below ``eps``)."""
+    inverse = torch.where(clean.abs() >= eps, 1.0 / clean.abs(), torch.ones_like(clean)) ** 2
+    return ((scores - clean[:, None, None]) ** 2).mean(dim=2) * inverse[:, None]
 
 
 def _uniform_fill(
