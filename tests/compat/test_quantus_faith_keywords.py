@@ -142,3 +142,25 @@ def test_infidelity_calls_a_loss_func_as_quantus_does():
         cq.Infidelity(loss_func="mae")
     with pytest.raises(ValueError, match="loss_func"):
         quantus.Infidelity(loss_func="mae", disable_warnings=True)
+
+
+def test_infidelity_calls_a_perturb_func_on_each_square_as_quantus_does():
+    """camkit's Infidelity draws random squares (its docstring); a ``perturb_func`` gets Quantus's arguments for
+    each: ``arr=x [B, F]`` and the square's elements ``[B, C * size^2]``, channel by channel. Quantus's default
+    function with keywords gives the default's value."""
+    net = Tempered().eval()
+    x, y, a = data()
+    calls = []
+
+    def spy(arr, indices, perturb_baseline, **kwargs):
+        calls.append((arr.shape, indices.shape, perturb_baseline, kwargs))
+        assert (np.diff(indices, axis=1) > 0).all() and (indices[:, 4] - indices[:, 0] == 64).all()  # next channel
+        return quantus.functions.perturb_func.batch_baseline_replacement_by_indices(arr, indices, perturb_baseline)
+
+    def score(**options):
+        np.random.seed(4)
+        metric = cq.Infidelity(perturb_patch_sizes=[2], n_perturb_samples=3, perturb_baseline=0.0, **options)
+        return np.array(metric(model=net, x_batch=x, y_batch=y, a_batch=a), dtype=float)
+
+    np.testing.assert_allclose(score(perturb_func=spy, perturb_func_kwargs={"k": 2}), score(), rtol=1e-6)
+    assert calls == [((2, 192), (2, 12), 0.0, {"k": 2})] * 3

@@ -24,12 +24,11 @@ from .complexity import Complexity, EffectiveComplexity, Sparseness
 from .faithfulness import (
     FaithfulnessCorrelation,
     FaithfulnessEstimate,
-    Infidelity,
     Monotonicity,
     MonotonicityCorrelation,
     PixelFlipping,
-    SensitivityN,
 )
+from .infidelity import Infidelity, SensitivityN
 from .localisation import (
     AUC,
     AttributionLocalisation,
