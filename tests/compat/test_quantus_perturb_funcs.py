@@ -75,6 +75,7 @@ def test_a_callers_perturb_func_with_keywords_equals_quantus(name, kwargs, batch
 
 RANDOM = [
     ("PixelFlipping", {"features_in_step": 4}),
+    ("FaithfulnessCorrelation", {"nr_runs": 5, "subset_size": 4, "return_aggregate": False}),  # draws alternate
     ("FaithfulnessEstimate", {"features_in_step": 6}),
     ("MonotonicityCorrelation", {"nr_samples": 2, "features_in_step": 6}),
     ("Selectivity", {"patch_size": 3}),
@@ -92,6 +93,20 @@ def test_quantus_own_function_drawing_uniform_values_equals_quantus(name, kwargs
         "perturb_baseline": "uniform",
     }
     theirs, ours = both(name, batch, **kwargs, **options)
+    close(ours, theirs)
+
+
+def noisy(arr, indices, perturb_baseline, scale=1.0, **kwargs):
+    """A caller's random perturbation: Gaussian values from numpy's global generator at the chosen features."""
+    out = arr.copy()
+    out[np.arange(arr.shape[0])[:, None], indices] = scale * np.random.normal(size=indices.shape)
+    return out
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [*RANDOM, ("Monotonicity", {"features_in_step": 9})],
+                         ids=[*(c[0] for c in RANDOM), "Monotonicity"])  # fmt: skip
+def test_a_callers_random_function_draws_quantus_numbers(name, kwargs, batch):
+    theirs, ours = both(name, batch, perturb_func=noisy, perturb_func_kwargs={"scale": 0.5}, **kwargs)
     close(ours, theirs)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["NumpyPerturbation", "bind_perturb_func"]
+__all__ = ["NumpyPerturbation", "Replayed", "bind_perturb_func"]
 
 
 def bind_perturb_func(func: Callable[..., Any], perturb_baseline: Any, kwargs: dict[str, Any] | None) -> Callable[..., Any]:
@@ -55,3 +55,24 @@ class NumpyPerturbation:
             idx = np.take_along_axis(quantus_order, np.take_along_axis(place, idx, axis=1), axis=1)
         out = np.asarray(self.func(arr=arr, indices=idx))
         return torch.as_tensor(out.reshape(images.shape), dtype=images.dtype, device=images.device)
+
+
+class Replayed:
+    """A perturbation whose ``k``-th call starts from numpy's generator state ``states[k]``.
+
+    For a metric that draws everything before the model runs where Quantus alternates its own
+    draws and the function's: the states are taken where Quantus calls the function, and after
+    the last call the generator is left where it was when this call began (after all the draws).
+    """
+
+    def __init__(self, perturb: Callable[[Tensor, Tensor], Tensor], states: list[Any]) -> None:
+        self.perturb, self.states, self.calls = perturb, states, 0
+        self.end = np.random.get_state()
+
+    def __call__(self, images: Tensor, indices: Tensor) -> Tensor:
+        np.random.set_state(self.states[self.calls])
+        self.calls += 1
+        try:
+            return self.perturb(images, indices)
+        finally:
+            np.random.set_state(self.end)

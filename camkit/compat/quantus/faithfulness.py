@@ -17,6 +17,7 @@ from camkit import metrics
 from camkit.errors import InvalidInputError
 
 from ._base import Metric, Result, is_default, quantus_baseline
+from ._perturbation import Replayed
 from .functions.perturb_func import batch_baseline_replacement_by_indices
 
 __all__ = [
@@ -74,7 +75,10 @@ class FaithfulnessCorrelation(Metric):
     The subsets are drawn from numpy's global generator in Quantus's order (with its extra
     ``uniform`` draw per perturbation when ``perturb_baseline`` is a string, which is that run's
     value per sample with ``"uniform"``), so after ``np.random.seed(s)`` the result equals Quantus's. A ``similarity_func`` is called as
-    Quantus calls it, ``f(a=sums, b=drops, batched=True)`` on [B, nr_runs] rows.
+    Quantus calls it, ``f(a=sums, b=drops, batched=True)`` on [B, nr_runs] rows. A ``perturb_func`` is called
+    as Quantus calls it, once per run; one that draws from numpy's generator gets Quantus's numbers (it is
+    called once as the subsets are drawn, to move the generator as in Quantus, and again from the same
+    state when its run is scored).
     """
 
     softmax_default = False
@@ -103,17 +107,23 @@ class FaithfulnessCorrelation(Metric):
                 f"subset_size must be smaller than the input's size per channel, got {self.subset_size} >= "
                 f"{x[0, 0].numel()}"
             )
-        runs, draws = [], []
+        runs, draws, states = [], [], []
+        flat = x.detach().flatten(1).cpu().numpy()
         for _ in range(self.nr_runs):
             runs.append(np.stack([np.random.choice(features, self.subset_size, replace=False) for _ in range(batch)]))
-            if isinstance(self.perturb_baseline, str) and self.perturb_func is None:  # Quantus's table draws this each time
+            if self.perturb_func is not None:  # Quantus calls it now: it may draw, between the subsets
+                states.append(np.random.get_state())
+                self.perturb_func(arr=flat.copy(), indices=runs[-1])  # moves numpy's generator as that call does
+            elif isinstance(self.perturb_baseline, str):  # Quantus's table draws this each time
                 draws.append(np.random.uniform(*self.uniform_bounds, size=batch))  # "uniform": this run's values
         subsets = torch.as_tensor(np.stack(runs, axis=1), device=x.device)
         fill = torch.as_tensor(np.stack(draws, axis=1), device=x.device) if self.uniform else None
+        hook = self.perturb_hook()
         return _rows(
             metrics.faithfulness_correlation(
                 model, x, a.expand_as(x), y, subsets=subsets, baseline=self.baseline, fill=fill, softmax=softmax,
-                chunk_size=chunk_size, similarity=self.similarity_rows(), perturb=self.perturb_hook(),
+                chunk_size=chunk_size, similarity=self.similarity_rows(),
+                perturb=None if hook is None else Replayed(hook, states),
             )
         )  # fmt: skip
 
