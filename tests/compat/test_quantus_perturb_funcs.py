@@ -160,3 +160,29 @@ def test_sensitivity_n_uniform_draws_through_quantus_default(batch):
         runs.append(cq.SensitivityN(features_in_step=12, nr_samples=3, perturb_baseline="uniform")(
             model=net, x_batch=x, y_batch=y, a_batch=a))  # fmt: skip
     assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_monotonicity_starts_from_uniform_values_in_0_1_whatever_the_keywords(batch):
+    """Quantus fills the starting input with ``get_baseline_value`` called without ``perturb_func_kwargs``: values
+    in [0, 1) whatever the bounds, which reach only the function's own draws; the generator ends as Quantus's."""
+    net, x, y, a = batch
+    firsts, after = [], []
+
+    def spy(arr, indices, perturb_baseline, **kwargs):
+        firsts.append(arr.copy())
+        return quantus.functions.perturb_func.batch_baseline_replacement_by_indices(arr, indices, perturb_baseline, **kwargs)
+
+    bounds = {"uniform_low": 5.0, "uniform_high": 6.0}
+    for lib, func in ((cq, spy), (quantus, spy), (cq, None), (quantus, None)):
+        np.random.seed(6)
+        extra = {"disable_warnings": True} if lib is quantus else {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            metric = lib.Monotonicity(features_in_step=9, perturb_baseline="uniform", perturb_func=func,
+                                      perturb_func_kwargs=bounds, **extra)  # fmt: skip
+            metric(model=net, x_batch=x, y_batch=y, a_batch=a, device="cpu")
+        after.append(np.random.random())
+    start = np.random.RandomState(6).uniform(0.0, 1.0, 3)
+    np.testing.assert_allclose(firsts[0], np.repeat(start[:, None], 36, axis=1), rtol=1e-6)
+    np.testing.assert_allclose(firsts[0], firsts[len(firsts) // 2], rtol=1e-6)  # Quantus's first call: the same array
+    assert after[0] == after[1] and after[2] == after[3]

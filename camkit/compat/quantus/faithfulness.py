@@ -186,16 +186,16 @@ class Monotonicity(Metric):
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
         baseline = self.baseline
-        if self.uniform:
-            baseline = self.sample_uniform(x)
+        named = isinstance(self.perturb_baseline, str)
+        if self.uniform or (self.perturb_func is not None and named):
+            # Quantus's start: perturb_baseline's values, drawn without perturb_func_kwargs (uniform in [0, 1))
+            draws = torch.as_tensor(np.random.uniform(0.0, 1.0, size=x.shape[0]), dtype=x.dtype, device=x.device)
+            if self.perturb_baseline.lower() == "uniform":
+                baseline = draws.view(-1, *(1,) * (x.dim() - 1)).expand_as(x)
+        if self.uniform:  # the draws of Quantus's default function at each step (written where nothing changes)
             np.random.uniform(*self.uniform_bounds, size=(-(-x[0].numel() // self.features_in_step), x.shape[0]))
-        elif self.perturb_func is not None:  # Quantus's start: perturb_baseline's values (a name draws the uniform ones)
-            named = isinstance(self.perturb_baseline, str)
-            draws = np.random.uniform(0.0, 1.0, size=x.shape[0]) if named else None  # without the function's keywords
-            if named and self.perturb_baseline.lower() == "uniform":
-                baseline = torch.as_tensor(draws, dtype=x.dtype, device=x.device).view(-1, *(1,) * (x.dim() - 1)).expand_as(x)
-            else:
-                baseline = quantus_baseline(self.perturb_baseline)
+        elif self.perturb_func is not None and not (named and self.perturb_baseline.lower() == "uniform"):
+            baseline = quantus_baseline(self.perturb_baseline)
         values = metrics.monotonicity(
             model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=baseline,
             softmax=softmax, chunk_size=chunk_size, perturb=self.perturb_hook(a.expand_as(x), descending=False),
