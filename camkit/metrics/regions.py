@@ -68,8 +68,10 @@ def _removal_scores(
     output: OutputSelector,
     keep_mode: bool,
     perturb: Perturb | None = None,
+    masks: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """Clean scores [B] and scores [B, steps] after removing the first 1..steps regions of ``ranks``."""
+    """Clean scores [B] and scores [B, steps] after removing the first 1..steps regions of ``ranks``
+    (``perturb`` gets each step's elements, or with ``masks`` its positions as a bool mask [B, 1, *S])."""
     def build(owner: Tensor, index: Tensor) -> Tensor:
         rank = ranks[owner].gather(1, labels[owner])  # [M, N]: each position's region rank
         chosen = (rank <= index[:, None]).view(owner.shape[0], 1, *x.shape[2:])
@@ -80,7 +82,11 @@ def _removal_scores(
             filler = filler.to(x.dtype).expand_as(x[owner])
         return torch.where(chosen, filler, x[owner])
 
-    plan = None if perturb is None else stepwise(perturb, x, _region_elements(x, labels, ranks), cumulative=True)
+    plan = None
+    if perturb is not None:
+        positions = ranks.gather(1, labels)  # each position's removal step
+        step_mask = lambda k: (positions == k).view(x.shape[0], 1, *x.shape[2:])  # noqa: E731
+        plan = stepwise(perturb, x, step_mask if masks else _region_elements(x, labels, ranks), cumulative=True)
     clean, scores = run_plan(
         model, x, target, build, steps, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
         steps=plan,
@@ -264,6 +270,7 @@ def irof(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """IROF, iterative removal of features (Rieger and Hansen 2020): the area over the curve of
     the relative score as segments are removed, most relevant (highest mean) first.
@@ -280,6 +287,9 @@ def irof(
             :func:`pixel_flipping` (softmax is on by default, as the ratio needs positive scores).
         segments: integer labels [B, *S] (``0..K-1``, each label used); default SLIC superpixels
             of each image.
+        perturb: instead of ``baseline``, ``perturb(images, mask) -> images`` removes the positions
+            of bool ``mask`` [B, 1, *S] (this step's segment; empty for a sample out of segments),
+            called once per step, in order, on the previous step's images.
 
     Returns:
         Float tensor [B].
@@ -312,7 +322,7 @@ def irof(
     canvas = _resolve_baseline(baseline, x)
     clean, scores = _removal_scores(
         model, x, labels, ranks, count, canvas, None, target, softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode,
+        keep_mode=keep_mode, perturb=perturb, masks=True,
     )  # fmt: skip
     curve = torch.cat([clean[:, None], scores], dim=1).double() / clean.double()[:, None]
     shares = torch.arange(count + 1, dtype=torch.float64, device=x.device)[None] / per_sample[:, None]

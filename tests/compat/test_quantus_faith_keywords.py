@@ -164,3 +164,25 @@ def test_infidelity_calls_a_perturb_func_on_each_square_as_quantus_does():
 
     np.testing.assert_allclose(score(perturb_func=spy, perturb_func_kwargs={"k": 2}), score(), rtol=1e-6)
     assert calls == [((2, 192), (2, 12), 0.0, {"k": 2})] * 3
+
+
+def test_irof_calls_a_perturb_func_with_each_segments_mask_as_quantus_does():
+    """``perturb_func(arr=images [B, C, H, W], mask=[B, 1, H, W])`` once per removed segment, on the previous step's
+    images (Quantus's IROF cannot run on numpy 2.4, see the differences table: the check is the call contract, and
+    the mask function giving the default's value)."""
+    net = Tempered().eval()
+    x, y, a = data()
+    calls = []
+
+    def spy(arr, mask, perturb_baseline, **kwargs):
+        calls.append((arr.shape, mask.shape, mask.dtype, int(mask.sum())))
+        # the mask read on every channel: Quantus's mask function wants arr's shape, so fails on RGB as IROF calls it
+        return quantus.functions.perturb_func.baseline_replacement_by_mask(arr, np.broadcast_to(mask, arr.shape), perturb_baseline)
+
+    def score(**options):
+        metric = cq.IROF(perturb_baseline=0.0, normalise=False, segmentation_method="felzenszwalb", **options)
+        return np.array(metric(model=net, x_batch=x, y_batch=y, a_batch=a), dtype=float)
+
+    np.testing.assert_allclose(score(perturb_func=spy, perturb_func_kwargs={"k": 1}), score(), rtol=1e-6)
+    assert calls and all(c[:3] == ((2, 3, 8, 8), (2, 1, 8, 8), np.bool_) for c in calls)
+    assert sum(c[3] for c in calls) == 2 * 64  # every position of both images removed once

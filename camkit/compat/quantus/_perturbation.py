@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["NumpyPerturbation", "Replayed", "bind_perturb_func"]
+__all__ = ["NumpyMaskPerturbation", "NumpyPerturbation", "Replayed", "bind_perturb_func"]
 
 
 def bind_perturb_func(func: Callable[..., Any], perturb_baseline: Any, kwargs: dict[str, Any] | None) -> Callable[..., Any]:
@@ -54,6 +54,18 @@ class NumpyPerturbation:
             quantus_order, place = self.rename
             idx = np.take_along_axis(quantus_order, np.take_along_axis(place, idx, axis=1), axis=1)
         out = np.asarray(self.func(arr=arr, indices=idx))
+        return torch.as_tensor(out.reshape(images.shape), dtype=images.dtype, device=images.device)
+
+
+class NumpyMaskPerturbation:
+    """``perturb(images [B, C, *S], mask [B, 1, *S]) -> images`` calling ``func(arr=images, mask=mask)`` on numpy
+    (Quantus's ``IROF`` calls its perturbation so: the whole batch, unflattened, with a bool mask)."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+
+    def __call__(self, images: Tensor, mask: Tensor) -> Tensor:
+        out = np.asarray(self.func(arr=images.detach().cpu().numpy().copy(), mask=mask.detach().cpu().numpy()))
         return torch.as_tensor(out.reshape(images.shape), dtype=images.dtype, device=images.device)
 
 

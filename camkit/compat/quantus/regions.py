@@ -12,7 +12,8 @@ from camkit import metrics
 from camkit.errors import InvalidInputError
 
 from ._base import Metric, Result
-from .functions.perturb_func import batch_baseline_replacement_by_indices
+from ._perturbation import NumpyMaskPerturbation
+from .functions.perturb_func import baseline_replacement_by_mask, batch_baseline_replacement_by_indices
 
 __all__ = ["IROF", "ROAD", "RegionPerturbation", "Selectivity", "Sufficiency"]
 
@@ -108,10 +109,13 @@ class IROF(Metric):
     steps without its starting point, a number that grows with the image's segment count
     ``K``; camkit returns the paper's area over the curve on removed shares ``0..1``, from the
     unperturbed point. Quantus's ``"mean"`` baseline is the mean of the whole batch, recomputed
-    after every removal; here it is each sample's mean over all its values.
+    after every removal; here it is each sample's mean over all its values. A ``perturb_func`` is
+    called as Quantus calls it: ``f(arr=images [B, C, H, W], mask=[B, 1, H, W])`` once per removed
+    segment, on the previous step's images.
     """
 
     softmax_default = True
+    perturb_default = staticmethod(baseline_replacement_by_mask)
     takes_predict_kwargs = True
 
     def __init__(
@@ -133,8 +137,10 @@ class IROF(Metric):
             # as Quantus calls it: scikit-image's defaults on each image as [H, W, C] doubles
             images = x.detach().cpu().double().movedim(1, -1).numpy()
             segments = torch.stack([torch.from_numpy(felzenszwalb(image)) for image in images]).to(x.device)
+        perturb = None if self.perturb_func is None else NumpyMaskPerturbation(self.perturb_func)
         values = metrics.irof(
-            model, x, a, y, segments=segments, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size
+            model, x, a, y, segments=segments, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size,
+            perturb=perturb,
         )
         return [float(v) for v in values.tolist()]
 
