@@ -36,13 +36,7 @@ from .deletion import (
     increase_in_confidence,
     insertion_curve,
 )
-from .faithfulness import (
-    faithfulness_correlation,
-    faithfulness_estimate,
-    monotonicity,
-    monotonicity_correlation,
-    pixel_flipping,
-)
+from .faithfulness import faithfulness_correlation, faithfulness_estimate, pixel_flipping
 from .infidelity import infidelity, sensitivity_n
 from .localisation import (
     attribution_localisation,
@@ -53,6 +47,7 @@ from .localisation import (
     top_k_intersection,
 )
 from .logit import random_logit
+from .monotonicity import monotonicity, monotonicity_correlation
 from .pointing import energy_pointing_game, energy_score, pointing_game, pointing_score, region_masks
 from .randomisation import MPRTResult, efficient_mprt, mprt
 from .regions import irof, region_perturbation, selectivity

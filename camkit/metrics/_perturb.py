@@ -42,7 +42,14 @@ from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
 from ._common import ChunkScorer, check_images, check_maps, chunks
 
-__all__ = ["Features", "as_features", "check_count", "pearson", "run_plan", "spearman_rows", "step_masks"]
+__all__ = [
+    "Features", "Perturb", "as_features", "check_count", "pearson", "run_plan", "spearman_rows", "step_indices", "step_masks",
+    "stepwise",
+]  # fmt: skip
+
+#: A caller's perturbation: ``perturb(images [B, C, *S], indices LongTensor [B, k]) -> images [B, C, *S]``
+#: replaces the ``k`` features ``indices`` (into each sample's flattened features) of the whole batch
+Perturb = Callable[[Tensor, Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,7 @@ def run_plan(
     output: OutputSelector,
     keep_mode: bool,
     clean: bool = True,
+    steps: Callable[[int], Tensor] | None = None,
 ) -> tuple[Tensor | None, Tensor]:
     """Score ``count`` perturbations of every sample, chunk by chunk, without gradients.
 
@@ -130,6 +138,9 @@ def run_plan(
             sample ``owner[m]`` (both LongTensor [M], on ``x``'s device).
         clean: also score the unperturbed inputs (always done for ``target=None``, whose
             class is the clean top-1).
+        steps: instead of ``build``, ``steps(k) -> images [B, C, *S]``, perturbation ``k`` of the
+            whole batch, called once for each ``k`` in order (a caller's perturbation that carries
+            state from step to step, see :func:`stepwise`); its images are scored in chunks.
 
     Returns:
         ``(clean_scores [B] or None, scores [B, count])``.
@@ -143,7 +154,9 @@ def run_plan(
         else:
             scorer.defer(batch)
         scores: Tensor | None = None
-        for start, stop in chunks(batch * count, chunk_size):
+        if steps is not None:
+            scores = _score_steps(scorer, steps, batch, count, x)
+        for start, stop in chunks(0 if steps is not None else batch * count, chunk_size):
             pair = torch.arange(start, stop, device=x.device)
             owner, index = pair // count, pair % count
             images = build(owner, index)
@@ -155,6 +168,56 @@ def run_plan(
             dtype = base.dtype if base is not None else x.dtype
             scores = torch.empty(batch, 0, dtype=dtype, device=x.device)
     return (None if not clean else base), scores
+
+
+def _score_steps(scorer: ChunkScorer, steps: Callable[[int], Tensor], batch: int, count: int, x: Tensor) -> Tensor | None:
+    scores: Tensor | None = None
+    for k in range(count):
+        images = steps(k)
+        if not isinstance(images, Tensor) or images.shape != x.shape:
+            shape = list(images.shape) if isinstance(images, Tensor) else type(images).__name__
+            raise InvalidInputError(f"a perturbation must return images shaped like the inputs {list(x.shape)}, got {shape}")
+        for start, stop in chunks(batch, scorer.chunk_size):
+            owner = torch.arange(start, stop, device=x.device)
+            got = scorer.score(images[start:stop].to(x.device, x.dtype), owner)
+            if scores is None:
+                scores = torch.empty(batch, count, dtype=got.dtype, device=x.device)
+            scores[start:stop, k] = got.to(scores.dtype)
+    return scores
+
+
+def step_indices(features: Features, step: int, *, descending: bool | None) -> Callable[[int], Tensor]:
+    """``indices(k)``: the features [B, <= step] of step ``k``, in the order they are taken.
+
+    ``descending``: by decreasing (True) or increasing (False) map value, ties in index order
+    (a stable sort); None: in index order.
+    """
+    values = features.values
+    if descending is None:
+        perm = torch.arange(features.count, device=values.device).expand(values.shape[0], -1)
+    else:
+        perm = torch.sort(values, dim=1, descending=descending, stable=True).indices
+    return lambda k: perm[:, k * step : (k + 1) * step]
+
+
+def stepwise(
+    perturb: Perturb, start: Tensor, indices: Callable[[int], Tensor], *, cumulative: bool, repeat: int = 1
+) -> Callable[[int], Tensor]:
+    """:func:`run_plan`'s ``steps`` from a caller's perturbation: step ``k`` perturbs ``indices(k // repeat)``.
+
+    ``cumulative``: each step perturbs the previous step's images (the first ``start``);
+    otherwise every step perturbs ``start``. ``repeat`` calls the perturbation that many times
+    per group of features (independent draws of a random perturbation).
+    """
+    state = [start]
+
+    def images(k: int) -> Tensor:
+        out = perturb(state[0], indices(k // repeat))
+        if cumulative:
+            state[0] = out
+        return out
+
+    return images
 
 
 def pearson(a: Tensor, b: Tensor) -> Tensor:

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
-from ._perturb import as_features, check_count, run_plan, step_masks
+from ._perturb import Perturb, as_features, check_count, run_plan, step_indices, step_masks, stepwise
 from .deletion import Baseline, _resolve_baseline
 
 __all__ = ["completeness", "input_invariance", "non_sensitivity"]
@@ -77,6 +77,7 @@ def non_sensitivity(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """Non-sensitivity (Nguyen and Martinez 2020): features where the map and the model disagree about mattering.
 
@@ -89,6 +90,8 @@ def non_sensitivity(
     Args:
         model, x, maps, target, features_in_step, baseline, softmax, chunk_size, output, keep_mode: as :func:`pixel_flipping`.
         eps: the threshold for both "unused" and "unattributed".
+        perturb: instead of ``baseline``, the caller's perturbation (as
+            :func:`~camkit.metrics.pixel_flipping`'s), called once per group on ``x``, in index order.
 
     Returns:
         Long tensor [B].
@@ -118,9 +121,11 @@ def non_sensitivity(
         chosen = features.mask(step_masks(index_order.expand(owner.shape[0], -1), index, step, cumulative=False))
         return torch.where(chosen, canvas[owner], x[owner])
 
+    steps = None if perturb is None else stepwise(perturb, x, step_indices(features, step, descending=None), cumulative=False)
     clean, scores = run_plan(
-        model, x, target, build, count, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
-    )
+        model, x, target, build, count, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        steps=steps,
+    )  # fmt: skip
     assert clean is not None
     unused = ((scores - clean[:, None]).abs() < eps).repeat_interleave(step, dim=1)[:, : features.count]
     unattributed = features.values.abs() < eps

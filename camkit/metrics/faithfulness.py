@@ -1,5 +1,5 @@
-"""Faithfulness by feature removal: pixel flipping, faithfulness correlation and estimate,
-monotonicity (Arya et al.) and monotonicity correlation (Nguyen and Martinez).
+"""Faithfulness by feature removal: pixel flipping, faithfulness correlation and estimate
+(monotonicity and monotonicity correlation are in :mod:`camkit.metrics.monotonicity`).
 
 Each perturbs features of the input (see :mod:`camkit.metrics._perturb` for what a feature
 is) and compares the model's response with the map; all share one chunked, gradient-free
@@ -15,14 +15,12 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
-from ._perturb import Features, as_features, check_count, pearson, run_plan, spearman_rows, step_masks
+from ._perturb import Features, Perturb, as_features, check_count, pearson, run_plan, step_indices, step_masks, stepwise
 from .deletion import Baseline, _resolve_baseline
 
 __all__ = [
     "faithfulness_correlation",
     "faithfulness_estimate",
-    "monotonicity",
-    "monotonicity_correlation",
     "pixel_flipping",
 ]
 
@@ -52,6 +50,7 @@ def pixel_flipping(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """Pixel flipping (Bach et al. 2015): the score as features are removed, most relevant first.
 
@@ -69,6 +68,10 @@ def pixel_flipping(
         features_in_step: features removed per step.
         baseline: what removed features become (:data:`camkit.metrics.Baseline`).
         softmax, chunk_size, output, keep_mode: as :func:`camkit.metrics.deletion_curve`.
+        perturb: instead of ``baseline``, ``perturb(images [B, C, *S], indices [B, k]) -> images``
+            replaces the features ``indices`` (into each sample's flattened features, in the
+            order they are taken) of the whole batch; called once per step, in order, on the
+            previous step's images (first ``x``).
 
     Returns:
         Scores [B, P] after each step (NaN rows for NaN maps).
@@ -94,9 +97,10 @@ def pixel_flipping(
         chosen = features.mask(step_masks(order[owner], index, step, cumulative=True))
         return torch.where(chosen, canvas[owner], x[owner])
 
+    steps = None if perturb is None else stepwise(perturb, x, step_indices(features, step, descending=True), cumulative=True)
     _, scores = run_plan(
         model, x, target, build, count, softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode, clean=False,
+        keep_mode=keep_mode, clean=False, steps=steps,
     )  # fmt: skip
     return _nan_rows(scores, features)
 
@@ -129,6 +133,7 @@ def faithfulness_correlation(
     output: OutputSelector = None,
     keep_mode: bool = False,
     similarity: Callable[[Tensor, Tensor], Tensor] | None = None,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """Faithfulness correlation (Bhatt et al. 2020), per sample.
 
@@ -149,6 +154,8 @@ def faithfulness_correlation(
         generator: draws the subsets (drawn on its device, which may be the input's; the draw does not depend on ``chunk_size``).
         similarity: ``f(sums, drops) -> [B]`` on the [B, runs] rows, in place of Pearson's
             correlation (``None``).
+        perturb: instead of ``baseline`` and ``fill``, the caller's perturbation (as
+            :func:`pixel_flipping`'s), called once per run on ``x`` with that run's subsets [B, size].
 
     Returns:
         Correlations [B] (NaN where a map or the score changes are constant).
@@ -167,15 +174,7 @@ def faithfulness_correlation(
     """
     features = as_features(maps, x)
     batch = x.shape[0]
-    if subsets is None:
-        check_count(runs, "runs", minimum=2)
-        if isinstance(subset_size, bool) or not isinstance(subset_size, int) or not 0 < subset_size <= features.count:
-            raise InvalidInputError(f"subset_size must be an int in [1, {features.count}], got {subset_size!r}")
-        subsets = draw_subsets(batch, features.count, runs, subset_size, generator)
-    if not isinstance(subsets, Tensor) or subsets.dim() != 3 or subsets.shape[0] != batch:
-        got = list(subsets.shape) if isinstance(subsets, Tensor) else type(subsets).__name__
-        raise InvalidInputError(f"subsets must be a LongTensor [B, runs, size] of feature indices, got {got}")
-    subsets = subsets.to(x.device, torch.long)
+    subsets = _checked_subsets(subsets, batch, features.count, runs, subset_size, generator).to(x.device, torch.long)
     runs = subsets.shape[1]
     canvas = _resolve_baseline(baseline, x)
     values = None if fill is None else _run_values(fill, x, runs)
@@ -186,12 +185,29 @@ def faithfulness_correlation(
         value = canvas[owner] if values is None else values[owner, index].view(-1, *(1,) * (x.dim() - 1))
         return torch.where(features.mask(chosen), value, x[owner])
 
+    steps = None if perturb is None else stepwise(perturb, x, lambda k: subsets[:, k], cumulative=False)
     clean, scores = run_plan(
-        model, x, target, build, runs, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
-    )
+        model, x, target, build, runs, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        steps=steps,
+    )  # fmt: skip
     assert clean is not None  # run_plan(clean=True) always scores the clean inputs
     sums = features.values.gather(1, subsets.flatten(1)).view(batch, runs, -1).sum(dim=2)
     return _nan_rows((similarity or pearson)(sums, clean[:, None] - scores), features).to(x.dtype)
+
+
+def _checked_subsets(
+    subsets: Tensor | None, batch: int, count: int, runs: int, size: int, generator: torch.Generator | None
+) -> Tensor:
+    """The subsets given, checked, or ``runs`` drawn subsets of ``size`` of the ``count`` features."""
+    if subsets is None:
+        check_count(runs, "runs", minimum=2)
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= count:
+            raise InvalidInputError(f"subset_size must be an int in [1, {count}], got {size!r}")
+        subsets = draw_subsets(batch, count, runs, size, generator)
+    if not isinstance(subsets, Tensor) or subsets.dim() != 3 or subsets.shape[0] != batch:
+        got = list(subsets.shape) if isinstance(subsets, Tensor) else type(subsets).__name__
+        raise InvalidInputError(f"subsets must be a LongTensor [B, runs, size] of feature indices, got {got}")
+    return subsets
 
 
 def _run_values(fill: Tensor, x: Tensor, runs: int) -> Tensor:
@@ -215,6 +231,7 @@ def faithfulness_estimate(
     output: OutputSelector = None,
     keep_mode: bool = False,
     similarity: Callable[[Tensor, Tensor], Tensor] | None = None,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """Faithfulness estimate (Alvarez-Melis and Jaakkola 2018), per sample.
 
@@ -225,7 +242,8 @@ def faithfulness_estimate(
     passes plus ``B``.
 
     Args and Returns: as :func:`pixel_flipping`, one correlation per sample [B]; ``similarity``:
-    ``f(sums, drops) -> [B]`` on the [B, steps] rows, in place of Pearson's correlation (``None``).
+    ``f(sums, drops) -> [B]`` on the [B, steps] rows, in place of Pearson's correlation (``None``);
+    ``perturb``: as :func:`pixel_flipping`'s, each step's call on ``x`` (not cumulative).
 
     Example:
         >>> import torch
@@ -248,176 +266,13 @@ def faithfulness_estimate(
         chosen = features.mask(step_masks(order[owner], index, step, cumulative=False))
         return torch.where(chosen, canvas[owner], x[owner])
 
+    steps = None if perturb is None else stepwise(perturb, x, step_indices(features, step, descending=True), cumulative=False)
     clean, scores = run_plan(
-        model, x, target, build, count, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
-    )
+        model, x, target, build, count, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        steps=steps,
+    )  # fmt: skip
     assert clean is not None
     groups = torch.div(order, step, rounding_mode="floor")
     sums = torch.zeros(x.shape[0], count, dtype=features.values.dtype, device=x.device)
     sums.scatter_add_(1, groups, features.values)
     return _nan_rows((similarity or pearson)(sums, clean[:, None] - scores), features).to(x.dtype)
-
-
-def monotonicity(
-    model: nn.Module,
-    x: Tensor,
-    maps: Tensor,
-    target: Target = None,
-    *,
-    features_in_step: int = 1,
-    baseline: Baseline = 0.0,
-    softmax: bool = False,
-    chunk_size: int = 32,
-    output: OutputSelector = None,
-    keep_mode: bool = False,
-) -> Tensor:
-    """Monotonicity (Arya et al. 2019): does adding features back, least relevant first, only raise the score?
-
-    Starting from the baseline, step ``k = 1..P`` restores the ``k * features_in_step`` least
-    relevant features to their values in ``x`` (cumulatively) and scores the input. The result
-    is 1.0 where the ``P`` scores never decrease, else 0.0. Cost: ``B * P`` forward passes.
-
-    Args and Returns: as :func:`pixel_flipping`; one value per sample [B], 1.0 or 0.0 (NaN
-    for NaN maps).
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> from camkit.metrics import monotonicity
-        >>> class Sum(nn.Module):
-        ...     def forward(self, x):
-        ...         return x.flatten(1).sum(dim=1)[:, None]
-        >>> x = torch.tensor([[[1.0, -2.0, 4.0]]])
-        >>> monotonicity(Sum(), x, x[:, 0]), monotonicity(Sum(), x, x[:, 0].abs())  # 1, 2, 4 first gives 1, -1, 3
-        (tensor([1.]), tensor([0.]))
-    """
-    features = as_features(maps, x)
-    step = check_count(features_in_step, "features_in_step")
-    count = -(-features.count // step)
-    canvas = _resolve_baseline(baseline, x)
-    order = _order(features, descending=False)
-
-    def build(owner: Tensor, index: Tensor) -> Tensor:
-        chosen = features.mask(step_masks(order[owner], index, step, cumulative=True))
-        return torch.where(chosen, x[owner], canvas[owner])
-
-    _, scores = run_plan(
-        model, x, target, build, count, softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode, clean=False,
-    )  # fmt: skip
-    rising = (scores.diff(dim=1) >= 0).all(dim=1).to(x.dtype)
-    return _nan_rows(rising, features)
-
-
-def monotonicity_correlation(
-    model: nn.Module,
-    x: Tensor,
-    maps: Tensor,
-    target: Target = None,
-    *,
-    samples: int = 100,
-    features_in_step: int = 1,
-    low: float = 0.0,
-    high: float = 1.0,
-    fill: Tensor | None = None,
-    eps: float = 1e-5,
-    generator: torch.Generator | None = None,
-    softmax: bool = False,
-    chunk_size: int = 32,
-    output: OutputSelector = None,
-    keep_mode: bool = False,
-    similarity: Callable[[Tensor, Tensor], Tensor] | None = None,
-) -> Tensor:
-    """Monotonicity correlation (Nguyen and Martinez 2020), per sample.
-
-    The features are taken in groups of ``features_in_step``, least relevant first. Each
-    group alone is replaced ``samples`` times by values drawn uniformly from ``[low, high)``;
-    its variance is ``mean_s (f(x_s) - f(x))^2 / f(x)^2`` (``f(x)^2`` read as 1 where
-    ``|f(x)| < eps``). The result is Spearman's rank correlation, over the groups, between a
-    group's attribution sum and its variance. Higher is better. Cost: ``B * samples *
-    ceil(F / features_in_step)`` forward passes plus ``B``.
-
-    Args:
-        model, x, maps, target, features_in_step, softmax, chunk_size, output, keep_mode: as
-            :func:`pixel_flipping`.
-        samples: draws per group.
-        low, high: range of the uniform replacement values.
-        fill: the replacement values themselves, [B, P, samples, features_in_step] (group
-            ``p``'s ``j``-th feature in draw ``s``; a last group with fewer features uses the
-            first ones); then ``samples``, ``low``, ``high`` and ``generator`` are not used.
-        eps: smallest ``|f(x)|`` the variance is divided by.
-        generator: draws the replacement values (CPU generator).
-        similarity: ``f(sums, variances) -> [B]`` on the [B, P] float64 rows, in place of
-            Spearman's rank correlation (``None``).
-
-    Returns:
-        Correlations [B].
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> from camkit.metrics import monotonicity_correlation
-        >>> class Weighted(nn.Module):  # score = 1 + sum of w_i x_i
-        ...     def forward(self, x):
-        ...         return 1 + (x[:, 0] * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum(dim=1, keepdim=True)
-        >>> x, g = torch.full((1, 1, 4), 2.0), torch.Generator().manual_seed(0)
-        >>> monotonicity_correlation(Weighted(), x, torch.tensor([[1.0, 2.0, 3.0, 4.0]]), samples=20, generator=g)
-        tensor([1.])
-    """
-    features = as_features(maps, x)
-    step = check_count(features_in_step, "features_in_step")
-    count = -(-features.count // step)
-    fill = _uniform_fill(fill, x, count, step, samples, low, high, generator)
-    samples = fill.shape[2]
-    order = _order(features, descending=False)
-    build = _group_replacer(x, features, order, fill, step)
-    clean, scores = run_plan(
-        model, x, target, build, count * samples, softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode,
-    )  # fmt: skip
-    assert clean is not None
-    clean = clean.double()
-    inverse = torch.where(clean.abs() >= eps, 1.0 / clean.abs(), torch.ones_like(clean)) ** 2
-    variance = ((scores.double().view(x.shape[0], count, samples) - clean[:, None, None]) ** 2).mean(dim=2)
-    variance = variance * inverse[:, None]
-    groups = torch.div(order, step, rounding_mode="floor")
-    sums = torch.zeros(x.shape[0], count, dtype=torch.float64, device=x.device)
-    sums.scatter_add_(1, groups, features.values.double())
-    correlate = spearman_rows if similarity is None else similarity
-    return _nan_rows(correlate(sums, variance), features).to(x.dtype)
-
-
-def _uniform_fill(
-    fill: Tensor | None, x: Tensor, count: int, step: int, samples: int, low: float, high: float,
-    generator: torch.Generator | None,
-) -> Tensor:  # fmt: skip
-    """The replacement values [B, P, samples, step] on ``x``'s device and dtype: ``fill``, checked, or uniform draws."""
-    batch = x.shape[0]
-    if fill is None:
-        check_count(samples, "samples")
-        fill = low + (high - low) * torch.rand(batch, count, samples, step, generator=generator, dtype=torch.float64)
-    if not isinstance(fill, Tensor) or fill.dim() != 4 or tuple(fill.shape[:2]) != (batch, count):
-        got = list(fill.shape) if isinstance(fill, Tensor) else type(fill).__name__
-        raise InvalidInputError(
-            f"fill must be a tensor [B, P, samples, features_in_step] = [{batch}, {count}, samples, {step}], got {got}"
-        )
-    return fill.to(x.device, x.dtype)
-
-
-def _group_replacer(
-    x: Tensor, features: Features, order: Tensor, fill: Tensor, step: int
-) -> Callable[[Tensor, Tensor], Tensor]:
-    """The plan's inputs: plan entry ``group * samples + draw`` replaces one group alone by that draw's values."""
-    samples = fill.shape[2]
-
-    def build(owner: Tensor, index: Tensor) -> Tensor:
-        group, draw = index // samples, index % samples
-        ranks = order[owner]
-        chosen = step_masks(ranks, group, step, cumulative=False)
-        slot = (ranks - (group * step)[:, None]).clamp(0, step - 1)  # a feature's place in its group
-        values = fill[owner, group, draw].gather(1, slot)  # [M, F]
-        shape = (owner.shape[0], *features.shape)
-        canvas = values.view(shape) if features.shape[0] == x.shape[1] else values.view(shape).expand_as(x[owner])
-        return torch.where(features.mask(chosen), canvas, x[owner])
-
-    return build

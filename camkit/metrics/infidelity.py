@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
-from ._perturb import as_features, check_count, pearson, run_plan
+from ._perturb import Perturb, as_features, check_count, pearson, run_plan, stepwise
 from .deletion import Baseline, _resolve_baseline
 from .faithfulness import draw_subsets
 
@@ -34,6 +34,7 @@ def infidelity(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    loss: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> Tensor:
     """Explanation infidelity (Yeh et al. 2019), the sampled estimator, per sample.
 
@@ -55,6 +56,8 @@ def infidelity(
             ``generator`` are not used.
         normalize: use the scale-invariant variant.
         generator: draws the perturbations (CPU generator).
+        loss: ``loss(dots [B, K], changes [B, K]) -> [B]`` in place of the mean squared error
+            (``I_k . a`` and ``f(x) - f(x - I_k)``, float64).
 
     Returns:
         Float tensor [B].
@@ -92,7 +95,7 @@ def infidelity(
         beta = (dot * change).mean(dim=1) / (dot * dot).mean(dim=1)
         beta = torch.where(torch.isfinite(beta), beta, torch.zeros_like(beta))
         dot = beta[:, None] * dot
-    result = ((dot - change) ** 2).mean(dim=1)
+    result = ((dot - change) ** 2).mean(dim=1) if loss is None else loss(dot, change).to(dot.device, torch.float64)
     return torch.where(features.nan(), torch.full_like(result, float("nan")), result).to(x.dtype)
 
 
@@ -130,6 +133,7 @@ def sensitivity_n(
     output: OutputSelector = None,
     keep_mode: bool = False,
     similarity: Callable[[Tensor, Tensor], Tensor] | None = None,
+    perturb: Perturb | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Sensitivity-n (Ancona et al. 2018): per sample and subset size ``n``, the correlation
     between the attribution of random subsets of ``n`` features and the score they carry.
@@ -149,6 +153,9 @@ def sensitivity_n(
             per size (then ``sizes``, ``samples`` and ``generator`` are not used).
         generator: draws the subsets (drawn on its device: a generator on the input's device keeps the draw there).
         similarity: ``f(sums [B, samples], changes [B, samples]) -> [B]`` per size, for Pearson's.
+        perturb: instead of ``baseline``, the caller's perturbation (as
+            :func:`~camkit.metrics.pixel_flipping`'s), called on ``x`` once per subset column
+            ([B, n]), size by size.
 
     Returns:
         ``(sizes [K], correlations [B, K])``.
@@ -179,21 +186,30 @@ def sensitivity_n(
 
     clean, scores = run_plan(
         model, x, target, build, offsets[-1], softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode,
+        keep_mode=keep_mode, steps=None if perturb is None else _subset_steps(perturb, x, subsets),
     )  # fmt: skip
     assert clean is not None
-    values = features.values
-    change = clean[:, None] - scores
-    curves = torch.stack(
-        [
-            (similarity or pearson)(values.gather(1, s.to(x.device, torch.long).flatten(1)).view(s.shape).sum(dim=2),
-                                    change[:, offsets[k] : offsets[k + 1]]).to(change.dtype)
-            for k, s in enumerate(subsets)
-        ],
-        dim=1,
-    )  # fmt: skip
+    curves = _size_curves(features.values, subsets, clean[:, None] - scores, offsets, similarity or pearson)
     curves = torch.where(features.nan()[:, None], torch.full_like(curves, float("nan")), curves)
     return torch.tensor(sizes), curves.to(x.dtype)
+
+
+def _size_curves(
+    values: Tensor, subsets: list[Tensor], change: Tensor, offsets: list[int], similarity: Callable[[Tensor, Tensor], Tensor]
+) -> Tensor:
+    """Per size, the similarity of the subsets' attribution sums and score changes, [B, sizes]."""
+    rows = [
+        similarity(values.gather(1, s.to(values.device, torch.long).flatten(1)).view(s.shape).sum(dim=2),
+                   change[:, offsets[k] : offsets[k + 1]]).to(change.dtype)
+        for k, s in enumerate(subsets)
+    ]  # fmt: skip
+    return torch.stack(rows, dim=1)
+
+
+def _subset_steps(perturb: Perturb, x: Tensor, subsets: list[Tensor]) -> Callable[[int], Tensor]:
+    """The caller's perturbation of ``x``, once per subset column [B, n], size by size."""
+    columns = [s.to(x.device, torch.long)[:, j] for s in subsets for j in range(s.shape[1])]
+    return stepwise(perturb, x, columns.__getitem__, cumulative=False)
 
 
 def _subsets(

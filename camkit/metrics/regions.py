@@ -10,13 +10,14 @@ are removed cumulatively, all channels together.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import InvalidInputError
 from ..targets.classes import OutputSelector, Target
-from ._perturb import Features, as_features, check_count, run_plan
+from ._perturb import Features, Perturb, as_features, check_count, run_plan, stepwise
 from .deletion import Baseline, _resolve_baseline
 
 __all__ = ["irof", "region_perturbation", "selectivity"]
@@ -66,8 +67,11 @@ def _removal_scores(
     chunk_size: int,
     output: OutputSelector,
     keep_mode: bool,
+    perturb: Perturb | None = None,
+    masks: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """Clean scores [B] and scores [B, steps] after removing the first 1..steps regions of ``ranks``."""
+    """Clean scores [B] and scores [B, steps] after removing the first 1..steps regions of ``ranks``
+    (``perturb`` gets each step's elements, or with ``masks`` its positions as a bool mask [B, 1, *S])."""
     def build(owner: Tensor, index: Tensor) -> Tensor:
         rank = ranks[owner].gather(1, labels[owner])  # [M, N]: each position's region rank
         chosen = (rank <= index[:, None]).view(owner.shape[0], 1, *x.shape[2:])
@@ -78,17 +82,41 @@ def _removal_scores(
             filler = filler.to(x.dtype).expand_as(x[owner])
         return torch.where(chosen, filler, x[owner])
 
+    plan = None
+    if perturb is not None:
+        positions = ranks.gather(1, labels)  # each position's removal step
+        step_mask = lambda k: (positions == k).view(x.shape[0], 1, *x.shape[2:])  # noqa: E731
+        plan = stepwise(perturb, x, step_mask if masks else _region_elements(x, labels, ranks), cumulative=True)
     clean, scores = run_plan(
-        model, x, target, build, steps, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode
-    )
+        model, x, target, build, steps, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        steps=plan,
+    )  # fmt: skip
     assert clean is not None
     return clean, scores
+
+
+def _region_elements(x: Tensor, labels: Tensor, ranks: Tensor) -> Callable[[int], Tensor]:
+    """``indices(k)``: the elements [B, C * n] of the region each sample loses at step ``k``, channel by channel
+    (each channel's positions row-major); every region must hold the same number ``n`` of positions."""
+    members = torch.sort(labels, dim=1, stable=True).indices  # positions grouped by region, row-major inside
+    size = labels.shape[1] // ranks.shape[1]
+    if size * ranks.shape[1] != labels.shape[1] or bool((torch.bincount(labels[0]) != size).any()):
+        raise InvalidInputError("a perturbation function needs regions of one size: a patch_size that divides every side")
+    members = members.view(labels.shape[0], ranks.shape[1], size)
+    removal = ranks.argsort(dim=1)  # region removed at each step
+    channels = torch.arange(x.shape[1], device=x.device)[None, :, None] * labels.shape[1]
+
+    def indices(k: int) -> Tensor:
+        positions = members[torch.arange(x.shape[0], device=x.device), removal[:, k]]  # [B, n]
+        return (channels + positions[:, None, :]).flatten(1)
+
+    return indices
 
 
 def _patch_curve(
     model: nn.Module, x: Tensor, maps: Tensor, target: Target, *, patch_size: int, order: str, regions: int | None,
     baseline: Baseline, fill: Tensor | None, generator: torch.Generator | None, softmax: bool, chunk_size: int,
-    output: OutputSelector, keep_mode: bool,
+    output: OutputSelector, keep_mode: bool, perturb: Perturb | None = None,
 ) -> tuple[Tensor, Tensor, Features]:  # fmt: skip
     features = as_features(maps, x)
     check_count(patch_size, "patch_size")
@@ -105,7 +133,7 @@ def _patch_curve(
     fill = None if fill is None else fill.to(x.device)
     clean, scores = _removal_scores(
         model, x, labels, ranks, steps, canvas, fill, target, softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode,
+        keep_mode=keep_mode, perturb=perturb,
     )  # fmt: skip
     return clean, scores, features
 
@@ -126,6 +154,7 @@ def region_perturbation(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """Region perturbation (Samek et al. 2016): the score drop as patches are removed, by relevance.
 
@@ -144,6 +173,10 @@ def region_perturbation(
         fill: per-step replacement values [B, regions] (the patch removed at step ``k`` gets
             ``fill[:, k]``) instead of ``baseline``.
         generator: draws the random order.
+        perturb: instead of ``baseline`` and ``fill``, the caller's perturbation (as
+            :func:`~camkit.metrics.pixel_flipping`'s), called once per step, in order, on the
+            previous step's images, with the removed patch's elements [B, C * n] (channel by
+            channel, row-major); needs a ``patch_size`` that divides every side.
 
     Returns:
         Score drops [B, regions] (NaN rows for NaN maps).
@@ -164,6 +197,7 @@ def region_perturbation(
     clean, scores, features = _patch_curve(
         model, x, maps, target, patch_size=patch_size, order=order, regions=regions, baseline=baseline, fill=fill,
         generator=generator, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        perturb=perturb,
     )  # fmt: skip
     drops = clean[:, None] - scores
     return torch.where(features.nan()[:, None], torch.full_like(drops, float("nan")), drops)
@@ -177,10 +211,12 @@ def selectivity(
     *,
     patch_size: int = 8,
     baseline: Baseline = 0.0,
+    fill: Tensor | None = None,
     softmax: bool = False,
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """Selectivity (Montavon et al. 2018): the score as patches are removed, most relevant first.
 
@@ -188,7 +224,7 @@ def selectivity(
     ``f(x_k)`` themselves; a faithful map makes them fall fast (a small area under the curve:
     ``torch.trapezoid(scores, dim=1)``). Cost: ``B * regions + B`` forward passes.
 
-    Args and Returns: as :func:`region_perturbation` (scores [B, regions]).
+    Args and Returns: as :func:`region_perturbation` (``fill`` [B, regions]; scores [B, regions]).
 
     Example:
         >>> import torch
@@ -202,8 +238,8 @@ def selectivity(
         tensor([[8., 3., 0.]])
     """
     _, scores, features = _patch_curve(
-        model, x, maps, target, patch_size=patch_size, order="morf", regions=None, baseline=baseline, fill=None,
-        generator=None, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode,
+        model, x, maps, target, patch_size=patch_size, order="morf", regions=None, baseline=baseline, fill=fill,
+        generator=None, softmax=softmax, chunk_size=chunk_size, output=output, keep_mode=keep_mode, perturb=perturb,
     )  # fmt: skip
     return torch.where(features.nan()[:, None], torch.full_like(scores, float("nan")), scores)
 
@@ -234,6 +270,7 @@ def irof(
     chunk_size: int = 32,
     output: OutputSelector = None,
     keep_mode: bool = False,
+    perturb: Perturb | None = None,
 ) -> Tensor:
     """IROF, iterative removal of features (Rieger and Hansen 2020): the area over the curve of
     the relative score as segments are removed, most relevant (highest mean) first.
@@ -250,6 +287,9 @@ def irof(
             :func:`pixel_flipping` (softmax is on by default, as the ratio needs positive scores).
         segments: integer labels [B, *S] (``0..K-1``, each label used); default SLIC superpixels
             of each image.
+        perturb: instead of ``baseline``, ``perturb(images, mask) -> images`` removes the positions
+            of bool ``mask`` [B, 1, *S] (this step's segment; empty for a sample out of segments),
+            called once per step, in order, on the previous step's images.
 
     Returns:
         Float tensor [B].
@@ -282,7 +322,7 @@ def irof(
     canvas = _resolve_baseline(baseline, x)
     clean, scores = _removal_scores(
         model, x, labels, ranks, count, canvas, None, target, softmax=softmax, chunk_size=chunk_size, output=output,
-        keep_mode=keep_mode,
+        keep_mode=keep_mode, perturb=perturb, masks=True,
     )  # fmt: skip
     curve = torch.cat([clean[:, None], scores], dim=1).double() / clean.double()[:, None]
     shares = torch.arange(count + 1, dtype=torch.float64, device=x.device)[None] / per_sample[:, None]

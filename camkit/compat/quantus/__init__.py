@@ -25,12 +25,11 @@ from .efficient_mprt import EfficientMPRT
 from .faithfulness import (
     FaithfulnessCorrelation,
     FaithfulnessEstimate,
-    Infidelity,
     Monotonicity,
     MonotonicityCorrelation,
     PixelFlipping,
-    SensitivityN,
 )
+from .infidelity import Infidelity, SensitivityN
 from .localisation import (
     AUC,
     AttributionLocalisation,

@@ -31,6 +31,9 @@ from torch import Tensor, nn
 from camkit import Explainer
 from camkit.errors import InvalidInputError
 
+from ._perturbation import NumpyPerturbation, bind_perturb_func
+from ._predict import PredictKwargs
+
 __all__ = ["DEFAULTS", "AddAxis", "Metric", "is_default", "quantus_baseline", "quantus_similarity"]
 
 #: Quantus 0.6.0's default functions, by metric and keyword: passing one is the same as leaving it unset
@@ -133,10 +136,10 @@ class Metric:
         normalise: divide each map by its largest ``|a|`` (per sample; see the module docstring).
         normalise_func, normalise_func_kwargs: Quantus's normalisation callable, applied to the
             whole batch of maps (numpy) instead of camkit's per-sample one.
-        perturb_func: only ``None`` (camkit perturbs with its own functions); pass a
-            ``perturb_baseline`` instead.
-        perturb_baseline: Quantus's baseline (a number, ``"black"``, ``"white"``, ``"mean"``).
-        perturb_func_kwargs: not supported (must be empty).
+        perturb_func, perturb_func_kwargs: Quantus's perturbation and its keywords, called as
+            Quantus calls them where the class sets :attr:`perturb_default`; elsewhere only the
+            class's default (camkit perturbs with its own functions).
+        perturb_baseline: Quantus's baseline (a number, ``"black"``, ``"white"``, ``"mean"``, ``"uniform"``).
         return_aggregate, aggregate_func: return ``[aggregate_func(scores)]`` (default ``np.mean``).
         default_plot_func, disable_warnings, display_progressbar: accepted for compatibility.
     """
@@ -145,6 +148,13 @@ class Metric:
     #: the order Quantus perturbs the features in when each feature is replaced once (``"descending"``
     #: attribution), so that ``perturb_baseline="uniform"`` (one draw per sample and step) is a baseline tensor
     uniform_order: str | None = None
+    #: Quantus's default perturbation of the class, set where the class takes any ``perturb_func``
+    #: (called through the native metric's ``perturb`` hook); ``uniform_order = "function"``: ``"uniform"``
+    #: goes through it too, drawn by the function as Quantus draws it
+    perturb_default: Callable[..., Any] | None = None
+    #: whether ``model_predict_kwargs`` is taken: passed to the model's forward when the metric scores
+    #: inputs (as Quantus's ``PyTorchModel.predict`` does), never when explaining
+    takes_predict_kwargs: bool = False
 
     def __init__(
         self,
@@ -164,12 +174,19 @@ class Metric:
     ) -> None:
         if kwargs:
             raise TypeError(f"{type(self).__name__} got unknown arguments {sorted(kwargs)}")
+        given = dict(perturb_func_kwargs or {})
         self.uniform = self.uniform_order is not None and str(perturb_baseline).lower() == "uniform"
-        bounds = dict(perturb_func_kwargs or {}) if self.uniform else {}
+        bounds = dict(given) if self.uniform else {}
         self.uniform_bounds = (float(bounds.pop("uniform_low", 0.0)), float(bounds.pop("uniform_high", 1.0)))
         if self.uniform:
-            perturb_func_kwargs = bounds  # what is left over is refused below
-        if not is_default(type(self).__name__, "perturb_func", perturb_func) or perturb_func_kwargs:
+            perturb_func_kwargs = bounds  # what is left over goes to the function below
+        #: the caller's perturbation, bound as Quantus binds it (None: the class's own tensor path)
+        self.perturb_func: Callable[..., Any] | None = None
+        custom = not is_default(type(self).__name__, "perturb_func", perturb_func) or bool(perturb_func_kwargs)
+        if self.perturb_default is not None and (custom or (self.uniform_order == "function" and self.uniform)):
+            func = perturb_func if perturb_func is not None else self.perturb_default
+            self.perturb_func, self.uniform = bind_perturb_func(func, perturb_baseline, given), False
+        elif custom:
             raise InvalidInputError(
                 f"camkit.compat.quantus computes {type(self).__name__}'s default perturbation "
                 f"({DEFAULTS.get(type(self).__name__, {}).get('perturb_func', 'none')}) only, with perturb_baseline "
@@ -182,7 +199,7 @@ class Metric:
             normalise_func = functools.partial(normalise_func, **normalise_func_kwargs)
         self.normalise_func = normalise_func
         self.perturb_baseline = perturb_baseline
-        self.baseline = 0.0 if self.uniform else quantus_baseline(perturb_baseline)
+        self.baseline = 0.0 if self.uniform or self.perturb_func is not None else quantus_baseline(perturb_baseline)
         self.return_aggregate = return_aggregate
         self.aggregate_func = aggregate_func if aggregate_func is not None else np.mean
         self.default_plot_func = default_plot_func
@@ -224,13 +241,17 @@ class Metric:
         """
         if kwargs:
             raise TypeError(f"{type(self).__name__}() got unknown arguments {sorted(kwargs)}")
+        explain_model = model
         if model_predict_kwargs:
-            raise InvalidInputError("model_predict_kwargs is not supported: wrap the model to pass extra arguments")
+            if not self.takes_predict_kwargs:
+                raise InvalidInputError("model_predict_kwargs is not supported here: wrap the model to pass extra arguments")
+            model = PredictKwargs(model, model_predict_kwargs) if model is not None else None
         x_all = np.asarray(x_batch)
         self._tabular = x_all.ndim == 2  # Quantus's [B, F] features: seen as [B, 1, F], the model as AddAxis
         if self._tabular:
             x_all, channel_first = x_all[:, None], True
             model = AddAxis(model) if model is not None else None
+            explain_model = AddAxis(explain_model) if explain_model is not None else None
         if x_all.ndim < 3:
             raise InvalidInputError(f"x_batch must be [B, F] or [B, C, *S] with 1 to 3 spatial axes, got shape {x_all.shape}")
         if channel_first is None:
@@ -254,7 +275,7 @@ class Metric:
             if a_batch is not None:
                 a = _as_maps(np.asarray(a_batch)[start:stop], x, channel_first)
             else:
-                a = self._explain(model, x, y, explain_func, explain_func_kwargs or {})
+                a = self._explain(explain_model, x, y, explain_func, explain_func_kwargs or {})
             s = None if s_batch is None else _as_maps(np.asarray(s_batch)[start:stop], x, channel_first)
             a = self._preprocess(a)
             if model is None and self._needs_model():
@@ -283,6 +304,13 @@ class Metric:
         values = np.empty(flat.shape)
         values[np.arange(batch)[:, None], order] = draws.T[:, np.arange(flat.shape[1]) // step]
         return torch.as_tensor(values, dtype=x.dtype, device=x.device).view_as(x)
+
+    def perturb_hook(self, a: Tensor | None = None, descending: bool | None = None) -> NumpyPerturbation | None:
+        """The caller's ``perturb_func`` as the native ``perturb`` hook (None without one); ``a`` and
+        ``descending``: the maps the native metric sorts, so that ties are taken in Quantus's order."""
+        if self.perturb_func is None:
+            return None
+        return NumpyPerturbation(self.perturb_func, a, descending)
 
     def sample_uniform(self, x: Tensor) -> Tensor:
         """Quantus's ``"uniform"`` over a whole input: one draw per sample from numpy's global generator, like ``x``."""

@@ -12,6 +12,7 @@ from camkit import Explainer, metrics
 from camkit.errors import InvalidInputError
 
 from ._base import Metric, Result, _as_maps
+from .functions.perturb_func import batch_baseline_replacement_by_indices
 
 __all__ = ["Completeness", "InputInvariance", "NonSensitivity"]
 
@@ -28,7 +29,9 @@ class Completeness(Metric):
     """
 
     softmax_default = False
+    takes_predict_kwargs = True
     uniform_order = "whole"  # "uniform": one value per sample for the whole input
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, abs: bool = False, normalise: bool = True, output_func: Any = None, perturb_baseline: Any = "black",
@@ -42,6 +45,9 @@ class Completeness(Metric):
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
         baseline = self.sample_uniform(x) if self.uniform else self.baseline
+        perturb = self.perturb_hook()
+        if perturb is not None:  # Quantus's baseline input: the function applied to every feature at once
+            baseline = perturb(x, torch.arange(x[0].numel(), device=x.device).expand(x.shape[0], -1))
         gap = metrics.completeness(model, x, a, y, baseline=baseline, softmax=softmax, chunk_size=chunk_size)
         total = a.flatten(1).double().sum(dim=1)
         change = total - gap  # f(x) - f(baseline)
@@ -60,6 +66,9 @@ class NonSensitivity(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
+    uniform_order = "function"  # "uniform": Quantus's default function draws it, one value per sample and step
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, eps: float = 1e-5, features_in_step: int = 1, abs: bool = True, normalise: bool = True,
@@ -74,7 +83,7 @@ class NonSensitivity(Metric):
     ) -> Result:
         counts = metrics.non_sensitivity(
             model, x, a.expand_as(x), y, eps=self.eps, features_in_step=self.features_in_step, baseline=self.baseline,
-            softmax=softmax, chunk_size=chunk_size,
+            softmax=softmax, chunk_size=chunk_size, perturb=self.perturb_hook(),
         )  # fmt: skip
         return [int(v) for v in counts.tolist()]
 

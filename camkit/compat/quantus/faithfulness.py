@@ -1,4 +1,5 @@
-"""Quantus 0.6.0's faithfulness metrics on :mod:`camkit.metrics`.
+"""Quantus 0.6.0's faithfulness metrics on :mod:`camkit.metrics` (``Infidelity`` and ``SensitivityN``
+are in :mod:`camkit.compat.quantus.infidelity`).
 
 As in Quantus, maps are broadcast to the input's shape, so a feature is one element (one
 channel of one position); a map with one channel is read the same on every channel.
@@ -6,7 +7,6 @@ channel of one position); a map with one channel is read the same on every chann
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,16 +16,16 @@ from torch import Tensor, nn
 from camkit import metrics
 from camkit.errors import InvalidInputError
 
-from ._base import Metric, Result, is_default
+from ._base import Metric, Result, is_default, quantus_baseline
+from ._perturbation import Replayed
+from .functions.perturb_func import batch_baseline_replacement_by_indices
 
 __all__ = [
     "FaithfulnessCorrelation",
     "FaithfulnessEstimate",
-    "Infidelity",
     "Monotonicity",
     "MonotonicityCorrelation",
     "PixelFlipping",
-    "SensitivityN",
 ]
 
 
@@ -45,7 +45,9 @@ class PixelFlipping(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
     uniform_order = "descending"
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, features_in_step: int = 1, abs: bool = False, normalise: bool = True, return_auc_per_sample: bool = False,
@@ -60,7 +62,7 @@ class PixelFlipping(Metric):
     ) -> Result:
         curves = metrics.pixel_flipping(
             model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.batch_baseline(x, a, self.features_in_step),
-            softmax=softmax, chunk_size=chunk_size,
+            softmax=softmax, chunk_size=chunk_size, perturb=self.perturb_hook(a.expand_as(x), descending=True),
         )  # fmt: skip
         if self.return_auc_per_sample:
             return _rows(torch.trapezoid(curves.double(), dx=1.0, dim=1))
@@ -73,11 +75,16 @@ class FaithfulnessCorrelation(Metric):
     The subsets are drawn from numpy's global generator in Quantus's order (with its extra
     ``uniform`` draw per perturbation when ``perturb_baseline`` is a string, which is that run's
     value per sample with ``"uniform"``), so after ``np.random.seed(s)`` the result equals Quantus's. A ``similarity_func`` is called as
-    Quantus calls it, ``f(a=sums, b=drops, batched=True)`` on [B, nr_runs] rows.
+    Quantus calls it, ``f(a=sums, b=drops, batched=True)`` on [B, nr_runs] rows. A ``perturb_func`` is called
+    as Quantus calls it, once per run; one that draws from numpy's generator gets Quantus's numbers (it is
+    called once as the subsets are drawn, to move the generator as in Quantus, and again from the same
+    state when its run is scored).
     """
 
     softmax_default = False
+    takes_predict_kwargs = True
     uniform_order = "runs"  # "uniform": one draw per sample and run (not a stepwise order)
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, similarity_func: Any = None, nr_runs: int = 100, subset_size: int = 224, abs: bool = False,
@@ -100,17 +107,23 @@ class FaithfulnessCorrelation(Metric):
                 f"subset_size must be smaller than the input's size per channel, got {self.subset_size} >= "
                 f"{x[0, 0].numel()}"
             )
-        runs, draws = [], []
+        runs, draws, states = [], [], []
+        flat = x.detach().flatten(1).cpu().numpy()
         for _ in range(self.nr_runs):
             runs.append(np.stack([np.random.choice(features, self.subset_size, replace=False) for _ in range(batch)]))
-            if isinstance(self.perturb_baseline, str):  # Quantus's table of named baselines draws this each time
+            if self.perturb_func is not None:  # Quantus calls it now: it may draw, between the subsets
+                states.append(np.random.get_state())
+                self.perturb_func(arr=flat.copy(), indices=runs[-1])  # moves numpy's generator as that call does
+            elif isinstance(self.perturb_baseline, str):  # Quantus's table draws this each time
                 draws.append(np.random.uniform(*self.uniform_bounds, size=batch))  # "uniform": this run's values
         subsets = torch.as_tensor(np.stack(runs, axis=1), device=x.device)
         fill = torch.as_tensor(np.stack(draws, axis=1), device=x.device) if self.uniform else None
+        hook = self.perturb_hook()
         return _rows(
             metrics.faithfulness_correlation(
                 model, x, a.expand_as(x), y, subsets=subsets, baseline=self.baseline, fill=fill, softmax=softmax,
                 chunk_size=chunk_size, similarity=self.similarity_rows(),
+                perturb=None if hook is None else Replayed(hook, states),
             )
         )  # fmt: skip
 
@@ -122,7 +135,9 @@ class FaithfulnessEstimate(Metric):
     """
 
     softmax_default = False
+    takes_predict_kwargs = True
     uniform_order = "descending"
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, similarity_func: Any = None, features_in_step: int = 1, abs: bool = False, normalise: bool = True,
@@ -139,6 +154,7 @@ class FaithfulnessEstimate(Metric):
             metrics.faithfulness_estimate(
                 model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=self.batch_baseline(x, a, self.features_in_step),
                 softmax=softmax, chunk_size=chunk_size, similarity=self.similarity_rows(),
+                perturb=self.perturb_hook(a.expand_as(x), descending=True),
             )
         )  # fmt: skip
 
@@ -155,7 +171,9 @@ class Monotonicity(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
     uniform_order = "start"  # "uniform": one value per sample for the starting input
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, features_in_step: int = 1, abs: bool = True, normalise: bool = True, perturb_baseline: Any = "black",
@@ -168,12 +186,19 @@ class Monotonicity(Metric):
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
         baseline = self.baseline
-        if self.uniform:
-            baseline = self.sample_uniform(x)
+        named = isinstance(self.perturb_baseline, str)
+        if self.uniform or (self.perturb_func is not None and named):
+            # Quantus's start: perturb_baseline's values, drawn without perturb_func_kwargs (uniform in [0, 1))
+            draws = torch.as_tensor(np.random.uniform(0.0, 1.0, size=x.shape[0]), dtype=x.dtype, device=x.device)
+            if self.perturb_baseline.lower() == "uniform":
+                baseline = draws.view(-1, *(1,) * (x.dim() - 1)).expand_as(x)
+        if self.uniform:  # the draws of Quantus's default function at each step (written where nothing changes)
             np.random.uniform(*self.uniform_bounds, size=(-(-x[0].numel() // self.features_in_step), x.shape[0]))
+        elif self.perturb_func is not None and not (named and self.perturb_baseline.lower() == "uniform"):
+            baseline = quantus_baseline(self.perturb_baseline)
         values = metrics.monotonicity(
             model, x, a.expand_as(x), y, features_in_step=self.features_in_step, baseline=baseline,
-            softmax=softmax, chunk_size=chunk_size,
+            softmax=softmax, chunk_size=chunk_size, perturb=self.perturb_hook(a.expand_as(x), descending=False),
         )  # fmt: skip
         return [bool(v) for v in values.cpu().tolist()]
 
@@ -193,6 +218,8 @@ class MonotonicityCorrelation(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, similarity_func: Any = None, eps: float = 1e-5, nr_samples: int = 100, features_in_step: int = 1,
@@ -201,8 +228,13 @@ class MonotonicityCorrelation(Metric):
     ) -> None:  # fmt: skip
         fill_kwargs = dict(perturb_func_kwargs or {})
         unknown = sorted(set(fill_kwargs) - {"uniform_low", "uniform_high"})
-        if unknown:
-            raise InvalidInputError(f"perturb_func_kwargs takes uniform_low and uniform_high here, got {unknown}")
+        if unknown or not is_default("MonotonicityCorrelation", "perturb_func", kwargs.get("perturb_func")):
+            # the caller's function (or keywords for Quantus's), called as Quantus calls it
+            super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline,
+                             perturb_func_kwargs=perturb_func_kwargs, **kwargs)  # fmt: skip
+            self.similarity_func, self.eps, self.nr_samples = similarity_func, eps, nr_samples
+            self.features_in_step, self.low, self.high = features_in_step, 0.0, 1.0
+            return
         uniform = isinstance(perturb_baseline, str) and perturb_baseline.lower() == "uniform"
         if isinstance(perturb_baseline, str) and perturb_baseline.lower() not in ("uniform", "black", "white", "mean"):
             raise InvalidInputError(
@@ -231,113 +263,11 @@ class MonotonicityCorrelation(Metric):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        perturb = self.perturb_hook(a.expand_as(x), descending=False)
         return _rows(
             metrics.monotonicity_correlation(
-                model, x, a.expand_as(x), y, fill=self.fill(x), features_in_step=self.features_in_step, eps=self.eps,
-                softmax=softmax, chunk_size=chunk_size, similarity=self.similarity_rows(),
+                model, x, a.expand_as(x), y, fill=None if perturb else self.fill(x), samples=self.nr_samples,
+                features_in_step=self.features_in_step, eps=self.eps, softmax=softmax, chunk_size=chunk_size,
+                similarity=self.similarity_rows(), perturb=perturb,
             )
         )  # fmt: skip
-
-
-class Infidelity(Metric):
-    """Quantus's ``Infidelity`` as Yeh et al.'s sampled estimator (:func:`camkit.metrics.infidelity`).
-
-    Differs from Quantus: Quantus slides each patch over the whole input in raster order,
-    the same fixed deletions in every one of its ``n_perturb_samples`` repeats (the repeats are
-    identical, so the "expectation" is a single deterministic pass). camkit draws, for each of
-    the ``n_perturb_samples`` repeats and each size in ``perturb_patch_sizes``, one square patch
-    at a random place (numpy's global generator, one draw per sample and axis), sets it to the
-    baseline (``I = (x - baseline) * patch``, Yeh's square removal) and returns
-    ``mean (I . a - (f(x) - f(x - I)))^2``. ``loss_func`` must be ``"mse"``.
-    """
-
-    softmax_default = False
-
-    def __init__(
-        self, loss_func: Any = "mse", perturb_patch_sizes: list[int] | None = None, n_perturb_samples: int = 10,
-        abs: bool = False, normalise: bool = False, perturb_baseline: Any = "black", **kwargs: Any,
-    ) -> None:  # fmt: skip
-        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
-        if loss_func != "mse" and getattr(loss_func, "__name__", "") != "mse":
-            raise InvalidInputError(f"camkit.compat.quantus computes infidelity with loss_func='mse' only, got {loss_func!r}")
-        self.perturb_patch_sizes = list(perturb_patch_sizes) if perturb_patch_sizes is not None else [4]
-        self.n_perturb_samples = n_perturb_samples
-
-    def evaluate(
-        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
-    ) -> Result:
-        batch, spatial = x.shape[0], x.shape[2:]
-        canvas = self.baseline(x) if callable(self.baseline) else torch.full_like(x, float(self.baseline))
-        removed = x - canvas
-        perturbations = []
-        for _ in range(self.n_perturb_samples):
-            for size in self.perturb_patch_sizes:
-                if not 0 < size <= min(spatial):
-                    raise InvalidInputError(f"perturb_patch_sizes must fit the input {list(spatial)}, got {size}")
-                mask = torch.zeros(batch, 1, *spatial, dtype=torch.bool, device=x.device)
-                corners = [np.random.randint(0, n - size + 1, size=batch) for n in spatial]
-                for b in range(batch):
-                    window: tuple[int | slice, ...] = (b, 0, *(slice(int(c[b]), int(c[b]) + size) for c in corners))
-                    mask[window] = True
-                perturbations.append(removed * mask)
-        plan = torch.stack(perturbations, dim=1)
-        return _rows(metrics.infidelity(model, x, a, y, perturbations=plan, softmax=softmax, chunk_size=chunk_size))
-
-
-class SensitivityN(Metric):
-    """Quantus's ``SensitivityN`` as Ancona et al. define it (:func:`camkit.metrics.sensitivity_n`).
-
-    Differs from Quantus: Quantus removes features cumulatively (most relevant first), pairs
-    each *cumulative* score drop with the attribution of the last step only, and correlates
-    those across the samples of the first batch (one value per ``n``, from one draw each).
-    camkit draws ``nr_samples`` random subsets of each size ``n = k * features_in_step``
-    (``k = 1 .. 0.8 N / features_in_step``, Quantus's grid) per sample, correlates over them for
-    each sample, and returns per ``n`` the mean over samples (``[aggregate]`` by default, as
-    Quantus). ``nr_samples`` is camkit's argument (Quantus has no draws to count). The subsets
-    come from a torch generator on the input's device, seeded by one draw of numpy's global
-    generator per batch, so ``np.random.seed(s)`` fixes the result.
-
-    Cost: ``B * nr_samples * K + B`` forward passes for the ``K`` sizes; Quantus's one cumulative
-    pass runs ``B * ceil(C * N / features_in_step) + B``, so with the default ``nr_samples=100``
-    this runs about ``80 / C`` times Quantus's forwards, and takes about that much longer.
-    """
-
-    softmax_default = True
-
-    def __init__(
-        self, similarity_func: Any = None, n_max_percentage: float = 0.8, features_in_step: int = 1,
-        abs: bool = False, normalise: bool = True, return_aggregate: bool = True, perturb_baseline: Any = "black",
-        nr_samples: int = 100, **kwargs: Any,
-    ) -> None:  # fmt: skip
-        super().__init__(
-            abs=abs, normalise=normalise, return_aggregate=return_aggregate, perturb_baseline=perturb_baseline,
-            **kwargs,
-        )  # fmt: skip
-        self.similarity_func = similarity_func
-        self.n_max_percentage = n_max_percentage
-        self.features_in_step = features_in_step
-        self.nr_samples = nr_samples
-        self._curves: list[Tensor] = []
-
-    def evaluate(
-        self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
-    ) -> Result:
-        top = int(self.n_max_percentage * x[0, 0].numel() // self.features_in_step)
-        sizes = [k * self.features_in_step for k in range(1, top + 1)]
-        # one numpy draw seeds the subsets' generator on x's device: np.random.seed(s) fixes the result
-        generator = torch.Generator(device=x.device).manual_seed(int(np.random.randint(0, 2**62, dtype=np.int64)))
-        _, curves = metrics.sensitivity_n(
-            model, x, a.expand_as(x), y, sizes=sizes, samples=self.nr_samples, generator=generator,
-            baseline=self.baseline, softmax=softmax, chunk_size=chunk_size, similarity=self._similarity(),
-        )  # fmt: skip
-        return [[float(v) for v in row] for row in curves.double().cpu().tolist()]
-
-    def _similarity(self) -> Callable[[Tensor, Tensor], Tensor] | None:
-        """``similarity_func`` called as Quantus calls it, ``f(a=score_changes, b=attribution_sums, batched=True)``."""
-        rows = self.similarity_rows()
-        return None if rows is None or is_default("SensitivityN", "similarity_func", self.similarity_func) else (
-            lambda sums, changes: rows(changes, sums))  # fmt: skip
-
-    def combine(self, scores: Result) -> Result:
-        """Per-sample curves to one curve over ``n``: the mean over samples (NaN rows skipped)."""
-        return [float(v) for v in np.nanmean(np.array(scores, dtype=float), axis=0)]

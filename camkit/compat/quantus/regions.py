@@ -12,6 +12,8 @@ from camkit import metrics
 from camkit.errors import InvalidInputError
 
 from ._base import Metric, Result
+from ._perturbation import NumpyMaskPerturbation
+from .functions.perturb_func import baseline_replacement_by_mask, batch_baseline_replacement_by_indices
 
 __all__ = ["IROF", "ROAD", "RegionPerturbation", "Selectivity", "Sufficiency"]
 
@@ -20,26 +22,35 @@ def _curves(values: Tensor) -> Result:
     return [[float(v) for v in row] for row in values.double().cpu().tolist()]
 
 
-class RegionPerturbation(Metric):
+class _Patches(Metric):
+    def step_fill(self, x: Tensor, regions: int) -> Tensor | None:
+        """``"uniform"``: Quantus's draws, one call of size B per removed patch, as a fill [B, regions]."""
+        if not self.uniform:
+            return None
+        return torch.as_tensor(np.random.uniform(*self.uniform_bounds, size=(regions, x.shape[0])), device=x.device).T
+
+
+class RegionPerturbation(_Patches):
     """Quantus's ``RegionPerturbation`` on :func:`camkit.metrics.region_perturbation`: each sample's drops.
 
     Equal to Quantus when ``patch_size`` divides the input's sides (Quantus pads the input to
     a multiple of it and shifts its grid by half the padding; camkit's grid starts at the first
     pixel and ends in shorter patches). ``perturb_baseline="uniform"`` draws one value per sample
     and step from numpy in Quantus's order; ``order="random"`` draws its order from a torch
-    generator seeded from numpy (not Quantus's permutation).
+    generator seeded from numpy (not Quantus's permutation). A ``perturb_func`` is called as
+    Quantus calls it (see :class:`Selectivity`).
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
+    uniform_order = "fill"  # "uniform": one value per sample and step, as a fill
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, patch_size: int = 8, order: str = "morf", regions_evaluation: int = 100, abs: bool = False,
         normalise: bool = True, perturb_baseline: Any = "black", **kwargs: Any,
     ) -> None:  # fmt: skip
-        uniform = perturb_baseline == "uniform"
-        super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0 if uniform else perturb_baseline, **kwargs)
-        self.perturb_baseline = perturb_baseline
-        self.uniform = uniform
+        super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
         self.patch_size = patch_size
         self.order = order.lower()
         self.regions_evaluation = regions_evaluation
@@ -51,23 +62,27 @@ class RegionPerturbation(Metric):
         if self.order == "random":
             generator = torch.Generator().manual_seed(int(np.random.randint(0, 2**31 - 1)))
         regions = min(self.regions_evaluation, int(np.prod([-(-n // self.patch_size) for n in x.shape[2:]])))
-        fill = None
-        if self.uniform:
-            fill = torch.as_tensor(np.random.uniform(size=(regions, x.shape[0])), device=x.device).T
         drops = metrics.region_perturbation(
             model, x, a.expand_as(x), y, patch_size=self.patch_size, order=self.order, regions=regions,
-            baseline=self.baseline, fill=fill, generator=generator, softmax=softmax, chunk_size=chunk_size,
+            baseline=self.baseline, fill=self.step_fill(x, regions), generator=generator, softmax=softmax,
+            chunk_size=chunk_size, perturb=self.perturb_hook(),
         )  # fmt: skip
         return _curves(drops)
 
 
-class Selectivity(Metric):
+class Selectivity(_Patches):
     """Quantus's ``Selectivity`` on :func:`camkit.metrics.selectivity`: each sample's scores.
 
-    Equal to Quantus when ``patch_size`` divides the input's sides (see :class:`RegionPerturbation`).
+    Equal to Quantus when ``patch_size`` divides the input's sides (see :class:`RegionPerturbation`),
+    ``perturb_baseline="uniform"`` included (one draw per sample and patch, as Quantus). A
+    ``perturb_func`` is called as Quantus calls it (the patch's elements [B, C * n], each step on
+    the previous step's array); it needs a ``patch_size`` that divides the input's sides.
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
+    uniform_order = "fill"  # "uniform": one value per sample and step, as a fill
+    perturb_default = staticmethod(batch_baseline_replacement_by_indices)
 
     def __init__(
         self, patch_size: int = 8, abs: bool = False, normalise: bool = True, perturb_baseline: Any = "black",
@@ -79,37 +94,54 @@ class Selectivity(Metric):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        regions = int(np.prod([-(-n // self.patch_size) for n in x.shape[2:]]))
         scores = metrics.selectivity(
-            model, x, a.expand_as(x), y, patch_size=self.patch_size, baseline=self.baseline, softmax=softmax,
-            chunk_size=chunk_size,
+            model, x, a.expand_as(x), y, patch_size=self.patch_size, baseline=self.baseline,
+            fill=self.step_fill(x, regions), softmax=softmax, chunk_size=chunk_size, perturb=self.perturb_hook(),
         )  # fmt: skip
         return _curves(scores)
 
 
 class IROF(Metric):
-    """Quantus's ``IROF`` on :func:`camkit.metrics.irof` (SLIC superpixels of each image, as Quantus).
+    """Quantus's ``IROF`` on :func:`camkit.metrics.irof` (SLIC or Felzenszwalb superpixels of each image, as Quantus).
 
     Differs from Quantus: Quantus returns ``K - area`` of the relative-score curve over unit
     steps without its starting point, a number that grows with the image's segment count
     ``K``; camkit returns the paper's area over the curve on removed shares ``0..1``, from the
     unperturbed point. Quantus's ``"mean"`` baseline is the mean of the whole batch, recomputed
-    after every removal; here it is each sample's mean over all its values.
+    after every removal; here it is each sample's mean over all its values. A ``perturb_func`` is
+    called as Quantus calls it: ``f(arr=images [B, C, H, W], mask=[B, 1, H, W])`` once per removed
+    segment, on the previous step's images.
     """
 
     softmax_default = True
+    perturb_default = staticmethod(baseline_replacement_by_mask)
+    takes_predict_kwargs = True
 
     def __init__(
         self, segmentation_method: str = "slic", abs: bool = False, normalise: bool = True,
         perturb_baseline: Any = "mean", **kwargs: Any,
     ) -> None:  # fmt: skip
-        if segmentation_method != "slic":
-            raise InvalidInputError(f"camkit.compat.quantus's IROF segments with 'slic' only, got {segmentation_method!r}")
+        if segmentation_method not in ("slic", "felzenszwalb"):
+            raise InvalidInputError(f"IROF's segmentation_method is 'slic' or 'felzenszwalb', got {segmentation_method!r}")
         super().__init__(abs=abs, normalise=normalise, perturb_baseline=perturb_baseline, **kwargs)
+        self.segmentation_method = segmentation_method
 
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
-        values = metrics.irof(model, x, a, y, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size)
+        segments = None  # SLIC: the native default
+        if self.segmentation_method == "felzenszwalb":
+            from skimage.segmentation import felzenszwalb  # only this option needs it
+
+            # as Quantus calls it: scikit-image's defaults on each image as [H, W, C] doubles
+            images = x.detach().cpu().double().movedim(1, -1).numpy()
+            segments = torch.stack([torch.from_numpy(felzenszwalb(image)) for image in images]).to(x.device)
+        perturb = None if self.perturb_func is None else NumpyMaskPerturbation(self.perturb_func)
+        values = metrics.irof(
+            model, x, a, y, segments=segments, baseline=self.baseline, softmax=softmax, chunk_size=chunk_size,
+            perturb=perturb,
+        )
         return [float(v) for v in values.tolist()]
 
 
@@ -119,6 +151,7 @@ class Sufficiency(Metric):
     always does); equal to Quantus."""
 
     softmax_default = True
+    takes_predict_kwargs = True
 
     def __init__(
         self, threshold: float = 0.6, distance_func: str = "seuclidean", abs: bool = True, normalise: bool = True,
@@ -150,6 +183,7 @@ class ROAD(Metric):
     """
 
     softmax_default = True
+    takes_predict_kwargs = True
 
     def __init__(
         self, percentages: list[float] | None = None, noise: float = 0.01, abs: bool = False, normalise: bool = True,

@@ -32,7 +32,7 @@ def batch_baseline_values(value: Any, arr: np.ndarray, shape: tuple[int, ...], *
 
     A number; ``"black"``, ``"white"``, ``"mean"`` (each row's minimum, maximum, mean);
     ``"uniform"`` (one draw per row between ``uniform_low`` and ``uniform_high``, default 0 and
-    1, from numpy's global generator); or an array of ``shape``.
+    1, from numpy's global generator, drawn for every name as Quantus does); or an array of ``shape``.
 
     Example:
         >>> batch_baseline_values("white", np.array([[1.0, 5.0], [2.0, 3.0]]), (2, 1)).tolist()
@@ -44,11 +44,13 @@ def batch_baseline_values(value: Any, arr: np.ndarray, shape: tuple[int, ...], *
         return value
     if isinstance(value, (int, float, np.number)) or (isinstance(value, np.ndarray) and value.ndim == 0):
         return np.full(shape, float(value))
+    # Quantus draws the uniform values for every named baseline, used or not: numpy's generator moves the same way
+    draws = np.random.uniform(kwargs.get("uniform_low", 0.0), kwargs.get("uniform_high", 1.0), shape[0])
     table: dict[str, Callable[[], np.ndarray]] = {
         "black": lambda: arr.min(axis=1),
         "white": lambda: arr.max(axis=1),
         "mean": lambda: arr.mean(axis=1),
-        "uniform": lambda: np.random.uniform(kwargs.get("uniform_low", 0.0), kwargs.get("uniform_high", 1.0), shape[0]),
+        "uniform": lambda: draws,
     }
     if not isinstance(value, str) or value.lower() not in table:
         raise ValueError(
