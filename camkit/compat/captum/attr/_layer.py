@@ -194,6 +194,8 @@ class LayerGradientXActivation(_Layered):
 
 
 class _LayerPath(_Layered):
+    delta_key = "completeness_gap"
+
     def has_convergence_delta(self) -> bool:
         return True
 
@@ -211,7 +213,7 @@ class _LayerPath(_Layered):
         results, explanations, route = self._on_layer(inputs, target, extra, build, to_input)
         raw = route.split(results[0][0], xs[0].dtype)
         kind = (raw[0] if isinstance(raw, tuple) else raw).dtype  # the layer's: integer inputs have float embeddings
-        return (raw, gathered(explanations, "completeness_gap", kind)) if delta else raw
+        return (raw, gathered(explanations, self.delta_key, kind)) if delta else raw
 
 
 class LayerIntegratedGradients(_LayerPath):
