@@ -120,8 +120,10 @@ _CAPTUM_FILES = (
         "test_guided_grad_cam", "test_deeplift_basic", "test_deeplift_classification", "test_gradient_shap", "test_lrp",
         "test_occlusion", "test_feature_ablation", "test_shapley", "test_kernel_shap", "test_lime", "test_targets",
         "layer/test_grad_cam", "layer/test_layer_activation", "layer/test_layer_gradient_x_activation",
-        "layer/test_layer_integrated_gradients", "layer/test_layer_conductance", "neuron/test_neuron_gradient",
-        "neuron/test_neuron_integrated_gradients",
+        "layer/test_layer_integrated_gradients", "layer/test_layer_conductance", "layer/test_internal_influence",
+        "layer/test_layer_deeplift", "layer/test_layer_ablation",
+        "neuron/test_neuron_gradient", "neuron/test_neuron_integrated_gradients", "neuron/test_neuron_conductance",
+        "neuron/test_neuron_ablation",
     )),
     "metrics/test_infidelity.py",
     "metrics/test_sensitivity.py",
@@ -146,14 +148,14 @@ _CAPTUM_LEFT_OUT = {
     "attr/test_hook_removal.py": "runs every class of captum's configuration table, most of them not translated",
     "attr/test_feature_permutation.py": f"FeaturePermutation: {_NOT_TRANSLATED}",
     "attr/layer/test_layer_feature_permutation.py": f"LayerFeaturePermutation: {_NOT_TRANSLATED}",
-    "attr/layer/test_internal_influence.py": f"InternalInfluence: {_NOT_TRANSLATED}",
-    "attr/layer/test_layer_ablation.py": f"LayerFeatureAblation: {_NOT_TRANSLATED}",
-    "attr/layer/test_layer_deeplift.py": f"LayerDeepLift, LayerDeepLiftShap: {_NOT_TRANSLATED}",
-    "attr/layer/test_layer_gradient_shap.py": f"LayerGradientShap: {_NOT_TRANSLATED}",
+    "attr/layer/test_layer_gradient_shap.py": (
+        "imports captum's private LayerInputBaselineXGradient (LayerGradientShap's inner step), not translated; "
+        "LayerGradientShap itself passes attr/test_targets.py"
+    ),
     "attr/layer/test_layer_lrp.py": f"LayerLRP: {_NOT_TRANSLATED}",
     **{
         f"attr/neuron/{name}.py": f"neuron attributions: {_NOT_TRANSLATED}"
-        for name in ("test_neuron_ablation", "test_neuron_conductance", "test_neuron_deeplift", "test_neuron_gradient_shap")
+        for name in ("test_neuron_deeplift", "test_neuron_gradient_shap")
     },
 }
 SUITES["captum"] = Suite(
