@@ -24,7 +24,7 @@ from ._layer import LayerActivation, _check_grad_kwargs
 from ._neuron import NeuronGradient
 from ._paths import layer_gradients, on_path, repeat_extra, repeat_target
 
-__all__ = ["InternalInfluence", "LayerGradientShap", "NeuronConductance"]
+__all__ = ["InternalInfluence", "LayerGradientShap", "LayerInputBaselineXGradient", "NeuronConductance"]
 
 
 def _nodes(method: str, n_steps: int, name: str) -> tuple[Tensor, Tensor]:
@@ -99,25 +99,57 @@ class LayerGradientShap(LayerAttribution):
         starts = tuple(b[index[draw]].to(x.dtype) for b, x in zip(bases, xs))
         return ends, starts, alpha[draw]
 
+    def _between(self, ends: tuple[Tensor, ...], starts: tuple[Tensor, ...], alpha: Tensor, target: Any, extra: Any,
+                 to_input: bool) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], bool]:
+        """Per row: ``(dS/da(p) * (a(end) - a(start)), dS/da(p), several)`` at ``p = start + alpha (end - start)``."""
+        points = tuple(s + alpha.to(s.dtype).view(-1, *([1] * (s.dim() - 1))) * (e - s) for s, e in zip(starts, ends))
+        grads, several = layer_gradients(self, points, target, extra, to_input)
+        acts = LayerActivation(self.forward_func, self.layer)
+        at_end = as_tuple(acts.attribute(ends, extra, to_input))
+        at_start = as_tuple(acts.attribute(starts, extra, to_input))
+        return tuple(g * (a - b) for g, a, b in zip(grads, at_end, at_start)), grads, several
+
     def attribute(self, inputs: Any, baselines: Any, n_samples: int = 5, stdevs: Any = 0.0, target: Any = None,
                   additional_forward_args: Any = None, return_convergence_delta: bool = False,
                   attribute_to_layer_input: bool = False) -> Any:
         xs = as_tuple(inputs)
         ends, starts, alpha = self._draws(xs, baselines, n_samples, stdevs)
-        points = tuple(s + alpha.to(s.dtype).view(-1, *([1] * (s.dim() - 1))) * (e - s) for s, e in zip(starts, ends))
         tgt = repeat_target(target, n_samples, interleave=True)
         extra = repeat_extra(additional_forward_args, n_samples, interleave=True)
-        grads, several = layer_gradients(self, points, tgt, extra, attribute_to_layer_input)
-        acts = LayerActivation(self.forward_func, self.layer)
-        at_end = as_tuple(acts.attribute(ends, extra, attribute_to_layer_input))
-        at_start = as_tuple(acts.attribute(starts, extra, attribute_to_layer_input))
-        rows = tuple(g * (a - b) for g, a, b in zip(grads, at_end, at_start))
+        rows, grads, several = self._between(ends, starts, alpha, tgt, extra, attribute_to_layer_input)
         chosen = rows if self._multiply else grads
         mean = tuple(r.reshape(xs[0].shape[0], n_samples, *r.shape[1:]).mean(dim=1) for r in chosen)
         if not return_convergence_delta:
             return _answer(mean, several)
         delta = self.compute_convergence_delta(rows, starts, ends, tgt, extra)
         return _answer(mean, several), delta
+
+
+class LayerInputBaselineXGradient(LayerGradientShap):
+    """captum's ``LayerInputBaselineXGradient`` (LayerGradientShap's one draw): one point per example, drawn
+    uniformly on the path from its baseline (torch's generator), ``dS/da`` there times ``a(x) - a(b)``."""
+
+    def attribute(self, inputs: Any, baselines: Any, target: Any = None,  # type: ignore[override]
+                  additional_forward_args: Any = None, return_convergence_delta: bool = False,
+                  attribute_to_layer_input: bool = False, grad_kwargs: Any = None) -> Any:
+        _check_grad_kwargs(grad_kwargs, "LayerInputBaselineXGradient")
+        xs = as_tuple(inputs)
+        pairs = [torch.broadcast_tensors(x, b) for x, b in zip(xs, baselines_like_rows(baselines, xs))]
+        ends, starts = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+        alpha = torch.rand(ends[0].shape[0], dtype=torch.float64)
+        rows, grads, several = self._between(ends, starts, alpha, target, additional_forward_args,
+                                             attribute_to_layer_input)
+        out = _answer(rows if self._multiply else grads, several)
+        if not return_convergence_delta:
+            return out
+        return out, self.compute_convergence_delta(rows, starts, ends, target, additional_forward_args)
+
+
+def baselines_like_rows(baselines: Any, xs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """captum's baselines for LayerInputBaselineXGradient: numbers as full tensors, tensors as they are (any rows)."""
+    items = baselines if isinstance(baselines, tuple) else (baselines,)
+    return tuple(b.detach().to(x.dtype) if isinstance(b, Tensor) else baselines_like(b, (x,))[0]
+                 for b, x in zip(items, xs))
 
 
 class NeuronConductance(NeuronAttribution):

@@ -41,13 +41,18 @@ def layer_values(forward_func: Callable[..., Any], layers: Sequence[nn.Module], 
     seen: dict[int, Any] = {}
 
     def record(index: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
-            seen[index] = args if to_input else output
+        def hook(module: nn.Module, args: Any, output: Any = None) -> None:  # copies: in-place layers overwrite
+            seen[index] = tuple(v.clone() if isinstance(v, Tensor) else v for v in _tensors(args if to_input else output))
+            if not to_input and isinstance(output, Tensor):
+                seen[index] = seen[index][0]
         return hook
 
     with torch.no_grad(), HookScope() as scope:
         for i, layer in enumerate(layers):
-            scope.forward(layer, record(i))
+            if to_input:
+                scope.forward_pre(layer, record(i))
+            else:
+                scope.forward(layer, record(i))
         forward_func(*as_tuple(inputs), *forward_args(extra))
     out = []
     for i in range(len(layers)):
