@@ -17,11 +17,11 @@ from torch import Tensor, nn
 
 from .... import methods as km
 from ....functional import integration_points
+from ....hooks import HookScope
 from .._pack import CaptumTargetError, Layout, as_tuple, baselines_like, forward_args
 from ._base import LayerAttribution, NeuronAttribution, NotComputedError
-from ._gradient import RULES, _distribution
+from ._gradient import RULES, Saliency, _distribution
 from ._layer import LayerActivation, _check_grad_kwargs
-from ._neuron import NeuronGradient
 from ._paths import layer_gradients, on_path, repeat_extra, repeat_target
 
 __all__ = ["InternalInfluence", "LayerGradientShap", "LayerInputBaselineXGradient", "NeuronConductance"]
@@ -152,11 +152,46 @@ def baselines_like_rows(baselines: Any, xs: tuple[Tensor, ...]) -> tuple[Tensor,
                  for b, x in zip(items, xs))
 
 
+def _neuron_of(forward_func: Callable[..., Any], layer: nn.Module, selector: Any, to_input: bool) -> Callable[..., Tensor]:
+    """The model with the selected neuron of ``layer`` (its output, or its inputs) as its output, one value per row.
+
+    The selector reads the layer's tensors when the layer runs (a tuple for a layer of several), before
+    any later in-place operation can change them.
+    """
+
+    def pick(value: Any) -> Tensor:
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        tensors = tuple(v for v in items if isinstance(v, Tensor))
+        several = len(tensors) > 1 or (not to_input and not isinstance(value, Tensor))
+        if callable(selector):
+            picked = selector(tensors if several else tensors[0])
+        else:
+            if several:
+                raise CaptumTargetError("a layer with several tensors needs a callable neuron_selector")
+            picked = tensors[0][(slice(None), *((selector,) if isinstance(selector, int) else tuple(selector)))]
+        return picked.reshape(picked.shape[0], -1).sum(dim=1)
+
+    def forward(*args: Any) -> Tensor:
+        found: list[Tensor] = []
+        with HookScope() as scope:
+            if to_input:
+                scope.forward_pre(layer, lambda module, inputs: found.append(pick(inputs)))
+            else:
+                scope.forward(layer, lambda module, inputs, out: found.append(pick(out)))
+            forward_func(*args)
+        if not found:
+            raise CaptumTargetError("the layer did not run in the forward pass")
+        return found[-1]
+
+    return forward
+
+
 class NeuronConductance(NeuronAttribution):
     """captum's ``NeuronConductance``: ``(x - x0) sum_i w_i dS/dn(x_i) dn/dx(x_i)`` for the neuron ``n``.
 
     Both gradients are camkit's: the score's at the layer (whose entry at the neuron is
-    ``dS/dn``) and the neuron's at the input (:class:`~camkit.compat.captum.attr.NeuronGradient`).
+    ``dS/dn``) and the neuron's at the input (:class:`camkit.Saliency` of the neuron, read as the
+    layer runs, so that a layer of several tensors takes captum's callable selectors).
     """
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
@@ -192,12 +227,12 @@ class NeuronConductance(NeuronAttribution):
         alphas, weights = _nodes(method, n_steps, "NeuronConductance")
         xs = as_tuple(inputs)
         bases = baselines_like(baselines, xs)
-        neuron = NeuronGradient(self.forward_func, self.layer)
+        neuron = Saliency(_neuron_of(self.forward_func, self.layer, neuron_selector, attribute_to_neuron_input))
 
         def run(points: tuple[Tensor, ...], tgt: Any, extra: Any, w: Tensor) -> tuple[Tensor, ...]:
             grads, several = layer_gradients(self, points, tgt, extra, attribute_to_neuron_input)
             mid = self._at_neuron(grads, neuron_selector, several)
-            inner = as_tuple(neuron.attribute(points, neuron_selector, extra, attribute_to_neuron_input))
+            inner = as_tuple(neuron.attribute(points, abs=False, additional_forward_args=extra))
             scale = mid * w.to(mid.dtype).repeat_interleave(mid.shape[0] // len(w))
             return tuple((g * scale.to(g.dtype).view(-1, *([1] * (g.dim() - 1))))
                          .reshape(len(w), -1, *g.shape[1:]).sum(dim=0) for g in inner)
