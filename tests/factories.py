@@ -54,6 +54,8 @@ FACTORIES: dict[str, Callable[[nn.Module], camkit.Explainer]] = {
     "layergradientxactivation": lambda m: camkit.LayerGradientXActivation(m, "conv2"),
     "layerintegratedgradients": lambda m: camkit.LayerIntegratedGradients(m, "conv2", steps=6, max_batch=5),
     "layerconductance": lambda m: camkit.LayerConductance(m, "conv2", steps=6, max_batch=5),
+    "layerdeeplift": lambda m: camkit.LayerDeepLift(m, "conv2"),
+    "layerdeepliftshap": lambda m: camkit.LayerDeepLiftShap(m, "conv2", torch.linspace(-1, 1, 2 * 3 * 8 * 8).view(2, 3, 8, 8)),
 
     "deeplift": lambda m: camkit.DeepLift(m, baseline=0.1),
     "deepliftshap": lambda m: camkit.DeepLiftShap(m, torch.linspace(-1, 1, 3 * 3 * 8 * 8).view(3, 3, 8, 8)),

@@ -151,8 +151,6 @@ def test_what_camkit_does_not_compute_is_refused():
                                          custom_attribution_func=lambda m, i, b: m, return_convergence_delta=True)
     with pytest.raises(AssertionError, match="one tensor per input"):
         ours.DeepLift(net).attribute(torch.rand(1, 3), target=0, custom_attribution_func=lambda *a: a)
-    with pytest.raises(NotComputedError, match="one path at once"):
-        ours.LayerIntegratedGradients(net, [net, net])
     with pytest.raises(AssertionError, match="Target not provided"):
         ours.Saliency(net).attribute(torch.rand(1, 3))
 

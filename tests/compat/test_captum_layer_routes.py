@@ -91,8 +91,13 @@ def test_lists_of_layers_give_lists(net, x):
     _close(ours.LayerActivation(net, layers).attribute(x), ca.LayerActivation(net, layers).attribute(x))
     _close(ours.LayerGradientXActivation(net, layers).attribute(x, target=2),
            ca.LayerGradientXActivation(net, layers).attribute(x, target=2))
-    with pytest.raises(ours.NotComputedError, match="one path at once"):
-        ours.LayerIntegratedGradients(net, layers)
+    for to_input in (False, True):  # two layers on one path, their outputs or their inputs
+        both = [net.lin_a, net.lin_b]
+        mine = ours.LayerIntegratedGradients(net, both).attribute(x, target=2, n_steps=6, attribute_to_layer_input=to_input,
+                                                                   return_convergence_delta=True)
+        theirs = ca.LayerIntegratedGradients(net, both).attribute(x, target=2, n_steps=6, attribute_to_layer_input=to_input,
+                                                                   return_convergence_delta=True)
+        _close(mine, theirs)
 
 
 def test_neuron_of_a_layer_input_equals_captum(net, x):

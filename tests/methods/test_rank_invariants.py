@@ -28,6 +28,8 @@ def _factory(key: str, spatial_dims: int):
     # The image factories, with baselines of the rank for the methods that take them.
     if key == "deepliftshap":
         return lambda m: camkit.DeepLiftShap(m, _baselines(3, spatial_dims))
+    if key == "layerdeepliftshap":
+        return lambda m: camkit.LayerDeepLiftShap(m, "conv2", _baselines(2, spatial_dims))
     if key == "gradientshap":
         return lambda m: camkit.GradientShap(m, _baselines(2, spatial_dims), samples=6, stdev=0.1, seed=0, max_batch=5)
     if key == "featureablation":

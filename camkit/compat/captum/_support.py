@@ -186,14 +186,22 @@ def _forward_layer_eval(forward_fn: Any, inputs: Any, layer: Any, additional_for
     layers = layer if isinstance(layer, list) else [layer]
     seen: dict[int, Any] = {}
 
+    def kept(value: Any) -> Any:  # a copy: a later in-place operation (an in-place ReLU) must not change it
+        if isinstance(value, Tensor):
+            return value if grad_enabled else value.clone()
+        return type(value)(kept(v) for v in value) if isinstance(value, (tuple, list)) else value
+
     def record(index: int) -> Any:
-        def hook(module: Any, args: Any, output: Any) -> None:
-            seen[index] = args if attribute_to_layer_input else output
+        def hook(module: Any, args: Any, output: Any = None) -> None:
+            seen[index] = kept(args if attribute_to_layer_input else output)
         return hook
 
     with torch.set_grad_enabled(grad_enabled), HookScope() as scope:
         for i, module in enumerate(layers):
-            scope.forward(module, record(i), own_thread=True)
+            if attribute_to_layer_input:  # read before the layer runs: an in-place layer overwrites its input
+                scope.forward_pre(module, record(i))
+            else:
+                scope.forward(module, record(i), own_thread=True)
         forward_fn(*as_tuple(inputs), *forward_args(additional_forward_args))
     found = [as_tuple(seen[i]) for i in range(len(layers))]
     return found if isinstance(layer, list) else found[0]

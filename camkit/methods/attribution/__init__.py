@@ -14,6 +14,7 @@ from .layer import (
     LayerGradientXActivation,
     LayerIntegratedGradients,
 )
+from .layer_deeplift import LayerDeepLift, LayerDeepLiftShap
 from .lrp import LRP
 from .pixel import Deconvolution, GradientAttribution, GuidedBackprop, GuidedGradCAM, InputXGradient, Saliency
 
@@ -34,6 +35,8 @@ __all__ = [
     "LayerActivation",
     "LayerAttribution",
     "LayerConductance",
+    "LayerDeepLift",
+    "LayerDeepLiftShap",
     "LayerGradientXActivation",
     "LayerIntegratedGradients",
     "Saliency",

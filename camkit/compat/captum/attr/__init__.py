@@ -15,6 +15,7 @@ from ._base import (
     NotComputedError,
     PerturbationAttribution,
 )
+from ._deeplift_layer import LayerDeepLift, LayerDeepLiftShap
 from ._embedding import (
     InterpretableEmbeddingBase,
     configure_interpretable_embedding_layer,
@@ -30,6 +31,7 @@ from ._gradient import (
     IntegratedGradients,
     Saliency,
 )
+from ._influence import InternalInfluence, LayerGradientShap, NeuronConductance
 from ._layer import (
     GuidedGradCam,
     LayerActivation,
@@ -38,6 +40,7 @@ from ._layer import (
     LayerGradientXActivation,
     LayerIntegratedGradients,
 )
+from ._layer_ablation import LayerFeatureAblation, NeuronFeatureAblation
 from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
 from ._missing import MISSING, missing_class
 from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
@@ -66,19 +69,26 @@ __all__ = [
     "InputXGradient",
     "IntegratedGradients",
     "InternalAttribution",
+    "InternalInfluence",
     "InterpretableEmbeddingBase",
     "KernelShap",
     "LayerActivation",
     "LayerAttribution",
     "LayerConductance",
+    "LayerDeepLift",
+    "LayerDeepLiftShap",
+    "LayerFeatureAblation",
     "LayerGradCam",
+    "LayerGradientShap",
     "LayerGradientXActivation",
     "LayerIntegratedGradients",
     "Lime",
     "LimeBase",
     "ModelInputWrapper",
     "NeuronAttribution",
+    "NeuronConductance",
     "NeuronDeconvolution",
+    "NeuronFeatureAblation",
     "NeuronGradient",
     "NeuronGuidedBackprop",
     "NeuronIntegratedGradients",

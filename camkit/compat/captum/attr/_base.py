@@ -122,7 +122,14 @@ class Attribution:
         wrap = getattr(self, "_wrap", None)  # NoiseTunnel's: camkit's SmoothGrad around the explainer
         if wrap is not None:
             build = _wrapped(build, wrap)
-        if one_by_one or wrap is not None or per_example(extra, batch):
+        whole: Explainer | None = None
+        if not one_by_one and wrap is None and per_example(extra, batch):
+            # one row per example in the extra arguments: an explainer that runs the model once on the batch as
+            # it is (no reruns of changed rows) takes them as they are; the others run one example at a time
+            whole = build(Packed(self.forward_func, layout, extra, dtypes), layout, packed, -1)
+            if whole.reruns_rows:
+                whole = None
+        if whole is None and (one_by_one or wrap is not None or per_example(extra, batch)):
             raws = []
             for i in range(batch):
                 x, lay = packed[i : i + 1], layout
@@ -134,8 +141,9 @@ class Attribution:
                 raws.append(one if lay.as_is else one.reshape(1, -1)[:, : x[0].numel() - lay.anchor])
             raw = torch.cat(raws)
         else:
-            model = Packed(self.forward_func, layout, extra, dtypes)
-            explanations.append(build(model, layout, packed, -1).explain(packed, index))
+            if whole is None:
+                whole = build(Packed(self.forward_func, layout, extra, dtypes), layout, packed, -1)
+            explanations.append(whole.explain(packed, index))
             raw = raw_of(explanations[0])
         if not unpack:  # a layer's attribution: the caller shapes it
             return raw, explanations

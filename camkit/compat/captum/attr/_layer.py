@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from .... import methods as km
 from ....errors import LayerNotReachedError
 from ....methods import Explainer
-from .._pack import Layout, as_tuple, baselines_like, fit_to
+from .._pack import Layout, as_tuple, baselines_like, fit_to, forward_args
 from ._base import LayerAttribution, NotComputedError, gathered, raw_of
 from ._gradient import GuidedBackprop
 from ._route import Route
@@ -194,6 +194,8 @@ class LayerGradientXActivation(_Layered):
 
 
 class _LayerPath(_Layered):
+    delta_key = "completeness_gap"
+
     def has_convergence_delta(self) -> bool:
         return True
 
@@ -211,7 +213,7 @@ class _LayerPath(_Layered):
         results, explanations, route = self._on_layer(inputs, target, extra, build, to_input)
         raw = route.split(results[0][0], xs[0].dtype)
         kind = (raw[0] if isinstance(raw, tuple) else raw).dtype  # the layer's: integer inputs have float embeddings
-        return (raw, gathered(explanations, "completeness_gap", kind)) if delta else raw
+        return (raw, gathered(explanations, self.delta_key, kind)) if delta else raw
 
 
 class LayerIntegratedGradients(_LayerPath):
@@ -219,11 +221,6 @@ class LayerIntegratedGradients(_LayerPath):
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
                  multiply_by_inputs: bool = True) -> None:
-        if isinstance(layer, list):
-            raise NotComputedError(
-                "LayerIntegratedGradients with a list of layers: captum moves all of them on one path at once; "
-                "camkit attributes to one layer (or one layer's several tensors) at a time"
-            )
         super().__init__(forward_func, layer, device_ids)
         self._multiply = multiply_by_inputs
 
@@ -241,6 +238,10 @@ class LayerIntegratedGradients(_LayerPath):
         if method not in RULES:
             raise NotComputedError(f"LayerIntegratedGradients(method={method!r}): camkit integrates with {sorted(RULES)}")
 
+        if isinstance(self.layer, list):
+            return self._layers_at_once(inputs, baselines, target, additional_forward_args, n_steps, method,
+                                        internal_batch_size, return_convergence_delta, attribute_to_layer_input)
+
         def make(model: nn.Module, layer: nn.Module, base: Tensor, rank: int) -> Explainer:
             return km.LayerIntegratedGradients(model, layer, steps=n_steps, rule=RULES[method],  # type: ignore[arg-type]
                                                baseline=base, max_batch=internal_batch_size or 10**9, reshape=_grid(rank),
@@ -248,6 +249,30 @@ class LayerIntegratedGradients(_LayerPath):
 
         return self._path(inputs, baselines, target, additional_forward_args, make, return_convergence_delta,
                           attribute_to_layer_input)
+
+
+    def _layers_at_once(self, inputs: Any, baselines: Any, target: Any, extra: Any, n_steps: int, method: str,
+                        internal_batch_size: int | None, delta: bool, to_input: bool) -> Any:
+        """captum's list of layers: every layer's tensors on one path, camkit's integrated gradients of the model
+        as a function of them (each layer computing the values given), a list of each layer's answer."""
+        from ._gradient import IntegratedGradients
+        from ._layer_values import layer_values, substituted
+
+        layers = cast(list[nn.Module], self.layer)
+        xs = as_tuple(inputs)
+        at_x = layer_values(self.forward_func, layers, xs, extra, to_input)
+        at_b = layer_values(self.forward_func, layers, baselines_like(baselines, xs), extra, to_input)
+        slots = [s for _, s in at_x]
+        ig = IntegratedGradients(substituted(self.forward_func, layers, slots, to_input), multiply_by_inputs=self._multiply)
+        found = ig.attribute(tuple(t for v, _ in at_x for t in v), tuple(t for v, _ in at_b for t in v), target,
+                             xs + forward_args(extra), n_steps, method, internal_batch_size, delta)
+        parts = as_tuple(found[0] if delta else found)
+        out, start = [], 0
+        for slot in slots:
+            chunk = parts[start : start + len(slot.positions)]
+            start += len(slot.positions)
+            out.append(chunk if slot.several else chunk[0])
+        return (out, found[1]) if delta else out
 
 
 class LayerConductance(_LayerPath):

@@ -14,17 +14,10 @@ _LAYER = "this layer attribution"
 #: captum's names -> what camkit does not compute
 MISSING = {
     "FeaturePermutation": "feature permutation",
-    "InternalInfluence": "internal influence",
-    "LayerDeepLift": _LAYER,
-    "LayerDeepLiftShap": _LAYER,
-    "LayerFeatureAblation": _LAYER,
     "LayerFeaturePermutation": _LAYER,
-    "LayerGradientShap": _LAYER,
     "LayerLRP": _LAYER,
-    "NeuronConductance": _NEURON,
     "NeuronDeepLift": _NEURON,
     "NeuronDeepLiftShap": _NEURON,
-    "NeuronFeatureAblation": _NEURON,
     "NeuronGradientShap": _NEURON,
     "LLMAttribution": "LLM attribution",
     "LLMGradientAttribution": "LLM attribution",
