@@ -1,8 +1,10 @@
 """Perturbed copies of a batch, shared by the robustness and stability measures.
 
 Private: the maps of the unperturbed inputs, the perturbed inputs (a plan given or uniform
-draws), which copies change the model's prediction, the norm of each copy's change and the
-reduction over the copies.
+draws), their maps, which copies change the model's prediction, the norm of each copy's change
+and the reduction over the copies. Maps may carry a channel axis ([B, K, *S], per-channel
+attributions); every measure here compares a map whole (flattened), so the channels count as
+positions of their own.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "perturbed_inputs",
     "prediction_changed",
     "reduce_copies",
+    "reexplained",
     "row_norms",
     "uniform_noise",
     "unperturbed_maps",
@@ -35,7 +38,7 @@ def unperturbed_maps(
     explainer: Explain, model: nn.Module | None, x: Tensor, target: Target, maps: Tensor | None, chunk_size: int,
     output: OutputSelector,
 ) -> tuple[Target, Tensor]:  # fmt: skip
-    """The resolved target and the maps [B, *S] of the unperturbed inputs."""
+    """The resolved target and the maps [B, *S] (or [B, K, *S], with a channel axis) of the unperturbed inputs."""
     check_images(x)
     check_chunk_size(chunk_size)
     if model is not None:
@@ -45,8 +48,27 @@ def unperturbed_maps(
             raise InvalidInputError("target=None explains each input's top-1 class, which needs the model: pass model=")
         target = top1(model, x, chunk_size, output)
     if maps is None:
-        maps = explain_stack(explainer, x[None], target, chunk_size)[0]
+        return target, explain_stack(explainer, x[None], target, chunk_size, channels=True)[0]
+    if isinstance(maps, Tensor) and maps.dim() == x.dim():
+        if maps.shape[0] != x.shape[0] or maps.shape[1] < 1 or maps.shape[2:] != x.shape[2:]:
+            raise InvalidInputError(
+                f"maps with a channel axis must be [B, K, *S] = [{x.shape[0]}, K, {', '.join(map(str, x.shape[2:]))}] "
+                f"for inputs {list(x.shape)}, got {list(maps.shape)}"
+            )
+        check_maps(maps[:, 0], x)
+        return target, maps.to(x.device) if maps.is_floating_point() else maps.to(x.device).float()
     return target, check_maps(maps, x)
+
+
+def reexplained(explainer: Explain, plan: Tensor, target: Target, chunk_size: int, maps: Tensor) -> Tensor:
+    """The maps [N, B, ...] of the perturbed inputs ``plan`` [N, B, C, *S], in the layout of ``maps`` [B, ...]."""
+    moved = explain_stack(explainer, plan, target, chunk_size, channels=True)
+    if moved.shape[2:] != maps.shape[1:]:
+        raise InvalidInputError(
+            f"the explainer gave maps {list(moved.shape[2:])} per perturbed input where the maps of x are "
+            f"{list(maps.shape[1:])}: both need the same layout (the same channel axis, or none)"
+        )
+    return moved
 
 
 def perturbed_inputs(x: Tensor, perturbed: Tensor | None, samples: int, draw: Callable[[tuple[int, ...]], Tensor]) -> Tensor:

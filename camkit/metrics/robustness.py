@@ -8,7 +8,8 @@
 The measures that perturb re-explain ``N`` perturbed copies of the batch: the ``N x B``
 inputs go to the explainer ``chunk_size`` at a time. Perturbations are drawn from a
 ``torch.Generator`` or given as a plan ``perturbed`` [N, B, C, *S] (the perturbed inputs
-themselves), so the same draws can be replayed or shared with another library. The model,
+themselves), so the same draws can be replayed or shared with another library. Maps with a
+channel axis [B, K, *S] are compared whole (every norm runs over all their values). The model,
 where a measure needs it, runs in eval mode without gradients. Lower is more robust for
 every measure here except :func:`consistency`. The relative stabilities (Agarwal et al. 2022)
 are in :mod:`camkit.metrics.stability`.
@@ -29,11 +30,11 @@ from ._perturbed import (
     perturbed_inputs,
     prediction_changed,
     reduce_copies,
+    reexplained,
     row_norms,
     uniform_noise,
     unperturbed_maps,
 )
-from ._reexplain import explain_stack
 
 __all__ = [
     "avg_sensitivity",
@@ -67,7 +68,7 @@ def _sensitivity(
 ) -> Tensor:  # fmt: skip
     target, maps = unperturbed_maps(explainer, model, x, target, maps, chunk_size, output)
     plan = perturbed_inputs(x, perturbed, samples, uniform_noise(-radius, radius, generator))
-    moved = explain_stack(explainer, plan, target, chunk_size)
+    moved = reexplained(explainer, plan, target, chunk_size, maps)
     if measure is not None:
         ratio = _measured(measure, maps, moved, x, plan)
     else:
@@ -102,12 +103,15 @@ def avg_sensitivity(
     ``samples`` explanations of the batch, ``chunk_size`` inputs per explainer call.
 
     Args:
-        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
+        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``), or
+            maps with a channel axis [B, K, *S] (per-channel attributions), compared whole:
+            the norms run over every value, channels included.
         x: inputs [B, C, *S] ([B, C, T], [B, C, H, W] or [B, C, D, H, W]).
         target: ``None`` (the model's top-1 class), an int, B ints or a callable; the same
             target explains every perturbed copy of an input.
         model: the model, for ``target=None`` and ``skip_changed``.
-        maps: the maps of ``x`` [B, *S]; ``None`` explains them.
+        maps: the maps of ``x`` [B, *S] (or [B, K, *S], in the explainer's layout); ``None``
+            explains them.
         samples: perturbations N.
         radius: half-width of the uniform noise.
         perturbed: a plan of perturbed inputs [N, B, C, *S] instead of drawing.
@@ -116,7 +120,8 @@ def avg_sensitivity(
         chunk_size: inputs per explainer (and model) call.
         output: what to read when the model does not return a tensor.
         measure: the change of one perturbation, ``measure(maps, moved, x, perturbed) -> [B]`` (maps
-            and ``moved`` [B, *S], ``x`` and ``perturbed`` [B, C, *S]), called once per perturbation;
+            and ``moved`` [B, *S] or [B, K, *S], ``x`` and ``perturbed`` [B, C, *S]), called once
+            per perturbation;
             ``None``: ``||moved - maps||_2 / ||maps||_2``, computed for all perturbations at once.
 
     Returns:
@@ -228,7 +233,7 @@ def local_lipschitz_estimate(
     plan = perturbed_inputs(
         x, perturbed, samples, lambda shape: torch.randn(shape, generator=generator, dtype=torch.float64) * std + mean
     )
-    moved = explain_stack(explainer, plan, target, chunk_size)
+    moved = reexplained(explainer, plan, target, chunk_size, maps)
     if measure is not None:
         ratio = _measured(measure, maps, moved, x, plan)
     else:
@@ -297,7 +302,7 @@ def continuity(
         dx = (2 * width + 1) // steps
         values = x.flatten(1).amin(dim=1) if fill is None else torch.full((x.shape[0],), float(fill), device=x.device)
         plan = torch.stack([_translate(x, -width + dx * k, values) for k in range(1, steps + 1)])
-    moved = explain_stack(explainer, plan, target, chunk_size)
+    moved = reexplained(explainer, plan, target, chunk_size, maps)
     l1 = (moved - maps[None]).flatten(2).double().abs().sum(dim=2)
     dist = row_norms(plan - x[None])
     ratio = l1 / torch.where(dist == 0, torch.ones_like(dist), dist)

@@ -6,7 +6,8 @@
 
 Each re-explains ``N`` perturbed copies of the batch (uniform noise drawn from a
 ``torch.Generator``, or a plan ``perturbed`` [N, B, C, *S]), ``chunk_size`` inputs at a time;
-the model runs in eval mode without gradients. Lower is more stable.
+the model runs in eval mode without gradients. Maps may carry a channel axis [B, K, *S]: the
+relative change is taken value by value and its norm over every value. Lower is more stable.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from ._perturbed import (
     perturbed_inputs,
     prediction_changed,
     reduce_copies,
+    reexplained,
     row_norms,
     uniform_noise,
     unperturbed_maps,
 )
-from ._reexplain import explain_stack, model_outputs
+from ._reexplain import model_outputs
 
 __all__ = ["relative_input_stability", "relative_output_stability", "relative_representation_stability"]
 
@@ -40,7 +42,7 @@ def _relative(
     check_model(model)
     target, maps = unperturbed_maps(explainer, model, x, target, maps, chunk_size, output)
     plan = perturbed_inputs(x, perturbed, samples, uniform_noise(low, high, generator))
-    moved = explain_stack(explainer, plan, target, chunk_size).double()
+    moved = reexplained(explainer, plan, target, chunk_size, maps).double()
     e = maps[None].double()
     top = row_norms((e - moved) / (e + (e == 0) * eps))
     bottom = denominator(x, plan)
@@ -80,7 +82,8 @@ def relative_input_stability(
     explanations and forward passes of the batch.
 
     Args:
-        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
+        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``), or
+            [B, K, *S] with a channel axis, compared whole.
         model: the model (for the outputs, ``target=None`` and ``skip_changed``).
         x: inputs [B, C, *S].
         target, maps, perturbed, generator, chunk_size, output: see :func:`avg_sensitivity`.
@@ -135,7 +138,8 @@ def relative_output_stability(
     model and re-explanation; costs ``samples`` explanations and forward passes of the batch.
 
     Args:
-        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
+        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``), or
+            [B, K, *S] with a channel axis, compared whole.
         model: the model (for the outputs, ``target=None`` and ``skip_changed``).
         x: inputs [B, C, *S].
         target, maps, perturbed, generator, chunk_size, output: see :func:`avg_sensitivity`.
@@ -196,7 +200,8 @@ def relative_representation_stability(
     forward passes and representation passes of the batch.
 
     Args:
-        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``).
+        explainer: called as ``explainer(inputs, target)``, returns maps [B, *S] (or ``.maps``), or
+            [B, K, *S] with a channel axis, compared whole.
         model: the model (for the outputs, ``target=None`` and ``skip_changed``).
         x: inputs [B, C, *S].
         target, maps, perturbed, generator, chunk_size, output: see :func:`avg_sensitivity`.

@@ -128,6 +128,50 @@ def test_consistency_by_hand() -> None:
     torch.testing.assert_close(consistency(maps, predictions, labels=labels), torch.tensor([1.0, 1.0, 0.0, 0.0]))
 
 
+# ---- maps with a channel axis [B, K, *S]: compared whole --------------------------------------
+
+
+def test_maps_with_channels_are_compared_whole_by_hand() -> None:
+    x = torch.ones(1, 2, 2)
+    square = lambda inputs, target: inputs**2  # noqa: E731  (maps [B, 2, 2], one per input channel)
+    plan = (x + torch.tensor([[0.1], [0.2]]))[None]  # channel 0 moved by 0.1, channel 1 by 0.2
+    change = (2 * 0.21**2 + 2 * 0.44**2) ** 0.5  # ||e(x_n) - e(x)|| over all four values
+    step = (2 * 0.1**2 + 2 * 0.2**2) ** 0.5  # ||x_n - x||
+    torch.testing.assert_close(avg_sensitivity(square, x, 0, perturbed=plan), torch.tensor([change / 2]))
+    torch.testing.assert_close(local_lipschitz_estimate(square, x, 0, perturbed=plan), torch.tensor([change / step]))
+    net = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+    ris = relative_input_stability(square, net, x, 0, perturbed=plan, skip_changed=False)
+    torch.testing.assert_close(ris, torch.tensor([change / step]))  # e = 1 and x = 1: the relative changes are these
+    # the channels summed into one map [B, 2] would give another value: (2.65 - 2) * sqrt(2) / (2 * sqrt(2))
+    summed = avg_sensitivity(lambda inputs, target: square(inputs, target).sum(1), x, 0, perturbed=plan)
+    torch.testing.assert_close(summed, torch.tensor([0.325]))
+    # maps given in the same layout stand for e(x): here 2 everywhere, so the change is (1.21 - 2, 1.44 - 2) per channel
+    given = avg_sensitivity(square, x, 0, maps=2 * x, perturbed=plan)
+    torch.testing.assert_close(given, torch.tensor([(2 * 0.79**2 + 2 * 0.56**2) ** 0.5 / 4]))
+
+
+def test_continuity_of_maps_with_channels_by_hand() -> None:
+    x = torch.tensor([[[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0]]])
+    identity = lambda inputs, target: inputs  # noqa: E731
+    # W = 4, steps 3: shifts -1, 2, 5, filled with the minimum 0; ||d||_1 / ||d||_2 over both channels:
+    # -1: d = (-1, 1, 0, 0 | 0, -2, 2, 0): 6 / sqrt(10); 2: (0, 1, 0, -1 | 0, 0, 2, 0): 4 / sqrt(6); 5: x: 3 / sqrt(5)
+    torch.testing.assert_close(continuity(identity, x, 0, steps=3), torch.tensor([6 / 10**0.5]))
+    summed = continuity(lambda inputs, target: inputs.sum(1), x, 0, steps=3)  # the sum: (-1, -1, 2, 0) at -1
+    torch.testing.assert_close(summed, torch.tensor([4 / 6**0.5]))
+
+
+def test_the_maps_and_the_perturbed_maps_need_one_layout() -> None:
+    x = torch.ones(2, 3, 4)
+    per_channel = lambda inputs, target: inputs**2  # noqa: E731
+    plan = (x + 0.1)[None]
+    with pytest.raises(InvalidInputError, match="same layout"):
+        avg_sensitivity(per_channel, x, 0, maps=torch.ones(2, 4), perturbed=plan)
+    with pytest.raises(InvalidInputError, match="same layout"):
+        continuity(lambda inputs, target: inputs[:, 0], x, 0, maps=x.clone())
+    with pytest.raises(InvalidInputError, match=r"\[B, K, \*S\] = \[2, K, 4\]"):
+        local_lipschitz_estimate(per_channel, x, 0, maps=torch.ones(2, 3, 5), perturbed=plan)
+
+
 # ---- every rank, batch equals one by one, hygiene ------------------------------------------
 
 

@@ -6,7 +6,8 @@ Quantus's; camkit then re-explains all of them in bounded batches. A ``perturb_f
 the noise-based classes is called as Quantus calls it (its keywords, ``perturb_func_kwargs`` over
 them; ``arr`` the flattened batch, once per step). Quantus's default norm and similarity
 functions are computed in torch; other ones are called as Quantus calls them (numpy rows
-[B, F], once per step).
+[B, F], once per step). Maps keep their channel axis ([B, C, *S]): maps with several channels,
+given and re-explained, are compared whole, as Quantus compares them (flattened).
 Shared difference: with ``return_nan_when_prediction_changes=True`` Quantus returns NaN for a
 sample as soon as one perturbation changes its class; camkit leaves those perturbations out and
 returns NaN only when all change it (the relative stabilities of Agarwal et al. 2022 maximise
@@ -29,7 +30,7 @@ from camkit.hooks import HookScope
 
 from ._base import is_default
 from ._calls import lipschitz_measure, sensitivity_measure, translations
-from .localisation import rows, single_channel
+from .localisation import rows
 from .randomisation import _Randomisation
 
 __all__ = [
@@ -82,8 +83,8 @@ class _Robustness(_Randomisation):
     nr_samples = 0
 
     def explainer(self, model: nn.Module) -> Callable[[Tensor, Any], Tensor]:
-        raw, name = self.raw_maps(model, model), type(self).__name__
-        return lambda inputs, target: single_channel(self.prepared(raw(inputs, target)), name)
+        raw = self.raw_maps(model, model)
+        return lambda inputs, target: self.prepared(raw(inputs, target))
 
     def plan(self, x: Tensor, draw: Callable[[tuple[int, ...]], np.ndarray]) -> Tensor:
         """The perturbed inputs: Quantus's default draws, or the ``perturb_func`` given, called as Quantus calls it."""
@@ -121,7 +122,7 @@ class _Sensitivity(_Robustness):
         plan = self.plan(x, lambda shape: np.random.uniform(self.low, self.high, shape))
         measure = metrics.avg_sensitivity if self.reduce == "mean" else metrics.max_sensitivity
         scores = measure(
-            self.explainer(model), x, y, model=model, maps=single_channel(a, type(self).__name__), perturbed=plan,
+            self.explainer(model), x, y, model=model, maps=a, perturbed=plan,
             skip_changed=self.skip_changed, chunk_size=chunk_size, measure=self.measure,
         )  # fmt: skip
         return rows(scores)
@@ -174,10 +175,27 @@ class LocalLipschitzEstimate(_Robustness):
     ) -> Any:
         plan = self.plan(x, lambda shape: np.random.normal(self.mean, self.std, shape))
         scores = metrics.local_lipschitz_estimate(
-            self.explainer(model), x, y, model=model, maps=single_channel(a, "LocalLipschitzEstimate"),
-            perturbed=plan, skip_changed=self.skip_changed, chunk_size=chunk_size, measure=self.measure,
+            self.explainer(model), x, y, model=model, maps=a, perturbed=plan, skip_changed=self.skip_changed,
+            chunk_size=chunk_size, measure=self.measure,
         )  # fmt: skip
         return rows(scores)
+
+
+_FILLS = ("black", "mean", "uniform", "white")
+
+
+def _check_fill(value: Any) -> None:
+    """Refuse a ``perturb_baseline`` that ``batched_translation`` cannot fill with, before any call."""
+    if isinstance(value, np.ndarray) or (isinstance(value, (int, float, np.number)) and not isinstance(value, bool)):
+        return
+    if isinstance(value, str) and value.lower() in _FILLS:
+        return
+    hint = " (Quantus 0.6.0 removed 'random': use 'uniform', bounds uniform_low/uniform_high in perturb_func_kwargs)"
+    raise InvalidInputError(
+        f"Continuity's perturb_baseline must be a number or one of {list(_FILLS)}, got {value!r}"
+        f"{hint if isinstance(value, str) and value.lower() == 'random' else ''}; a perturb_func of your own may "
+        "take other values"
+    )
 
 
 class Continuity(_Robustness):
@@ -195,7 +213,10 @@ class Continuity(_Robustness):
     ``perturb_func_kwargs`` here (it always translates with ``"black"``); camkit uses them.
     Inputs that are not images ``[B, C, H, W]`` raise ``InvalidInputError`` (a ``ValueError``), as
     Quantus's translation does; :func:`camkit.metrics.continuity` takes signals and volumes too.
-    Translations that change nothing are left out (Quantus divides 0 by 1e-9).
+    Translations that change nothing are left out (Quantus divides 0 by 1e-9). A
+    ``perturb_baseline`` the default translation cannot fill with (``"random"``, which Quantus
+    0.6.0 removed, a misspelt name) raises ``InvalidInputError`` at construction; Quantus's
+    ``Continuity`` accepts it and translates with ``"black"``.
     """
 
     def __init__(
@@ -208,6 +229,8 @@ class Continuity(_Robustness):
         self.nr_steps = nr_steps
         self.fill = float(perturb_baseline) if number else None
         default_func = is_default("Continuity", "perturb_func", perturb_func)
+        if default_func:
+            _check_fill(perturb_baseline)
         black = isinstance(perturb_baseline, str) and perturb_baseline == "black"
         self.translate = None  # the native translation, unless another function, fill or keyword is given
         if not (default_func and (number or black) and not perturb_func_kwargs):
@@ -328,7 +351,7 @@ class _Relative(_Robustness):
     ) -> Any:
         plan = self.plan(x, lambda shape: np.random.uniform(self.low, self.high, shape))
         common: dict[str, Any] = {
-            "maps": single_channel(self.prepared(a), type(self).__name__), "perturbed": plan, "eps": self.eps,
+            "maps": self.prepared(a), "perturbed": plan, "eps": self.eps,
             "skip_changed": self.skip_changed, "chunk_size": chunk_size,
         }  # fmt: skip
         explain = self.explainer(model)
