@@ -19,6 +19,7 @@ from ....explanation import Explanation
 from ....methods import Explainer
 from ....targets import NeuronTarget
 from .._pack import (
+    CaptumTargetError,
     Layout,
     Packed,
     anchored,
@@ -51,6 +52,10 @@ class NotComputedError(CamkitError, NotImplementedError):
 
 class Attribution:
     """captum's ``Attribution``: ``attribute(inputs, ...)`` on a forward function."""
+
+    #: the explainer takes the gradient of one forward call on exactly the batch, so a model that returns
+    #: one value for the whole batch is attributed as captum does (see :class:`~camkit.compat.captum._pack.Packed`)
+    _whole_batch = False
 
     def __init__(self, forward_func: Callable[..., Any]) -> None:
         self.forward_func = forward_func
@@ -134,8 +139,13 @@ class Attribution:
                 raws.append(one if lay.as_is else one.reshape(1, -1)[:, : x[0].numel() - lay.anchor])
             raw = torch.cat(raws)
         else:
-            model = Packed(self.forward_func, layout, extra, dtypes)
+            model = Packed(self.forward_func, layout, extra, dtypes, whole_batch=self._whole_batch and wrap is None)
             explanations.append(build(model, layout, packed, -1).explain(packed, index))
+            if model.aggregated and not neuron and bool((index != index[0]).any()):
+                raise CaptumTargetError(
+                    f"the model returns one output for the whole batch of {batch}, so one target is attributed; "
+                    f"got targets {index.tolist()}"
+                )
             raw = raw_of(explanations[0])
         if not unpack:  # a layer's attribution: the caller shapes it
             return raw, explanations
