@@ -42,7 +42,17 @@ from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, 
 from ._missing import MISSING, missing_class
 from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
 from ._noise import SUPPORTED_NOISE_TUNNEL_TYPES, NoiseTunnel
-from ._perturbation import FeatureAblation, KernelShap, Lime, LimeBase, Occlusion, ShapleyValues, ShapleyValueSampling
+from ._perturbation import (
+    FeatureAblation,
+    FeaturePermutation,
+    KernelShap,
+    LayerFeaturePermutation,
+    Lime,
+    LimeBase,
+    Occlusion,
+    ShapleyValues,
+    ShapleyValueSampling,
+)
 from ._wrapper import InputIdentity, ModelInputWrapper
 
 __all__ = [
@@ -56,6 +66,7 @@ __all__ = [
     "DeepLiftShap",
     "EpsilonRule",
     "FeatureAblation",
+    "FeaturePermutation",
     "GammaRule",
     "GradientAttribution",
     "GradientShap",
@@ -71,6 +82,7 @@ __all__ = [
     "LayerActivation",
     "LayerAttribution",
     "LayerConductance",
+    "LayerFeaturePermutation",
     "LayerGradCam",
     "LayerGradientXActivation",
     "LayerIntegratedGradients",

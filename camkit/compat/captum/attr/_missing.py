@@ -13,12 +13,10 @@ _NEURON = "neuron attributions (a neuron of a layer as the target) through this 
 _LAYER = "this layer attribution"
 #: captum's names -> what camkit does not compute
 MISSING = {
-    "FeaturePermutation": "feature permutation",
     "InternalInfluence": "internal influence",
     "LayerDeepLift": _LAYER,
     "LayerDeepLiftShap": _LAYER,
     "LayerFeatureAblation": _LAYER,
-    "LayerFeaturePermutation": _LAYER,
     "LayerGradientShap": _LAYER,
     "LayerLRP": _LAYER,
     "NeuronConductance": _NEURON,
