@@ -14,10 +14,10 @@ from camkit.compat.captum.attr._permutation import _permute_feature
 ca = pytest.importorskip("captum.attr")
 
 
-def _seeded(make: Any, seed: int = 3) -> tuple[Any, torch.Tensor]:
-    """``make()`` after seeding torch, and torch's generator state after it (the draws must match in number too)."""
+def _seeded(make: Any, *args: Any, seed: int = 3, **kwargs: Any) -> tuple[Any, torch.Tensor]:
+    """``make(*args, **kwargs)`` after seeding torch, and torch's generator state after it (the draws must match in number too)."""
     torch.manual_seed(seed)
-    out = make()
+    out = make(*args, **kwargs)
     return out, torch.get_rng_state()
 
 
@@ -64,8 +64,8 @@ def test_a_group_across_two_inputs_and_one_output_for_the_batch_equal_captum():
     masks = (torch.tensor([[0, 1, 2]]), torch.tensor([[1, 3]]))
     for per_eval in (1, 2):
         kwargs: dict[str, Any] = {"feature_mask": masks} if per_eval == 1 else {}
-        mine, my_state = _seeded(lambda: ours.FeaturePermutation(loss).attribute((a, b), **kwargs), seed=per_eval)
-        theirs, their_state = _seeded(lambda: ca.FeaturePermutation(loss).attribute((a, b), **kwargs), seed=per_eval)
+        mine, my_state = _seeded(ours.FeaturePermutation(loss).attribute, (a, b), seed=per_eval, **kwargs)
+        theirs, their_state = _seeded(ca.FeaturePermutation(loss).attribute, (a, b), seed=per_eval, **kwargs)
         _same(mine, theirs)
         assert mine[0].shape == (1, 3) and torch.equal(my_state, their_state)
         if per_eval == 1:  # one drop for the group, on its positions in both inputs
@@ -105,10 +105,9 @@ def test_layer_feature_permutation_equals_captum_and_leaves_no_hook():
     net = _Net()
     x = torch.randn(4, 3)
     for per_eval, mask in ((1, None), (2, torch.tensor([[0, 0, 1, 1]]))):
-        mine, my_state = _seeded(lambda: ours.LayerFeaturePermutation(net, net.lin1).attribute(
-            x, additional_forward_args=(2.0,), layer_mask=mask, perturbations_per_eval=per_eval))
-        theirs, their_state = _seeded(lambda: ca.LayerFeaturePermutation(net, net.lin1).attribute(
-            x, additional_forward_args=(2.0,), layer_mask=mask, perturbations_per_eval=per_eval))
+        options = {"additional_forward_args": (2.0,), "layer_mask": mask, "perturbations_per_eval": per_eval}
+        mine, my_state = _seeded(ours.LayerFeaturePermutation(net, net.lin1).attribute, x, **options)
+        theirs, their_state = _seeded(ca.LayerFeaturePermutation(net, net.lin1).attribute, x, **options)
         _same(mine, theirs)
         assert mine.shape == (8, 4) and torch.equal(my_state, their_state)  # no target: one row per output value
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in net.modules())
