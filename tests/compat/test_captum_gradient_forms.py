@@ -262,3 +262,62 @@ def test_lrp_of_two_summed_inputs_shares_relevance_where_captum_duplicates_it():
     assert (mine[0] + mine[1]).sum().item() == pytest.approx(score, abs=1e-6)
     _close(theirs[0], theirs[1])
     assert (theirs[0] + theirs[1]).sum().item() == pytest.approx(2 * score, abs=1e-6)
+
+
+def test_lrp_identity_rule_on_a_weighted_layer_equals_captum():
+    # IdentityRule on a square linear layer hands the relevance of its outputs to its inputs value by value
+    torch.manual_seed(0)
+    theirs_rules = pytest.importorskip("captum.attr._utils.lrp_rules")
+
+    def model(identity: type, epsilon: type) -> nn.Module:
+        torch.manual_seed(1)
+        net = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2, bias=False)).double()
+        net[0].rule, net[2].rule = identity(), epsilon()
+        return net
+
+    x = torch.rand(4, 3, dtype=torch.float64) + 0.1
+    mine, delta = ours.LRP(model(ours.IdentityRule, ours.EpsilonRule)).attribute(x, target=1, return_convergence_delta=True)
+    theirs, their_delta = ca.LRP(model(theirs_rules.IdentityRule, theirs_rules.EpsilonRule)).attribute(
+        x, target=1, return_convergence_delta=True)
+    _close(mine, theirs.detach())
+    _close(delta, their_delta.detach())
+    # by hand: the relevance of the hidden units (epsilon on the last layer, no bias: h * w) passes unchanged
+    net = model(ours.IdentityRule, ours.EpsilonRule)
+    hidden = net[1](net[0](x)).detach()
+    torch.testing.assert_close(mine, hidden * net[2].weight[1].detach(), atol=1e-9, rtol=1e-6)
+    assert not any(hasattr(m, "activations") or m._forward_hooks for m in net.modules())
+    wide = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    wide[0].rule = ours.IdentityRule()
+    with pytest.raises(camkit.InvalidInputError, match="input's shape"):
+        ours.LRP(wide).attribute(x.float())
+
+
+class _RowZero(nn.Module):
+    """One output row for the whole batch: the first example's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.lin, self.relu = nn.Linear(3, 3), nn.ReLU()
+        nn.init.constant_(self.lin.bias, 1.0)  # every unit active on inputs in [0, 1]
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.lin(t))[0].unsqueeze(0)
+
+
+@pytest.mark.parametrize("name", ["LRP", "Saliency", "InputXGradient", "GuidedBackprop", "Deconvolution"])
+def test_a_model_with_one_output_for_the_batch_equals_captum(name):
+    # captum takes the gradient of the one output with respect to every example: the others get zeros here
+    model = _RowZero().double()
+    x = torch.rand(3, 3, dtype=torch.float64) + 0.1
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    mine = getattr(ours, name)(model).attribute(x, target=2)
+    theirs = getattr(ca, name)(model).attribute(x, target=2)
+    _close(mine, theirs.detach())
+    assert mine[0].abs().sum() > 0 and not mine[1:].any()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+    assert not x.requires_grad and all(p.grad is None for p in model.parameters())
+    with pytest.raises(AssertionError, match="one target"):
+        getattr(ours, name)(model).attribute(x, target=[0, 1, 2])
+    with pytest.raises(camkit.InvalidTargetError, match="one row per example"):  # methods with a path refuse
+        ours.IntegratedGradients(model).attribute(x, target=2)

@@ -142,8 +142,8 @@ def test_inputs_untouched_and_no_grads_left():
 
 def test_what_camkit_does_not_compute_is_refused():
     net = nn.Linear(3, 2)
-    with pytest.raises(NotComputedError, match="FeaturePermutation"):
-        ours.FeaturePermutation(net)
+    with pytest.raises(NotComputedError, match="DataLoaderAttribution"):
+        ours.DataLoaderAttribution(net)
     with pytest.raises(NotComputedError, match="LLM attribution"):
         ours.LLMAttribution(net)
     with pytest.raises(NotComputedError, match="custom_attribution_func"):

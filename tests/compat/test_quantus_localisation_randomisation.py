@@ -192,3 +192,20 @@ def test_random_logit_draws_quantus_classes_and_compares_on_the_grid() -> None:
     np.testing.assert_allclose(same, theirs, rtol=1e-4)
     on_grid = run(cq, "RandomLogit", init=init, **call)
     assert not np.allclose(on_grid, theirs, atol=1e-3)
+
+
+def test_auc_is_summed_as_scikit_learn_and_native_is_correctly_rounded():
+    # float64 maps with ties, ranks that collide with the region, and a map whose area is exactly 1/3
+    g = np.random.RandomState(1)
+    a = np.round(g.rand(6, 1, 5, 5) * 4) / 4  # ties between positives and negatives
+    s = (g.rand(6, 1, 5, 5) > 0.5).astype(np.float64)
+    a[0, 0], s[0, 0] = 2.0, 0.0  # map 0: one positive (1.0) above 8 of its 24 negatives, an area of 1/3
+    a[0, 0, 0, 0], s[0, 0, 0, 0] = 1.0, 1.0
+    a[0, 0, 4, :], a[0, 0, 3, :3] = 0.0, 0.0
+    x, y = np.zeros((6, 1, 5, 5)), np.zeros(6, dtype=int)
+    ours = run(cq, "AUC", init={"normalise": False}, model=None, x_batch=x, y_batch=y, a_batch=a, s_batch=s)
+    theirs = run(quantus, "AUC", init={"normalise": False}, model=None, x_batch=x, y_batch=y, a_batch=a, s_batch=s)
+    assert ours == list(theirs)  # to the last bit
+    native = camkit.metrics.region_auc(torch.as_tensor(a[:, 0]), torch.as_tensor(s[:, 0]) > 0)
+    torch.testing.assert_close(native, torch.as_tensor(ours, dtype=torch.float64), rtol=1e-15, atol=0)
+    assert float(native[0]) == 1 / 3 != ours[0]  # the trapezoid's rounding: 0.33333333333333337

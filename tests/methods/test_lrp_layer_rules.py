@@ -62,3 +62,27 @@ def test_bad_layer_rules_are_refused():
         camkit.LRP(net, layer_rules={"1": {"rule": "gamma", "gama": 1.0}})
     with pytest.raises(camkit.InvalidInputError, match="alpha - beta"):
         camkit.LRP(net, layer_rules={"1": {"rule": "alphabeta", "alpha": 3.0}})
+
+
+def test_the_pass_rule_hands_each_value_its_relevance_by_hand():
+    # h = [4, 2] and R_h = [4, 4] under epsilon on the last layer; "pass" on a square first layer hands
+    # R_h to x value by value, so R_x = [4, 4] whatever its weights (the epsilon rule gives [9, -1])
+    net = _net([1.0, 2.0])
+    e = camkit.LRP(net, "epsilon", epsilon=0.0, layer_rules={"1": "pass"}).explain(X, 0)
+    torch.testing.assert_close(e.raw[0, 0].double(), torch.tensor([4.0, 4.0], dtype=torch.float64))
+    assert float(e.extras["delta"][0]) == pytest.approx(0.0, abs=1e-9)  # bias-free: conserved
+    # x = [3, 0]: h = [3, 3], R_h = [3, 6]; the value 0 carries none of its 6 (relevance is x times the
+    # modified gradient)
+    x0 = X * torch.tensor([1.0, 0.0], dtype=torch.float64)
+    zero = camkit.LRP(net, "epsilon", epsilon=0.0, layer_rules={"1": "pass"}).explain(x0, 0)
+    torch.testing.assert_close(zero.raw[0, 0].double(), torch.tensor([3.0, 0.0], dtype=torch.float64))
+    for module in net.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks
+
+
+def test_the_pass_rule_needs_a_layer_that_keeps_its_input_shape():
+    net = nn.Sequential(nn.Flatten(), nn.Linear(2, 3, bias=False), nn.ReLU(), nn.Linear(3, 1, bias=False)).double()
+    with pytest.raises(camkit.InvalidInputError, match="input's shape"):
+        camkit.LRP(net, layer_rules={"1": "pass"}).explain(X, 0)
+    with pytest.raises(camkit.InvalidInputError, match="must be one of"):
+        camkit.LRP(net, "pass")  # type: ignore[arg-type]  # a rule for one layer, not for the whole model

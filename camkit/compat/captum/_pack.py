@@ -119,14 +119,23 @@ class Packed(nn.Module):
     Each extra tensor argument that carries one row per example is repeated to the rows of the
     batch it meets (the translation calls it one example at a time in that case, see
     :func:`per_example`). The output comes back as [N, prod(row)], so that a target is one index.
+
+    With ``whole_batch=True`` (methods that take the gradient of one forward call on exactly the
+    batch, as captum's ``Saliency`` and ``LRP``), an output with one row (or none) for a batch of
+    N > 1 is one value for the whole batch: it comes back as the first row, the others zero, so the
+    gradient of the scores' sum is that output's gradient for every example, as captum's is; the
+    module then records ``aggregated = True``.
     """
 
-    def __init__(self, model: Callable[..., Any], layout: Layout, extra: tuple[Any, ...], dtypes: tuple[torch.dtype, ...]) -> None:
+    def __init__(self, model: Callable[..., Any], layout: Layout, extra: tuple[Any, ...], dtypes: tuple[torch.dtype, ...],
+                 whole_batch: bool = False) -> None:
         super().__init__()
         self.inner = model if isinstance(model, nn.Module) else _Callable(model)
         self.layout = layout
         self.extra = extra
         self.dtypes = dtypes
+        self.whole_batch = whole_batch
+        self.aggregated = False
 
     def forward(self, packed: Tensor) -> Tensor:
         rows = packed.shape[0]
@@ -135,6 +144,10 @@ class Packed(nn.Module):
         out = self.inner(*parts, *extra)
         if not isinstance(out, Tensor):
             raise InvalidTargetError(f"the model returned {type(out).__name__}; captum's methods need a tensor output")
+        if self.whole_batch and (out.dim() == 0 or (out.shape[0] == 1 and rows > 1)):
+            self.aggregated = True
+            row = out.reshape(1, -1)
+            return torch.cat([row, row.detach().new_zeros(rows - 1, row.shape[1])]) if rows > 1 else row
         if out.dim() == 0 or out.shape[0] != rows:
             raise InvalidTargetError(
                 f"the model's output {list(out.shape)} does not have one row per example ({rows}); camkit attributes "

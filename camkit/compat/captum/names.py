@@ -8,7 +8,7 @@ from typing import Any
 __all__ = ["lookup"]
 
 #: where the translation keeps what captum's private modules hold
-HOMES = ("attr", "metrics", "_support", "_models", "attr._lime", "attr._influence")
+HOMES = ("attr", "metrics", "_support", "_models", "attr._lime", "attr._influence", "attr._permutation")
 
 
 def lookup(name: str) -> Any:

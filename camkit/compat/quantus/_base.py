@@ -34,7 +34,7 @@ from camkit.errors import InvalidInputError
 from ._perturbation import NumpyPerturbation, bind_perturb_func
 from ._predict import PredictKwargs
 
-__all__ = ["DEFAULTS", "AddAxis", "Metric", "is_default", "quantus_baseline", "quantus_similarity"]
+__all__ = ["DEFAULTS", "AddAxis", "Metric", "is_default", "model_dtype", "quantus_baseline", "quantus_similarity"]
 
 #: Quantus 0.6.0's default functions, by metric and keyword: passing one is the same as leaving it unset
 DEFAULTS: dict[str, dict[str, str]] = {
@@ -270,10 +270,11 @@ class Metric:
         scores: Result = []
         for start in range(0, x_all.shape[0], batch_size):
             stop = min(start + batch_size, x_all.shape[0])
-            x = torch.as_tensor(np.ascontiguousarray(x_all[start:stop]), dtype=torch.float32, device=target_device)
+            x = torch.as_tensor(np.ascontiguousarray(x_all[start:stop]), dtype=model_dtype(model), device=target_device)
             y = torch.as_tensor(y_all[start:stop], dtype=torch.long, device=target_device)
             if a_batch is not None:
-                a = _as_maps(np.asarray(a_batch)[start:stop], x, channel_first)
+                maps = np.asarray(a_batch)[start:stop]
+                a = _as_maps(maps, x, channel_first, self.map_dtype(maps, x))
             else:
                 a = self._explain(explain_model, x, y, explain_func, explain_func_kwargs or {})
             s = None if s_batch is None else _as_maps(np.asarray(s_batch)[start:stop], x, channel_first)
@@ -287,6 +288,10 @@ class Metric:
         self.evaluation_scores = scores
         self.all_evaluation_scores.extend(scores)
         return scores
+
+    def map_dtype(self, a: np.ndarray, x: Tensor) -> torch.dtype:
+        """The dtype the given maps are scored in: the inputs' (the model's)."""
+        return x.dtype
 
     def batch_baseline(self, x: Tensor, a: Tensor, step: int) -> Any:
         """The baseline for this batch: :attr:`baseline`, or Quantus's per-step uniform draws as a tensor like ``x``.
@@ -375,6 +380,18 @@ def _infer_channel_first(shape: tuple[int, ...]) -> bool:
     return shape[1] < shape[-1]
 
 
+def model_dtype(model: nn.Module | None) -> torch.dtype:
+    """The dtype the inputs are given to ``model`` in: its first floating parameter's (or buffer's), else float32.
+
+    Quantus casts every input to float32 (``torch.Tensor(x)``), so a float64 model raises there.
+    """
+    if model is not None:
+        for tensor in (*model.parameters(), *model.buffers()):
+            if tensor.is_floating_point():
+                return tensor.dtype
+    return torch.float32
+
+
 def _model_device(model: nn.Module | None) -> torch.device:
     if model is not None:
         for tensor in model.parameters():
@@ -382,9 +399,9 @@ def _model_device(model: nn.Module | None) -> torch.device:
     return torch.device("cpu")
 
 
-def _as_maps(a: np.ndarray, x: Tensor, channel_first: bool) -> Tensor:
-    """Maps as a [B, 1 or C, *S] float tensor on x's device (Quantus's layouts, channel axis added)."""
-    t = torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=x.device)
+def _as_maps(a: np.ndarray, x: Tensor, channel_first: bool, dtype: torch.dtype | None = None) -> Tensor:
+    """Maps as a [B, 1 or C, *S] tensor on x's device, in ``dtype`` (default x's; Quantus's layouts, channel axis added)."""
+    t = torch.as_tensor(np.ascontiguousarray(a), dtype=dtype or x.dtype, device=x.device)
     if t.dim() == x.dim() and not channel_first and t.shape[-1] in (1, x.shape[1]) and t.shape[1] != x.shape[1]:
         t = t.movedim(-1, 1)
     if t.dim() == x.dim() - 1:

@@ -262,8 +262,9 @@ class Consistency(_Robustness):
     Labels each map by the signs of its first 5 values (Quantus's ``top_n_sign``) or by the
     ``discretise_func`` given, called as Quantus calls it (on each flattened map, numpy), and,
     per sample, scores the share of the other samples with its label that the model puts in its
-    class. Equal to Quantus, except for a sample whose label no other sample shares: NaN
-    (Quantus: 0, from dividing 0 by 1e-9). No re-explanation.
+    class. Equal to Quantus, also for a sample whose label no other sample shares: 0, Quantus's
+    convention (0 divided by 1e-9), where :func:`camkit.metrics.consistency` returns NaN (a share of
+    no samples). No re-explanation.
     """
 
     def __init__(self, discretise_func: Any = None, abs: bool = True, normalise: bool = True, **kwargs: Any) -> None:
@@ -286,7 +287,8 @@ class Consistency(_Robustness):
         if self.discretise_func is not None:
             hashes = [self.discretise_func(row) for row in a.flatten(1).cpu().numpy()]
             labels = torch.as_tensor(np.unique(np.array(hashes, dtype=object), return_inverse=True)[1], device=x.device)
-        return rows(metrics.consistency(a.flatten(1), predictions, n=5, labels=labels))
+        shares = metrics.consistency(a.flatten(1), predictions, n=5, labels=labels)
+        return rows(torch.nan_to_num(shares, nan=0.0))  # a label no other sample shares: 0, as in Quantus
 
 
 def _representation(model: nn.Module, names: list[str] | None, indices: list[int] | None) -> Callable[[Tensor], Tensor]:

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ...errors import NoRuleWarning
 
-__all__ = ["ZERO_AT_ZERO", "Activation", "match_activation", "pass_relevance", "slope", "unruled_name", "warn_unruled"]
+__all__ = ["ZERO_AT_ZERO", "Activation", "match_activation", "pass_relevance", "passed_on", "slope", "unruled_name", "warn_unruled"]
 
 #: the activations with ``f(0) = 0``, through which relevance can pass unchanged (:func:`pass_relevance`)
 ZERO_AT_ZERO = frozenset({"tanh", "gelu", "silu", "elu", "hardtanh", "relu6"})
@@ -208,8 +208,23 @@ def pass_relevance(activation: Activation, eps: float = 1e-12) -> Tensor:
         >>> torch.allclose(x * g, torch.tanh(x)), torch.allclose(y, torch.tanh(x))
         (True, True)
     """
-    x = activation.x
     with torch.no_grad():
-        y = activation.fn(x)
+        y = activation.fn(activation.x)
+    return passed_on(activation.x, y, eps)
+
+
+def passed_on(x: Tensor, y: Tensor, eps: float = 1e-12) -> Tensor:
+    """``y`` (computed from ``x``, same shape, no graph) with a backward that hands ``x`` the relevance of ``y``.
+
+    ``g_in = g_out * y / x``, so ``x * g_in = y * g_out``; where ``|x| <= eps`` that relevance is dropped.
+
+    Example:
+        >>> import torch
+        >>> x = torch.tensor([2.0, 0.0], requires_grad=True)
+        >>> (g,) = torch.autograd.grad(passed_on(x, torch.tensor([3.0, 1.0])).sum(), x)
+        >>> (x * g).tolist()
+        [3.0, 0.0]
+    """
+    with torch.no_grad():
         ratio = torch.where(x.abs() > eps, y / torch.where(x.abs() > eps, x, torch.ones_like(x)), torch.zeros_like(x))
     return y + (x - x.detach()) * ratio

@@ -22,7 +22,7 @@ from ..._internal import syncs as _syncs
 from ...errors import InvalidInputError
 from ...functional.propagation import gamma_params, relevance_gradient, split_by_sign
 from ...hooks import HookScope
-from ._activations import ZERO_AT_ZERO, match_activation, pass_relevance, unruled_name
+from ._activations import ZERO_AT_ZERO, match_activation, pass_relevance, passed_on, unruled_name
 from ._canonize import (
     Attach,
     AttachEpsilon,
@@ -34,11 +34,13 @@ from ._canonize import (
     merged_params,
 )
 
-__all__ = ["ATTENTION", "COMPOSITES", "RULES", "Bound", "LayerRule", "RuleBook", "_LRPMode"]
+__all__ = ["ATTENTION", "COMPOSITES", "LAYER_RULES", "RULES", "Bound", "LayerRule", "RuleBook", "_LRPMode"]
 
 Bound = Union[float, Tensor, None]
 
 RULES = ("epsilon", "gamma", "zplus", "alphabeta")
+#: the rules one layer may be given (``layer_rules``): also "pass", relevance handed on unchanged
+LAYER_RULES = (*RULES, "pass")
 # composite -> {"first": rule for the first layer called, "conv": ..., "linear": ...}
 COMPOSITES: dict[str, dict[str, str]] = {
     "epsilonplus": {"conv": "zplus", "linear": "epsilon"},
@@ -213,6 +215,8 @@ class _LRPMode(TorchFunctionMode):
         self.layers += 1
         spec = self.lrp.spec_for(kind, first, self.active)
         rule = spec.rule
+        if rule == "pass":
+            return _passed_layer(func, args, kwargs, a)
         with torch.set_grad_enabled(rule == "epsilon"):  # only the epsilon rule uses the plain gradient
             z = func(*args, **kwargs)
         if not isinstance(z, Tensor):
@@ -325,3 +329,16 @@ class _LRPMode(TorchFunctionMode):
         ):  # fmt: skip
             return PassBatchNorm.apply(x, call)
         return func(*args, **kwargs)
+
+
+def _passed_layer(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], a: Tensor) -> Tensor:
+    """A layer under the pass rule: its output, each value's relevance handed to the input value at its place."""
+    with torch.no_grad():
+        z = func(*args, **kwargs)
+    if not isinstance(z, Tensor) or z.shape != a.shape:
+        shape = list(z.shape) if isinstance(z, Tensor) else type(z).__name__
+        raise InvalidInputError(
+            f"the 'pass' rule hands each output value's relevance to the input value at its place, so the layer's "
+            f"output must have its input's shape {list(a.shape)}, got {shape}; give this layer another rule."
+        )
+    return passed_on(a, z)

@@ -63,7 +63,7 @@ from ...targets.classes import OutputSelector, Target, resolve_target, select_ou
 from .._core.binding import InputIndex
 from ..registry import register_method
 from ._activations import warn_unruled
-from ._lrp_mode import ATTENTION, COMPOSITES, RULES, Bound, LayerRule, RuleBook, _LRPMode
+from ._lrp_mode import ATTENTION, COMPOSITES, LAYER_RULES, RULES, Bound, LayerRule, RuleBook, _LRPMode
 from .pixel import GradientAttribution, score_gradients
 
 __all__ = ["LRP", "LRPRule"]
@@ -116,9 +116,12 @@ class LRP(GradientAttribution):
             layer's input; ``None`` (default) takes each image's own minimum / maximum.
         layer_rules: rules for chosen layers, over ``rule``: a mapping from a module of the model (or
             its dotted name, ``"features.0"``) to a rule name (``"epsilon"``, ``"gamma"``, ``"zplus"``,
-            ``"alphabeta"``) or a dict with ``"rule"`` and any of ``epsilon``, ``stabilizer``, ``gamma``,
-            ``alpha``, ``beta`` (the others are this explainer's). Every convolution and linear layer
-            called while that module runs gets it (the innermost module named wins).
+            ``"alphabeta"``, or ``"pass"``: each output value's relevance handed unchanged to the input
+            value at its place, for a layer whose output has its input's shape, as captum's
+            ``IdentityRule``; an input value of exactly 0 gets none) or a dict with ``"rule"`` and any of
+            ``epsilon``, ``stabilizer``, ``gamma``, ``alpha``, ``beta`` (the others are this explainer's).
+            Every convolution and linear layer called while that module runs gets it (the innermost
+            module named wins).
         activations: ``"gradient"`` (default): activations without a rule keep their gradient (warned);
             ``"pass"``: those with ``f(0) = 0`` (tanh, GELU, SiLU, ELU, hardtanh) pass relevance on unchanged,
             as zennit's and captum's pass rule (see :func:`~camkit.methods.attribution._activations.pass_relevance`).
@@ -238,9 +241,9 @@ def _layer_rule(value: str | Mapping[str, Any], defaults: LayerRule, key: object
     """A ``layer_rules`` value (a rule name, or ``{"rule": name, "gamma": ...}``) with the explainer's settings."""
     settings = {"rule": value} if isinstance(value, str) else dict(value)
     unknown = set(settings) - {"rule", "epsilon", "stabilizer", "gamma", "alpha", "beta"}
-    if settings.get("rule") not in RULES or unknown:
+    if settings.get("rule") not in LAYER_RULES or unknown:
         raise InvalidInputError(
-            f"layer_rules[{key!r}] must be one of {', '.join(repr(r) for r in RULES)} or a dict with 'rule' and "
+            f"layer_rules[{key!r}] must be one of {', '.join(repr(r) for r in LAYER_RULES)} or a dict with 'rule' and "
             f"any of epsilon, stabilizer, gamma, alpha, beta; got {value!r}"
         )
     numbers = {k: float(v) for k, v in settings.items() if k != "rule"}

@@ -45,7 +45,17 @@ from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, 
 from ._missing import MISSING, missing_class
 from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
 from ._noise import SUPPORTED_NOISE_TUNNEL_TYPES, NoiseTunnel
-from ._perturbation import FeatureAblation, KernelShap, Lime, LimeBase, Occlusion, ShapleyValues, ShapleyValueSampling
+from ._perturbation import (
+    FeatureAblation,
+    FeaturePermutation,
+    KernelShap,
+    LayerFeaturePermutation,
+    Lime,
+    LimeBase,
+    Occlusion,
+    ShapleyValues,
+    ShapleyValueSampling,
+)
 from ._wrapper import InputIdentity, ModelInputWrapper
 
 __all__ = [
@@ -59,6 +69,7 @@ __all__ = [
     "DeepLiftShap",
     "EpsilonRule",
     "FeatureAblation",
+    "FeaturePermutation",
     "GammaRule",
     "GradientAttribution",
     "GradientShap",
@@ -78,6 +89,7 @@ __all__ = [
     "LayerDeepLift",
     "LayerDeepLiftShap",
     "LayerFeatureAblation",
+    "LayerFeaturePermutation",
     "LayerGradCam",
     "LayerGradientShap",
     "LayerGradientXActivation",

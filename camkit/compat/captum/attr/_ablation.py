@@ -69,13 +69,18 @@ class FeatureAblation(Perturbation):
             outputs = initial.numel()
             totals = [torch.zeros(outputs, *x.shape[1:], dtype=initial.dtype, device=x.device) for x in xs]
             weights = [torch.zeros(outputs, *x.shape[1:], device=x.device) for x in xs]
+            checked = False
             for start in range(0, count, per_eval):
                 chunk = range(start, min(count, start + per_eval))
-                batch, chunk_masks = _ablated(xs, bases, chunk, mask_of)
+                made = self._perturbed(xs, bases, chunk, mask_of)
+                if made is None:  # a chunk the method skips
+                    continue
+                batch, chunk_masks = made
                 k = len(chunk)
                 modified = self.evaluate(batch, expand_target(target, k), expand_args(extra, k))
-                if start == 0:
+                if not checked:
                     _check_grows(initial, modified, k, xs[0].shape[0], per_eval)
+                    checked = True
                 drop = (initial.reshape(1, -1) - modified.reshape(-1, outputs)).reshape(k, outputs)
                 for total, weight, masks, x in zip(totals, weights, chunk_masks, xs):
                     if masks is None or x.numel() == 0:
@@ -87,6 +92,11 @@ class FeatureAblation(Perturbation):
         if self.use_weights:
             return tuple(t / w.to(t.dtype if t.is_floating_point() else torch.float32) for t, w in zip(totals, weights))
         return tuple(totals)
+
+    def _perturbed(self, xs: tuple[Tensor, ...], bases: tuple[Any, ...], chunk: Sequence[int],
+                   mask_of: FeatureMask) -> tuple[tuple[Tensor, ...], list[Tensor | None]] | None:
+        """The perturbed copies of the inputs for the features of ``chunk`` and their masks (None: skip the chunk)."""
+        return _ablated(xs, bases, chunk, mask_of)
 
 
 def _ablated(xs: tuple[Tensor, ...], bases: tuple[Any, ...], chunk: Sequence[int],

@@ -19,6 +19,7 @@ from ....explanation import Explanation
 from ....methods import Explainer
 from ....targets import NeuronTarget
 from .._pack import (
+    CaptumTargetError,
     Layout,
     Packed,
     anchored,
@@ -51,6 +52,10 @@ class NotComputedError(CamkitError, NotImplementedError):
 
 class Attribution:
     """captum's ``Attribution``: ``attribute(inputs, ...)`` on a forward function."""
+
+    #: the explainer takes the gradient of one forward call on exactly the batch, so a model that returns
+    #: one value for the whole batch is attributed as captum does (see :class:`~camkit.compat.captum._pack.Packed`)
+    _whole_batch = False
 
     def __init__(self, forward_func: Callable[..., Any]) -> None:
         self.forward_func = forward_func
@@ -126,7 +131,8 @@ class Attribution:
         if not one_by_one and wrap is None and per_example(extra, batch):
             # one row per example in the extra arguments: an explainer that runs the model once on the batch as
             # it is (no reruns of changed rows) takes them as they are; the others run one example at a time
-            whole = build(Packed(self.forward_func, layout, extra, dtypes), layout, packed, -1)
+            model = Packed(self.forward_func, layout, extra, dtypes, whole_batch=self._whole_batch)
+            whole = build(model, layout, packed, -1)
             if whole.reruns_rows:
                 whole = None
         if whole is None and (one_by_one or wrap is not None or per_example(extra, batch)):
@@ -142,8 +148,14 @@ class Attribution:
             raw = torch.cat(raws)
         else:
             if whole is None:
-                whole = build(Packed(self.forward_func, layout, extra, dtypes), layout, packed, -1)
+                model = Packed(self.forward_func, layout, extra, dtypes, whole_batch=self._whole_batch and wrap is None)
+                whole = build(model, layout, packed, -1)
             explanations.append(whole.explain(packed, index))
+            if model.aggregated and not neuron and bool((index != index[0]).any()):
+                raise CaptumTargetError(
+                    f"the model returns one output for the whole batch of {batch}, so one target is attributed; "
+                    f"got targets {index.tolist()}"
+                )
             raw = raw_of(explanations[0])
         if not unpack:  # a layer's attribution: the caller shapes it
             return raw, explanations

@@ -179,7 +179,7 @@ class Perturbation(PerturbationAttribution):
             self._futures = False
         done: torch.futures.Future[Any] = torch.futures.Future()
         done.set_result(result)
-        return done
+        return done.then(lambda future: future.value())  # torch's own type (torch.Future), as captum's chained futures
 
     @classmethod
     def get_name(cls) -> str:

@@ -45,6 +45,8 @@ def _no_grad_changes(func: Callable[..., Any]) -> None:
 class _Simple(GradientAttribution):
     """A method whose attribute(inputs, target, additional_forward_args) maps onto one camkit explainer."""
 
+    _whole_batch = True
+
     def _explainer(self, model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
         raise NotImplementedError
 

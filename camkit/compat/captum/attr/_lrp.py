@@ -3,8 +3,8 @@
 captum sets a rule object on each layer (``layer.rule = GammaRule()``), with the epsilon rule
 (epsilon 1e-9) on every convolution, linear, pooling and batch-norm layer that has none. The
 translation gives each convolution and linear layer its rule through camkit's
-``LRP(layer_rules=...)``; rules camkit does not have (``IdentityRule`` on a weighted layer,
-``set_bias_to_zero=True``) are refused.
+``LRP(layer_rules=...)`` (``IdentityRule`` is camkit's ``"pass"`` rule); ``set_bias_to_zero=True``,
+which camkit does not have, is refused.
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ class Alpha1_Beta0_Rule(PropagationRule):
 
 
 class IdentityRule(EpsilonRule):
-    """Relevance passed on unchanged: captum's rule for activations; camkit has it for ReLUs only."""
+    """Relevance passed on unchanged, value by value (camkit's ``rule="pass"`` for one layer).
+
+    On a weighted layer its output must have its input's shape, as in captum.
+    """
 
 
 #: layers captum gives the epsilon rule by default, and the activations it passes relevance through
@@ -69,8 +72,10 @@ def _leaves(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def _camkit_layer_rule(rule: PropagationRule, name: str) -> dict[str, Any]:
     """captum's rule object of one weighted layer as a rule of camkit's ``LRP(layer_rules=...)``."""
-    if getattr(rule, "set_bias_to_zero", False) or type(rule) is IdentityRule:
-        raise NotComputedError(f"LRP with {type(rule).__name__} (or set_bias_to_zero=True) on layer {name!r}")
+    if getattr(rule, "set_bias_to_zero", False):
+        raise NotComputedError(f"LRP with {type(rule).__name__}(set_bias_to_zero=True) on layer {name!r}")
+    if isinstance(rule, IdentityRule):
+        return {"rule": "pass"}
     if isinstance(rule, GammaRule):
         return {"rule": "gamma", "gamma": rule.gamma}
     if isinstance(rule, Alpha1_Beta0_Rule):
@@ -82,6 +87,8 @@ def _camkit_layer_rule(rule: PropagationRule, name: str) -> dict[str, Any]:
 
 class LRP(GradientAttribution):
     """captum's ``LRP`` on :class:`camkit.LRP`, each convolution's and linear layer's rule object as camkit's ``layer_rules``."""
+
+    _whole_batch = True
 
     def __init__(self, model: nn.Module) -> None:
         for name, module in model.named_modules():

@@ -13,8 +13,6 @@ _NEURON = "neuron attributions (a neuron of a layer as the target) through this 
 _LAYER = "this layer attribution"
 #: captum's names -> what camkit does not compute
 MISSING = {
-    "FeaturePermutation": "feature permutation",
-    "LayerFeaturePermutation": _LAYER,
     "LayerLRP": _LAYER,
     "NeuronDeepLift": _NEURON,
     "NeuronDeepLiftShap": _NEURON,

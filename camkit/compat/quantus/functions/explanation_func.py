@@ -33,7 +33,7 @@ from torch import Tensor, nn
 import camkit
 from camkit.errors import InvalidInputError, UnknownMethodError
 
-from .._base import AddAxis
+from .._base import AddAxis, model_dtype
 from ._explain_routes import CAPTUM_ROUTED, captum_route, zennit_maps
 from .indices import baseline_values
 from .model_interface import ModelInterface
@@ -145,7 +145,7 @@ def _reduce_axes(kwargs: dict[str, Any], ndim: int) -> tuple[int, ...]:
 
 def _tensors(model: nn.Module, inputs: Any, targets: Any) -> tuple[Tensor, Tensor]:
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    x = torch.as_tensor(np.asarray(inputs), dtype=torch.float32, device=device)
+    x = torch.as_tensor(np.asarray(inputs), dtype=model_dtype(model), device=device)
     return x, torch.as_tensor(np.asarray(targets), device=device).long().reshape(-1)
 
 
