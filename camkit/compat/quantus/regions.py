@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -9,9 +10,10 @@ import torch
 from torch import Tensor, nn
 
 from camkit import metrics
+from camkit._internal.state import eval_mode
 from camkit.errors import InvalidInputError
 
-from ._base import Metric, Result
+from ._base import Metric, Result, is_default
 from ._perturbation import NumpyMaskPerturbation
 from .functions.perturb_func import baseline_replacement_by_mask, batch_baseline_replacement_by_indices
 
@@ -180,6 +182,13 @@ class ROAD(Metric):
     the ``N`` positions (Quantus: ``int(p * C * N / 100)`` elements, the same on one channel
     where ``p * N / 100`` is whole). The imputation noise is drawn from a torch generator seeded
     from numpy (equal to Quantus for ``noise=0``).
+
+    A ``perturb_func`` other than Quantus's ``noisy_linear_imputation`` is called as Quantus calls
+    it: ``perturb_func(arr=x_i [C, *S], indices=..., noise=noise, **perturb_func_kwargs)`` for each
+    input and percentage, the indices the first ``int(p * a_i.size / 100)`` of
+    ``argsort(-a_i)`` (numpy's order, the map broadcast to the input's shape and flattened); equal
+    to Quantus on each sample (Quantus still averages the first batch only).
+    ``perturb_func_kwargs["noise"]`` sets the noise, as in Quantus.
     """
 
     softmax_default = True
@@ -187,15 +196,20 @@ class ROAD(Metric):
 
     def __init__(
         self, percentages: list[float] | None = None, noise: float = 0.01, abs: bool = False, normalise: bool = True,
-        **kwargs: Any,
+        perturb_func: Any = None, perturb_func_kwargs: dict[str, Any] | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0, **kwargs)
         self.percentages = list(percentages) if percentages is not None else list(range(1, 100, 2))
-        self.noise = noise
+        options = {"noise": noise, **(perturb_func_kwargs or {})}
+        self.noise = options["noise"]
+        if not is_default("ROAD", "perturb_func", perturb_func):
+            self.perturb_func = functools.partial(perturb_func, **options)
 
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        if self.perturb_func is not None:
+            return self._called(model, x, y, a, chunk_size)
         generator = torch.Generator().manual_seed(int(np.random.randint(0, 2**31 - 1)))
         maps = a.flatten(1).view(a.shape[0], a.shape[1], -1).sum(dim=1).view(a.shape[0], *a.shape[2:])
         _, hits = metrics.road_curve(
@@ -203,6 +217,21 @@ class ROAD(Metric):
             chunk_size=chunk_size, generator=generator, hits=True,
         )  # fmt: skip
         return _curves(hits)
+
+    def _called(self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, chunk_size: int) -> Result:
+        """Quantus's loop over the percentages with the caller's ``perturb_func``: hits [B, P]."""
+        assert self.perturb_func is not None
+        inputs = (x[:, 0] if getattr(self, "_tabular", False) else x).detach().cpu().numpy().copy()
+        order = np.argsort(-a.expand_as(x).flatten(1).cpu().numpy(), axis=1)
+        hits = []
+        with torch.no_grad(), eval_mode(model):
+            for p in self.percentages:
+                top = order[:, : int(a[0].numel() * p / 100)]
+                arr = np.stack([np.asarray(self.perturb_func(arr=xi, indices=k)) for xi, k in zip(inputs, top)])
+                perturbed = torch.as_tensor(arr.reshape(x.shape), dtype=x.dtype, device=x.device)
+                predicted = torch.cat([model(chunk).argmax(dim=-1) for chunk in perturbed.split(chunk_size)])
+                hits.append(predicted == y)
+        return _curves(torch.stack(hits, dim=1))
 
     def combine(self, scores: Result) -> Result:
         means = np.mean(np.array(scores, dtype=float), axis=0)
