@@ -40,7 +40,9 @@ def recorded(calls: list):
     """A shift of every value by ``input_shift + extra`` that records how it is called."""
 
     def shift_every(arr, indices, indexed_axes, input_shift, extra=0.0, **kwargs):
-        calls.append((arr.shape, arr.dtype, indices.copy(), np.asarray(indexed_axes).copy(), input_shift, extra, kwargs))
+        calls.append(
+            (arr.shape, arr.dtype, indices.copy(), np.asarray(indexed_axes).copy(), input_shift, extra, kwargs)
+        )
         return arr + input_shift + extra
 
     return shift_every
@@ -116,3 +118,38 @@ def test_road_calls_the_perturb_func_as_quantus(channels: int) -> None:
         assert theirs[0] == ours[0] == (channels, 6, 8) and theirs[2:] == ours[2:] == (0.01, -3.0, {})
         np.testing.assert_array_equal(theirs[1], ours[1])
     assert len(set(results[1].values())) > 1  # the fill changes the classes as more is removed
+
+
+def recorded_patch(calls: list):
+    """Quantus's own replacement by indices, recording each call's array shape and indices."""
+    own = quantus.functions.perturb_func.batch_baseline_replacement_by_indices
+
+    def replace(arr, indices, **kwargs):
+        calls.append((arr.shape, indices.copy()))
+        return own(arr=arr, indices=indices, **kwargs)
+
+    return replace
+
+
+@pytest.mark.parametrize(("name", "options"), [
+    ("RegionPerturbation", {"patch_size": 4, "regions_evaluation": 5}),
+    ("RegionPerturbation", {"patch_size": 3, "order": "random"}),
+    ("RegionPerturbation", {"patch_size": 4, "order": "lerf", "perturb_baseline": "uniform"}),
+    ("Selectivity", {"patch_size": 4}),
+    ("Selectivity", {"patch_size": 2}),
+])  # fmt: skip
+def test_patches_with_a_perturb_func_follow_quantus_padding_and_order(name: str, options: dict) -> None:
+    """6 x 8 images: a patch_size of 4 or 3 does not divide both sides, and Quantus pads; the maps are
+    rounded to a few values, so patches tie and are taken in numpy's order."""
+    data = images(3)
+    data["a_batch"] = np.round(np.random.RandomState(1).rand(3, 1, 6, 8) * 2).astype(np.float32)
+    results, calls = [], {}
+    for lib in (quantus, cq):
+        calls[lib] = []
+        results.append(run(lib, name, model=Smooth(3).eval(), perturb_func=recorded_patch(calls[lib]), call=data,
+                           normalise=False, **options))  # fmt: skip
+    np.testing.assert_allclose(np.asarray(results[1]), np.asarray(results[0]), rtol=1e-5, atol=1e-6)
+    assert len(calls[cq]) == len(calls[quantus]) > 1
+    for theirs, ours in zip(calls[quantus], calls[cq]):
+        assert theirs[0] == ours[0]  # the padded images, flattened
+        np.testing.assert_array_equal(theirs[1], ours[1])

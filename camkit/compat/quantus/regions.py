@@ -14,6 +14,7 @@ from camkit._internal.state import eval_mode
 from camkit.errors import InvalidInputError
 
 from ._base import Metric, Result, is_default
+from ._patches import patch_scores
 from ._perturbation import NumpyMaskPerturbation
 from .functions.perturb_func import baseline_replacement_by_mask, batch_baseline_replacement_by_indices
 
@@ -39,8 +40,9 @@ class RegionPerturbation(_Patches):
     a multiple of it and shifts its grid by half the padding; camkit's grid starts at the first
     pixel and ends in shorter patches). ``perturb_baseline="uniform"`` draws one value per sample
     and step from numpy in Quantus's order; ``order="random"`` draws its order from a torch
-    generator seeded from numpy (not Quantus's permutation). A ``perturb_func`` is called as
-    Quantus calls it (see :class:`Selectivity`).
+    generator seeded from numpy (not Quantus's permutation). A ``perturb_func`` (images and signals)
+    runs Quantus's own loop (:mod:`._patches`): called as Quantus calls it on the padded images,
+    for any ``patch_size``, patches of equal sums and ``order="random"`` in numpy's order; equal to Quantus.
     """
 
     softmax_default = True
@@ -60,6 +62,11 @@ class RegionPerturbation(_Patches):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        if self.perturb_func is not None and x.dim() in (3, 4):
+            return _curves(patch_scores(
+                model, x, y, a, self.perturb_func, patch_size=self.patch_size, order=self.order,
+                regions=self.regions_evaluation, softmax=softmax, chunk_size=chunk_size, drops=True,
+            ))  # fmt: skip
         generator = None
         if self.order == "random":
             generator = torch.Generator().manual_seed(int(np.random.randint(0, 2**31 - 1)))
@@ -77,8 +84,9 @@ class Selectivity(_Patches):
 
     Equal to Quantus when ``patch_size`` divides the input's sides (see :class:`RegionPerturbation`),
     ``perturb_baseline="uniform"`` included (one draw per sample and patch, as Quantus). A
-    ``perturb_func`` is called as Quantus calls it (the patch's elements [B, C * n], each step on
-    the previous step's array); it needs a ``patch_size`` that divides the input's sides.
+    ``perturb_func`` is called as Quantus calls it (the padded images [B, F] and the patch's
+    elements [B, C * patch_size ** 2], each step on the previous step's array; see
+    :class:`RegionPerturbation`), for any ``patch_size``; equal to Quantus.
     """
 
     softmax_default = True
@@ -96,6 +104,10 @@ class Selectivity(_Patches):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        if self.perturb_func is not None and x.dim() in (3, 4):
+            return _curves(patch_scores(
+                model, x, y, a, self.perturb_func, patch_size=self.patch_size, softmax=softmax, chunk_size=chunk_size,
+            ))  # fmt: skip
         regions = int(np.prod([-(-n // self.patch_size) for n in x.shape[2:]]))
         scores = metrics.selectivity(
             model, x, a.expand_as(x), y, patch_size=self.patch_size, baseline=self.baseline,
