@@ -152,3 +152,17 @@ def test_classes_that_never_predict_accept_the_keywords_and_do_not_use_them_as_q
     assert np.array_equal(ours, run(cq, name, UNUSED[name], {}), equal_nan=True)
     if name != "InputInvariance":  # Quantus's shifted model differs (docs/guide/metrics.md)
         np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=1e-6, equal_nan=True)
+
+
+def test_efficient_mprt_with_its_default_softmax_quantus_fails_and_camkit_takes_the_softmax_of_the_forward() -> None:
+    """``EfficientMPRT`` predicts whatever ``compute_extra_scores`` says and defaults to ``softmax=True``: Quantus
+    hands the keywords to its ``nn.Sequential(model, Softmax)``, a TypeError."""
+    call = {**batch(), "explain_func": explain, "device": "cpu", "model_predict_kwargs": {"temperature": 0.5}}
+    with warnings.catch_warnings(), pytest.raises(TypeError, match="temperature"):
+        warnings.simplefilter("ignore")
+        quantus.EfficientMPRT(disable_warnings=True)(model=Keyed().eval(), **call)
+    metric = cq.EfficientMPRT(compute_extra_scores=True)
+    metric(model=Keyed().eval(), **call)
+    hot = metric.scores_extra["scores_delta_model"]
+    metric(model=Keyed().eval(), **{**call, "model_predict_kwargs": {"temperature": 2.0}})
+    assert not np.allclose(hot, metric.scores_extra["scores_delta_model"])
