@@ -152,6 +152,7 @@ def input_invariance(
     *,
     shift: float = -1.0,
     atol: float = 1e-4,
+    shifted: Tensor | None = None,
 ) -> Tensor:
     """Input invariance (Kindermans et al. 2019): is the map unchanged when the input is shifted
     and the model compensates?
@@ -172,6 +173,8 @@ def input_invariance(
         target: as the explainer takes it.
         shift: the constant added to every input value.
         atol: the largest difference that still counts as equal.
+        shifted: the shifted inputs ``x'`` [B, C, *S], when they are not ``x + shift`` (a caller's
+            shift of some values only, say); the second model still computes ``model(x' - shift)``.
 
     Returns:
         Float tensor [B] of 1.0 (invariant) or 0.0.
@@ -193,7 +196,9 @@ def input_invariance(
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     first = explain(model, x, target)
-    second = explain(_Shifted(model, shift), x + shift, target)
+    if shifted is not None and shifted.shape != x.shape:
+        raise InvalidInputError(f"shifted inputs {list(shifted.shape)} must have the inputs' shape {list(x.shape)}")
+    second = explain(_Shifted(model, shift), x + shift if shifted is None else shifted, target)
     if not isinstance(first, Tensor) or not isinstance(second, Tensor) or first.shape != second.shape:
         raise InvalidInputError("explain must return maps of the same shape for both models")
     close = (first.detach() - second.detach()).abs().flatten(1).amax(dim=1) <= atol

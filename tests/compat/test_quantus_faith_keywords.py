@@ -89,12 +89,6 @@ def test_explain_func_gets_the_callers_model_without_the_keywords():
     assert seen == [net]
 
 
-def test_model_predict_kwargs_refused_where_a_model_is_re_explained():
-    x, y, a = data()
-    with pytest.raises(InvalidInputError, match="model_predict_kwargs"):
-        cq.InputInvariance()(model=Tempered(), x_batch=x, y_batch=y, a_batch=a, model_predict_kwargs={"temperature": 2.0})
-
-
 def test_irof_felzenszwalb_segments_as_quantus_makes_them():
     from quantus.helpers.utils import get_superpixel_segments
 

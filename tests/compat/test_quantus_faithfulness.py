@@ -156,7 +156,7 @@ def test_compat_errors():
     with pytest.raises(InvalidInputError, match="perturb_baseline"):
         cq.PixelFlipping(perturb_baseline="neighbourhood_mean")
     with pytest.raises(InvalidInputError, match="perturb_func"):
-        cq.ROAD(perturb_func=lambda arr, **kw: arr)
+        cq.Sufficiency(perturb_func=lambda arr, **kw: arr)  # no perturbation to replace (Quantus refuses it too)
     with pytest.raises(TypeError, match="unknown"):
         cq.PixelFlipping(not_an_argument=1)
     with pytest.raises(InvalidInputError, match="a_batch"):

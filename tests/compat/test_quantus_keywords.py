@@ -168,7 +168,7 @@ def test_default_perturb_func_passed_explicitly_is_the_default(lib: str) -> None
     theirs, ours = both("PixelFlipping", {"features_in_step": 7, "perturb_func": func})
     np.testing.assert_allclose(ours, theirs, atol=1e-6)
     with pytest.raises(ValueError, match="default perturbation"):
-        cq.ROAD(perturb_func=quantus.gaussian_noise)  # ROAD computes its default perturbation only
+        cq.Sufficiency(perturb_func=quantus.gaussian_noise)  # no perturbation to replace (Quantus refuses it too)
     with pytest.raises(cq.NotTranslatedError, match="noisy_linear_imputation"):
         perturb_func.noisy_linear_imputation(np.zeros((1, 2)), indices=None)
 

@@ -97,6 +97,26 @@ def test_input_invariance_gradient_yes_input_times_gradient_no():
     assert all(p.grad is None for p in net.parameters())
 
 
+def test_input_invariance_shifted_inputs_given():
+    """``shifted=x + shift`` is the default; inputs shifted by another amount are seen by the second model as
+    ``x + (other - shift)``: the product of the input and a linear model's gradient then differs by that much."""
+    net, seen = nn.Sequential(nn.Flatten(), nn.Linear(6, 2)).eval(), []
+
+    def gradient_times_input(model, inputs, target):
+        seen.append(inputs)
+        inputs = inputs.clone().requires_grad_(True)
+        score = model(inputs).gather(1, target[:, None]).sum()
+        return inputs * torch.autograd.grad(score, inputs)[0]
+
+    x, target = torch.rand(2, 1, 6), torch.tensor([0, 1])
+    assert input_invariance(gradient_times_input, net, x, target, shift=0.0, shifted=x).tolist() == [1.0, 1.0]
+    assert torch.equal(seen[-1], x)
+    assert input_invariance(gradient_times_input, net, x, target, shift=0.0, shifted=x + 1.0).tolist() == [0.0, 0.0]
+    assert torch.equal(seen[-1], x + 1.0)
+    with pytest.raises(InvalidInputError, match="shape"):
+        input_invariance(gradient_times_input, net, x, target, shifted=x[:1])
+
+
 @pytest.mark.parametrize("dims", [1, 2, 3])
 def test_every_rank_and_batch_equals_one_by_one(dims):
     net, x = RankNet(dims), rank_input(dims, batch=2)

@@ -32,7 +32,7 @@ from camkit import Explainer
 from camkit.errors import InvalidInputError
 
 from ._perturbation import NumpyPerturbation, bind_perturb_func
-from ._predict import PredictKwargs
+from ._predict import AddAxis, PredictKwargs
 
 __all__ = ["DEFAULTS", "AddAxis", "Metric", "is_default", "model_dtype", "quantus_baseline", "quantus_similarity"]
 
@@ -152,8 +152,9 @@ class Metric:
     #: (called through the native metric's ``perturb`` hook); ``uniform_order = "function"``: ``"uniform"``
     #: goes through it too, drawn by the function as Quantus draws it
     perturb_default: Callable[..., Any] | None = None
-    #: whether ``model_predict_kwargs`` is taken: passed to the model's forward when the metric scores
-    #: inputs (as Quantus's ``PyTorchModel.predict`` does), never when explaining
+    #: True: ``model_predict_kwargs`` go to the forward of the model :meth:`evaluate` gets (it only scores
+    #: inputs, as Quantus's ``PyTorchModel.predict``); False: the caller's model, the keywords in
+    #: :attr:`predict_kwargs` for the class to use where Quantus predicts (nowhere for some, as in Quantus)
     takes_predict_kwargs: bool = False
 
     def __init__(
@@ -209,6 +210,7 @@ class Metric:
         self.all_evaluation_scores: Result = []
         self.explain_func: Any = None
         self.explain_func_kwargs: dict[str, Any] = {}
+        self.predict_kwargs: dict[str, Any] = {}
 
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
@@ -241,11 +243,9 @@ class Metric:
         """
         if kwargs:
             raise TypeError(f"{type(self).__name__}() got unknown arguments {sorted(kwargs)}")
-        explain_model = model
-        if model_predict_kwargs:
-            if not self.takes_predict_kwargs:
-                raise InvalidInputError("model_predict_kwargs is not supported here: wrap the model to pass extra arguments")
-            model = PredictKwargs(model, model_predict_kwargs) if model is not None else None
+        explain_model, self.predict_kwargs = model, dict(model_predict_kwargs or {})
+        if model_predict_kwargs and self.takes_predict_kwargs and model is not None:
+            model = PredictKwargs(model, model_predict_kwargs)
         x_all = np.asarray(x_batch)
         self._tabular = x_all.ndim == 2  # Quantus's [B, F] features: seen as [B, 1, F], the model as AddAxis
         if self._tabular:
@@ -357,18 +357,6 @@ class Metric:
         if self.abs:
             a = a.abs()
         return a
-
-
-class AddAxis(nn.Module):
-    """A model of ``[B, F]`` inputs seen as taking ``[B, 1, F]``: camkit's metrics want a channel axis."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = self.model(x[:, 0])
-        return out
 
 
 def _infer_channel_first(shape: tuple[int, ...]) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from torch import Tensor, nn
 from camkit import Explainer, metrics
 from camkit.errors import InvalidInputError
 
-from ._base import Metric, Result, _as_maps
+from ._base import Metric, Result, _as_maps, is_default
 from .functions.perturb_func import batch_baseline_replacement_by_indices
 
 __all__ = ["Completeness", "InputInvariance", "NonSensitivity"]
@@ -97,16 +98,39 @@ class InputInvariance(Metric):
     the plain gradient fails. camkit's second model is ``model(x - shift)``, the same function
     exactly. ``explain_func`` must be a function ``f(model=, inputs=, targets=, **kwargs)``
     (a camkit explainer is bound to one model); ``a_batch``, when given, is the first map.
+
+    A ``perturb_func`` other than Quantus's ``baseline_replacement_by_shift`` makes the shifted
+    inputs as Quantus makes them: ``perturb_func(arr=x_i, indices=arange(1, F),
+    indexed_axes=arange(x_i.ndim), input_shift=..., **perturb_func_kwargs)`` on each input
+    ``x_i`` [C, *S] (Quantus's ``perturb_batch`` leaves out the first index); the shift of the
+    second model is ``input_shift``, or ``perturb_func_kwargs["input_shift"]`` over it, as Quantus
+    reads it from the bound function. With Quantus's own function every value is shifted (Quantus
+    leaves the first one as it is).
     """
 
     softmax_default = False
 
     def __init__(
-        self, abs: bool = False, normalise: bool = False, input_shift: float = -1, atol: float = 1e-4, **kwargs: Any
-    ) -> None:
+        self, abs: bool = False, normalise: bool = False, input_shift: float = -1, atol: float = 1e-4,
+        perturb_func: Any = None, perturb_func_kwargs: dict[str, Any] | None = None, **kwargs: Any,
+    ) -> None:  # fmt: skip
         super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0, **kwargs)
-        self.input_shift = input_shift
+        options = {"input_shift": input_shift, **(perturb_func_kwargs or {})}
+        self.input_shift = options["input_shift"]
+        self.shift_func = None  # None: every value shifted by input_shift
+        if not is_default("InputInvariance", "perturb_func", perturb_func):
+            self.shift_func = functools.partial(perturb_func, **options)
         self.atol = atol
+
+    def shifted_inputs(self, x: Tensor) -> Tensor | None:
+        """The caller's ``perturb_func`` on each input, called as Quantus's ``perturb_batch`` calls it (None without one)."""
+        if self.shift_func is None:
+            return None
+        arr = (x[:, 0] if getattr(self, "_tabular", False) else x).detach().cpu().numpy().copy()
+        indices, axes = np.arange(arr[0].size)[1:], np.arange(arr[0].ndim)
+        for i in range(arr.shape[0]):
+            arr[i] = self.shift_func(arr=arr[i], indices=indices, indexed_axes=axes)
+        return torch.as_tensor(arr, dtype=x.dtype, device=x.device).view_as(x)
 
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
@@ -125,5 +149,7 @@ class InputInvariance(Metric):
             out = explain_func(model=net, inputs=inputs.cpu().numpy(), targets=y.cpu().numpy(), **self.explain_func_kwargs)
             return self._preprocess(_as_maps(np.asarray(out), inputs, True))
 
-        values = metrics.input_invariance(explain, model, x, y, shift=float(self.input_shift), atol=self.atol)
+        values = metrics.input_invariance(
+            explain, model, x, y, shift=float(self.input_shift), atol=self.atol, shifted=self.shifted_inputs(x)
+        )
         return [bool(v) for v in values.tolist()]

@@ -18,6 +18,7 @@ from camkit.metrics.randomisation import discrete_entropy
 
 from ._base import Result, is_default
 from ._calls import complexity_measure
+from ._predict import with_kwargs
 from .localisation import rows
 from .randomisation import _Randomisation, quantus_layers, quantus_randomizer
 
@@ -171,7 +172,7 @@ class EfficientMPRT(_Randomisation):
 
         def recording(replica: nn.Module) -> Any:
             if self.compute_extra_scores:
-                models.append(_prediction_entropy(replica, x, softmax))
+                models.append(_prediction_entropy(with_kwargs(replica, self.predict_kwargs), x, softmax))
             return factory(replica)
 
         def complexity_of_randomised(a: Tensor, b: Tensor) -> Tensor:

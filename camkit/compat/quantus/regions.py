@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -9,9 +10,11 @@ import torch
 from torch import Tensor, nn
 
 from camkit import metrics
+from camkit._internal.state import eval_mode
 from camkit.errors import InvalidInputError
 
-from ._base import Metric, Result
+from ._base import Metric, Result, is_default
+from ._patches import patch_scores
 from ._perturbation import NumpyMaskPerturbation
 from .functions.perturb_func import baseline_replacement_by_mask, batch_baseline_replacement_by_indices
 
@@ -37,8 +40,9 @@ class RegionPerturbation(_Patches):
     a multiple of it and shifts its grid by half the padding; camkit's grid starts at the first
     pixel and ends in shorter patches). ``perturb_baseline="uniform"`` draws one value per sample
     and step from numpy in Quantus's order; ``order="random"`` draws its order from a torch
-    generator seeded from numpy (not Quantus's permutation). A ``perturb_func`` is called as
-    Quantus calls it (see :class:`Selectivity`).
+    generator seeded from numpy (not Quantus's permutation). A ``perturb_func`` (images and signals)
+    runs Quantus's own loop (:mod:`._patches`): called as Quantus calls it on the padded images,
+    for any ``patch_size``, patches of equal sums and ``order="random"`` in numpy's order; equal to Quantus.
     """
 
     softmax_default = True
@@ -58,6 +62,11 @@ class RegionPerturbation(_Patches):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        if self.perturb_func is not None and x.dim() in (3, 4):
+            return _curves(patch_scores(
+                model, x, y, a, self.perturb_func, patch_size=self.patch_size, order=self.order,
+                regions=self.regions_evaluation, softmax=softmax, chunk_size=chunk_size, drops=True,
+            ))  # fmt: skip
         generator = None
         if self.order == "random":
             generator = torch.Generator().manual_seed(int(np.random.randint(0, 2**31 - 1)))
@@ -75,8 +84,9 @@ class Selectivity(_Patches):
 
     Equal to Quantus when ``patch_size`` divides the input's sides (see :class:`RegionPerturbation`),
     ``perturb_baseline="uniform"`` included (one draw per sample and patch, as Quantus). A
-    ``perturb_func`` is called as Quantus calls it (the patch's elements [B, C * n], each step on
-    the previous step's array); it needs a ``patch_size`` that divides the input's sides.
+    ``perturb_func`` is called as Quantus calls it (the padded images [B, F] and the patch's
+    elements [B, C * patch_size ** 2], each step on the previous step's array; see
+    :class:`RegionPerturbation`), for any ``patch_size``; equal to Quantus.
     """
 
     softmax_default = True
@@ -94,6 +104,10 @@ class Selectivity(_Patches):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        if self.perturb_func is not None and x.dim() in (3, 4):
+            return _curves(patch_scores(
+                model, x, y, a, self.perturb_func, patch_size=self.patch_size, softmax=softmax, chunk_size=chunk_size,
+            ))  # fmt: skip
         regions = int(np.prod([-(-n // self.patch_size) for n in x.shape[2:]]))
         scores = metrics.selectivity(
             model, x, a.expand_as(x), y, patch_size=self.patch_size, baseline=self.baseline,
@@ -180,6 +194,13 @@ class ROAD(Metric):
     the ``N`` positions (Quantus: ``int(p * C * N / 100)`` elements, the same on one channel
     where ``p * N / 100`` is whole). The imputation noise is drawn from a torch generator seeded
     from numpy (equal to Quantus for ``noise=0``).
+
+    A ``perturb_func`` other than Quantus's ``noisy_linear_imputation`` is called as Quantus calls
+    it: ``perturb_func(arr=x_i [C, *S], indices=..., noise=noise, **perturb_func_kwargs)`` for each
+    input and percentage, the indices the first ``int(p * a_i.size / 100)`` of
+    ``argsort(-a_i)`` (numpy's order, the map broadcast to the input's shape and flattened); equal
+    to Quantus on each sample (Quantus still averages the first batch only).
+    ``perturb_func_kwargs["noise"]`` sets the noise, as in Quantus.
     """
 
     softmax_default = True
@@ -187,15 +208,20 @@ class ROAD(Metric):
 
     def __init__(
         self, percentages: list[float] | None = None, noise: float = 0.01, abs: bool = False, normalise: bool = True,
-        **kwargs: Any,
+        perturb_func: Any = None, perturb_func_kwargs: dict[str, Any] | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(abs=abs, normalise=normalise, perturb_baseline=0.0, **kwargs)
         self.percentages = list(percentages) if percentages is not None else list(range(1, 100, 2))
-        self.noise = noise
+        options = {"noise": noise, **(perturb_func_kwargs or {})}
+        self.noise = options["noise"]
+        if not is_default("ROAD", "perturb_func", perturb_func):
+            self.perturb_func = functools.partial(perturb_func, **options)
 
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Result:
+        if self.perturb_func is not None:
+            return self._called(model, x, y, a, chunk_size)
         generator = torch.Generator().manual_seed(int(np.random.randint(0, 2**31 - 1)))
         maps = a.flatten(1).view(a.shape[0], a.shape[1], -1).sum(dim=1).view(a.shape[0], *a.shape[2:])
         _, hits = metrics.road_curve(
@@ -203,6 +229,21 @@ class ROAD(Metric):
             chunk_size=chunk_size, generator=generator, hits=True,
         )  # fmt: skip
         return _curves(hits)
+
+    def _called(self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, chunk_size: int) -> Result:
+        """Quantus's loop over the percentages with the caller's ``perturb_func``: hits [B, P]."""
+        assert self.perturb_func is not None
+        inputs = (x[:, 0] if getattr(self, "_tabular", False) else x).detach().cpu().numpy().copy()
+        order = np.argsort(-a.expand_as(x).flatten(1).cpu().numpy(), axis=1)
+        hits = []
+        with torch.no_grad(), eval_mode(model):
+            for p in self.percentages:
+                top = order[:, : int(a[0].numel() * p / 100)]
+                arr = np.stack([np.asarray(self.perturb_func(arr=xi, indices=k)) for xi, k in zip(inputs, top)])
+                perturbed = torch.as_tensor(arr.reshape(x.shape), dtype=x.dtype, device=x.device)
+                predicted = torch.cat([model(chunk).argmax(dim=-1) for chunk in perturbed.split(chunk_size)])
+                hits.append(predicted == y)
+        return _curves(torch.stack(hits, dim=1))
 
     def combine(self, scores: Result) -> Result:
         means = np.mean(np.array(scores, dtype=float), axis=0)

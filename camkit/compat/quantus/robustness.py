@@ -30,6 +30,7 @@ from camkit.hooks import HookScope
 
 from ._base import is_default
 from ._calls import lipschitz_measure, sensitivity_measure, translations
+from ._predict import with_kwargs
 from .localisation import rows
 from .randomisation import _Randomisation
 
@@ -86,6 +87,11 @@ class _Robustness(_Randomisation):
         raw = self.raw_maps(model, model)
         return lambda inputs, target: self.prepared(raw(inputs, target))
 
+    def scoring(self, model: nn.Module) -> nn.Module:
+        """The model that predicts: ``model_predict_kwargs`` passed to its forward, as Quantus's ``predict`` does
+        (the explanations and Quantus's hidden representation run the caller's model without them)."""
+        return with_kwargs(model, self.predict_kwargs)
+
     def plan(self, x: Tensor, draw: Callable[[tuple[int, ...]], np.ndarray]) -> Tensor:
         """The perturbed inputs: Quantus's default draws, or the ``perturb_func`` given, called as Quantus calls it."""
         return (
@@ -122,7 +128,7 @@ class _Sensitivity(_Robustness):
         plan = self.plan(x, lambda shape: np.random.uniform(self.low, self.high, shape))
         measure = metrics.avg_sensitivity if self.reduce == "mean" else metrics.max_sensitivity
         scores = measure(
-            self.explainer(model), x, y, model=model, maps=a, perturbed=plan,
+            self.explainer(model), x, y, model=self.scoring(model), maps=a, perturbed=plan,
             skip_changed=self.skip_changed, chunk_size=chunk_size, measure=self.measure,
         )  # fmt: skip
         return rows(scores)
@@ -175,7 +181,7 @@ class LocalLipschitzEstimate(_Robustness):
     ) -> Any:
         plan = self.plan(x, lambda shape: np.random.normal(self.mean, self.std, shape))
         scores = metrics.local_lipschitz_estimate(
-            self.explainer(model), x, y, model=model, maps=a, perturbed=plan, skip_changed=self.skip_changed,
+            self.explainer(model), x, y, model=self.scoring(model), maps=a, perturbed=plan, skip_changed=self.skip_changed,
             chunk_size=chunk_size, measure=self.measure,
         )  # fmt: skip
         return rows(scores)
@@ -250,7 +256,7 @@ class Continuity(_Robustness):
             )
         plan = None if self.translate is None else self.translate(x, self.nr_steps)
         scores = metrics.continuity(
-            self.explainer(model), x, y, model=model, steps=self.nr_steps, fill=self.fill, perturbed=plan,
+            self.explainer(model), x, y, model=self.scoring(model), steps=self.nr_steps, fill=self.fill, perturbed=plan,
             skip_changed=self.skip_changed, chunk_size=chunk_size,
         )  # fmt: skip
         return rows(scores)
@@ -279,6 +285,7 @@ class Consistency(_Robustness):
     def evaluate(
         self, model: nn.Module, x: Tensor, y: Tensor, a: Tensor, s: Tensor | None, *, softmax: bool, chunk_size: int
     ) -> Any:
+        model = self.scoring(model)
         with torch.no_grad():
             predictions = torch.cat(
                 [model(x[i : i + chunk_size]).argmax(dim=1) for i in range(0, x.shape[0], chunk_size)]
@@ -356,15 +363,17 @@ class _Relative(_Robustness):
             "maps": self.prepared(a), "perturbed": plan, "eps": self.eps,
             "skip_changed": self.skip_changed, "chunk_size": chunk_size,
         }  # fmt: skip
-        explain = self.explainer(model)
+        explain, scoring = self.explainer(model), self.scoring(model)
         if self.kind == "input":
-            scores = metrics.relative_input_stability(explain, model, x, y, **common)
+            scores = metrics.relative_input_stability(explain, scoring, x, y, **common)
         elif self.kind == "output":
             select = (lambda out: out.softmax(dim=1)) if softmax else None
-            scores = metrics.relative_output_stability(explain, model, x, y, output=select, **common)
+            scores = metrics.relative_output_stability(explain, scoring, x, y, output=select, **common)
         else:
             represent = _representation(model, self.layer_names, self.layer_indices)
-            scores = metrics.relative_representation_stability(explain, model, x, y, representation=represent, **common)
+            scores = metrics.relative_representation_stability(
+                explain, scoring, x, y, representation=represent, **common
+            )
         return rows(scores)
 
 
