@@ -25,7 +25,6 @@ from ._gradient import (
     Deconvolution,
     DeepLift,
     DeepLiftShap,
-    GradientShap,
     GuidedBackprop,
     InputXGradient,
     IntegratedGradients,
@@ -46,6 +45,7 @@ from ._missing import MISSING, missing_class
 from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
 from ._noise import SUPPORTED_NOISE_TUNNEL_TYPES, NoiseTunnel
 from ._perturbation import FeatureAblation, KernelShap, Lime, LimeBase, Occlusion, ShapleyValues, ShapleyValueSampling
+from ._shap import GradientShap
 from ._wrapper import InputIdentity, ModelInputWrapper
 
 __all__ = [
