@@ -123,7 +123,7 @@ _CAPTUM_FILES = (
         "layer/test_layer_integrated_gradients", "layer/test_layer_conductance", "layer/test_internal_influence",
         "layer/test_layer_deeplift", "layer/test_layer_gradient_shap", "layer/test_layer_ablation",
         "neuron/test_neuron_gradient", "neuron/test_neuron_integrated_gradients", "neuron/test_neuron_conductance",
-        "neuron/test_neuron_ablation",
+        "neuron/test_neuron_ablation", "neuron/test_neuron_deeplift", "neuron/test_neuron_gradient_shap",
     )),
     "metrics/test_infidelity.py",
     "metrics/test_sensitivity.py",
@@ -149,10 +149,6 @@ _CAPTUM_LEFT_OUT = {
     "attr/test_feature_permutation.py": f"FeaturePermutation: {_NOT_TRANSLATED}",
     "attr/layer/test_layer_feature_permutation.py": f"LayerFeaturePermutation: {_NOT_TRANSLATED}",
     "attr/layer/test_layer_lrp.py": f"LayerLRP: {_NOT_TRANSLATED}",
-    **{
-        f"attr/neuron/{name}.py": f"neuron attributions: {_NOT_TRANSLATED}"
-        for name in ("test_neuron_deeplift", "test_neuron_gradient_shap")
-    },
 }
 SUITES["captum"] = Suite(
     "captum",

@@ -43,6 +43,7 @@ from ._layer_ablation import LayerFeatureAblation, NeuronFeatureAblation
 from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
 from ._missing import MISSING, missing_class
 from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
+from ._neuron_shap import NeuronDeepLift, NeuronDeepLiftShap, NeuronGradientShap
 from ._noise import SUPPORTED_NOISE_TUNNEL_TYPES, NoiseTunnel
 from ._perturbation import FeatureAblation, KernelShap, Lime, LimeBase, Occlusion, ShapleyValues, ShapleyValueSampling
 from ._shap import GradientShap
@@ -88,8 +89,11 @@ __all__ = [
     "NeuronAttribution",
     "NeuronConductance",
     "NeuronDeconvolution",
+    "NeuronDeepLift",
+    "NeuronDeepLiftShap",
     "NeuronFeatureAblation",
     "NeuronGradient",
+    "NeuronGradientShap",
     "NeuronGuidedBackprop",
     "NeuronIntegratedGradients",
     "NoiseTunnel",

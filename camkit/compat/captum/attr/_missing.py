@@ -9,16 +9,12 @@ from ._base import Attribution, NotComputedError
 
 __all__ = ["MISSING", "missing_class"]
 
-_NEURON = "neuron attributions (a neuron of a layer as the target) through this path"
 _LAYER = "this layer attribution"
 #: captum's names -> what camkit does not compute
 MISSING = {
     "FeaturePermutation": "feature permutation",
     "LayerFeaturePermutation": _LAYER,
     "LayerLRP": _LAYER,
-    "NeuronDeepLift": _NEURON,
-    "NeuronDeepLiftShap": _NEURON,
-    "NeuronGradientShap": _NEURON,
     "LLMAttribution": "LLM attribution",
     "LLMGradientAttribution": "LLM attribution",
     "LLMAttributionResult": "LLM attribution",

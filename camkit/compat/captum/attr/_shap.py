@@ -29,10 +29,10 @@ from torch import Tensor, nn
 from .... import methods as km
 from ....methods import Explainer
 from .._pack import CaptumInputError, Layout, as_tuple, fit_to
-from ._base import NotComputedError, gathered
+from ._base import Build, NotComputedError, gathered
 from ._gradient import _WithDelta
 
-__all__ = ["GradientShap", "ShapDraws", "baseline_distribution", "captum_draws", "path_alpha"]
+__all__ = ["GradientShap", "ShapDraws", "baseline_distribution", "captum_draws", "on_draws", "path_alpha"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,19 @@ def _padded(noise: Tensor, x: Tensor) -> Tensor:
     return torch.cat([noise, noise.new_zeros((*noise.shape[:-1], extra))], dim=-1)
 
 
+def on_draws(drawn: ShapDraws, n_samples: int, stdevs: float | tuple[float, ...], **options: Any) -> Build:
+    """The builder of camkit's GradientShap on one example's rows of ``drawn`` (``example`` counts from 0)."""
+    noisy = any(float(s) != 0 for s in (stdevs if isinstance(stdevs, tuple) else (stdevs,)))
+
+    def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
+        rows = slice(example * n_samples, (example + 1) * n_samples)
+        starts = fit_to(layout.pack(tuple(s[rows] for s in drawn.starts)), x)
+        noise = _padded(layout.pack(tuple(z[rows] for z in drawn.noise)), x)
+        return _GivenDraws(model, starts, drawn.alpha[rows], noise, noisy, **options)
+
+    return build
+
+
 class GradientShap(_WithDelta):
     """captum's ``GradientShap`` on :class:`camkit.GradientShap`, on captum's draws (see the module).
 
@@ -138,15 +151,7 @@ class GradientShap(_WithDelta):
         xs = as_tuple(inputs)
         Layout.of(xs)  # inputs checked before anything is drawn
         drawn = captum_draws(xs, baseline_distribution(baselines, inputs), n_samples, stdevs)
-        noisy = any(float(s) != 0 for s in (stdevs if isinstance(stdevs, tuple) else (stdevs,)))
-
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            rows = slice(example * n_samples, (example + 1) * n_samples)
-            starts = fit_to(layout.pack(tuple(s[rows] for s in drawn.starts)), x)
-            noise = _padded(layout.pack(tuple(z[rows] for z in drawn.noise)), x)
-            return _GivenDraws(model, starts, drawn.alpha[rows], noise, noisy, multiply_by_inputs=self._multiply,
-                               draw_gaps=return_convergence_delta)
-
+        build = on_draws(drawn, n_samples, stdevs, multiply_by_inputs=self._multiply, draw_gaps=return_convergence_delta)
         raw, explanations = self._run(inputs, target, additional_forward_args, build, one_by_one=True)
         if not return_convergence_delta:
             return raw
