@@ -40,6 +40,7 @@ from ._layer import (
     LayerIntegratedGradients,
 )
 from ._layer_ablation import LayerFeatureAblation, NeuronFeatureAblation
+from ._layer_lrp import LayerLRP
 from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
 from ._missing import MISSING, missing_class
 from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
@@ -83,6 +84,7 @@ __all__ = [
     "LayerGradientShap",
     "LayerGradientXActivation",
     "LayerIntegratedGradients",
+    "LayerLRP",
     "Lime",
     "LimeBase",
     "ModelInputWrapper",

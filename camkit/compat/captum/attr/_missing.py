@@ -14,7 +14,6 @@ _LAYER = "this layer attribution"
 MISSING = {
     "FeaturePermutation": "feature permutation",
     "LayerFeaturePermutation": _LAYER,
-    "LayerLRP": _LAYER,
     "LLMAttribution": "LLM attribution",
     "LLMGradientAttribution": "LLM attribution",
     "LLMAttributionResult": "LLM attribution",
