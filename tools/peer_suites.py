@@ -121,9 +121,9 @@ _CAPTUM_FILES = (
         "test_occlusion", "test_feature_ablation", "test_shapley", "test_kernel_shap", "test_lime", "test_targets",
         "layer/test_grad_cam", "layer/test_layer_activation", "layer/test_layer_gradient_x_activation",
         "layer/test_layer_integrated_gradients", "layer/test_layer_conductance", "layer/test_internal_influence",
-        "layer/test_layer_deeplift", "layer/test_layer_gradient_shap", "layer/test_layer_ablation",
+        "layer/test_layer_deeplift", "layer/test_layer_gradient_shap", "layer/test_layer_ablation", "layer/test_layer_lrp",
         "neuron/test_neuron_gradient", "neuron/test_neuron_integrated_gradients", "neuron/test_neuron_conductance",
-        "neuron/test_neuron_ablation",
+        "neuron/test_neuron_ablation", "neuron/test_neuron_deeplift", "neuron/test_neuron_gradient_shap",
         "test_feature_permutation", "layer/test_layer_feature_permutation",
     )),
     "metrics/test_infidelity.py",
@@ -147,11 +147,6 @@ _CAPTUM_LEFT_OUT = {
     "attr/test_baselines.py": "ProductBaselines (captum's baseline sampler for perturbation methods)",
     "attr/test_input_layer_wrapper.py": "ModelInputWrapper (layer attribution to model inputs)",
     "attr/test_hook_removal.py": "runs every class of captum's configuration table, most of them not translated",
-    "attr/layer/test_layer_lrp.py": f"LayerLRP: {_NOT_TRANSLATED}",
-    **{
-        f"attr/neuron/{name}.py": f"neuron attributions: {_NOT_TRANSLATED}"
-        for name in ("test_neuron_deeplift", "test_neuron_gradient_shap")
-    },
 }
 SUITES["captum"] = Suite(
     "captum",

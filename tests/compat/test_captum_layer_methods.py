@@ -9,6 +9,7 @@ easy to derive by hand the test derives it.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -133,11 +134,15 @@ def test_layer_gradient_shap_is_exact_on_a_linear_model():
     torch.testing.assert_close(delta, torch.zeros_like(delta), atol=1e-6, rtol=0)
 
 
-def test_layer_gradient_shap_matches_captums_expectation(net):
-    torch.manual_seed(3)
-    mine = ours.LayerGradientShap(net, net.lin1).attribute(XS, BASES, n_samples=3000, target=1)
-    theirs = ca.LayerGradientShap(net, net.lin1).attribute(XS, BASES, n_samples=3000, target=1)
-    torch.testing.assert_close(mine, theirs, atol=0.05, rtol=0.05)
+def test_layer_gradient_shap_equals_captum_after_the_same_seeds(net):
+    # captum's draws (numpy's and torch's global generators), so the same seeds give the same answer
+    # (tests/compat/test_captum_shap_draws.py has the other forms)
+    answers = []
+    for lib in (ours, ca):
+        np.random.seed(3)
+        torch.manual_seed(3)
+        answers.append(lib.LayerGradientShap(net, net.lin1).attribute(XS, BASES, n_samples=6, stdevs=0.1, target=1))
+    torch.testing.assert_close(answers[0], answers[1], atol=1e-7, rtol=1e-5)
 
 
 def test_training_flag_and_inputs_are_left_alone(net):

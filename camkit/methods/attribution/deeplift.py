@@ -54,6 +54,11 @@ __all__ = ["DeepLift", "DeepLiftShap"]
 Baseline = Union[float, Tensor]
 
 
+def _is_callable(target: Target) -> bool:
+    """Whether ``target`` scores by being called (then it resolves to no classes)."""
+    return callable(target) and not isinstance(target, Tensor)
+
+
 def _class_scores(output: Tensor, classes: Tensor) -> Tensor:
     """``output``'s entries at ``classes`` row by row: [N] for classes [N], [N, K] for [N, K]."""
     scores = output.gather(1, classes if classes.dim() == 2 else classes[:, None])
@@ -145,13 +150,15 @@ class DeepLift(GradientAttribution):
             return resolve_target(target, raw, batch=batch)
         return resolve_target(target, select_output(raw, self.output), batch=batch)
 
-    def _reference_scores(self, raw: Any, classes: Tensor | None, target: Target, batch: int, rows: int) -> Tensor:
+    def _reference_scores(self, raw: Any, classes: Tensor | None, target: Target, batch: int, rows: int,
+                          called: Tensor | None = None) -> Tensor:
         """The target scores of the reference pass's output ``raw`` ([rows] images), one per image of ``batch``.
 
         Image ``i`` goes with reference row ``i // (batch / rows)`` (one row for all, one each, or groups).
+        ``called``: a callable target's scores, taken during the reference pass.
         """
         if classes is None:
-            _, scores = self._resolve(raw, target, rows)
+            scores = called if called is not None else self._resolve(raw, target, rows)[1]
             return scores.expand(batch, *scores.shape[1:])
         refs = select_output(raw, self.output)
         refs = refs.expand(batch, *refs.shape[1:]) if rows == 1 else refs.repeat_interleave(batch // rows, dim=0)
@@ -181,6 +188,9 @@ class DeepLift(GradientAttribution):
         recorder = _RescaleMode()
         with torch.no_grad(), recorder:
             raw_ref = self._call_model(base)
+            # a callable target may read what the pass records (a NeuronTarget's layer), which the input's pass
+            # then overwrites: it scores the reference now
+            called = self._resolve(raw_ref, target, base.shape[0])[1] if _is_callable(target) else None
         leaf = x.detach().clone().requires_grad_(True)
         group = None if images is None else (base.shape[0], x.shape[0])
         mode = _RescaleMode(recorder.recorded, self.eps, group)
@@ -195,7 +205,7 @@ class DeepLift(GradientAttribution):
                 classes, scores = self._resolve_grouped(raw, target, images)
             grads = score_gradients(scores, leaf)
         with torch.no_grad():
-            base_scores = self._reference_scores(raw_ref, classes, target, x.shape[0], base.shape[0])
+            base_scores = self._reference_scores(raw_ref, classes, target, x.shape[0], base.shape[0], called)
         warn_unruled(
             type(self).__name__,
             mode.unruled,

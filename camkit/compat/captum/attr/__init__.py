@@ -25,7 +25,6 @@ from ._gradient import (
     Deconvolution,
     DeepLift,
     DeepLiftShap,
-    GradientShap,
     GuidedBackprop,
     InputXGradient,
     IntegratedGradients,
@@ -41,9 +40,11 @@ from ._layer import (
     LayerIntegratedGradients,
 )
 from ._layer_ablation import LayerFeatureAblation, NeuronFeatureAblation
+from ._layer_lrp import LayerLRP
 from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
 from ._missing import MISSING, missing_class
 from ._neuron import NeuronDeconvolution, NeuronGradient, NeuronGuidedBackprop, NeuronIntegratedGradients
+from ._neuron_shap import NeuronDeepLift, NeuronDeepLiftShap, NeuronGradientShap
 from ._noise import SUPPORTED_NOISE_TUNNEL_TYPES, NoiseTunnel
 from ._perturbation import (
     FeatureAblation,
@@ -56,6 +57,7 @@ from ._perturbation import (
     ShapleyValues,
     ShapleyValueSampling,
 )
+from ._shap import GradientShap
 from ._wrapper import InputIdentity, ModelInputWrapper
 
 __all__ = [
@@ -94,14 +96,18 @@ __all__ = [
     "LayerGradientShap",
     "LayerGradientXActivation",
     "LayerIntegratedGradients",
+    "LayerLRP",
     "Lime",
     "LimeBase",
     "ModelInputWrapper",
     "NeuronAttribution",
     "NeuronConductance",
     "NeuronDeconvolution",
+    "NeuronDeepLift",
+    "NeuronDeepLiftShap",
     "NeuronFeatureAblation",
     "NeuronGradient",
+    "NeuronGradientShap",
     "NeuronGuidedBackprop",
     "NeuronIntegratedGradients",
     "NoiseTunnel",

@@ -18,7 +18,6 @@ __all__ = [
     "Deconvolution",
     "DeepLift",
     "DeepLiftShap",
-    "GradientShap",
     "GuidedBackprop",
     "InputXGradient",
     "IntegratedGradients",
@@ -266,40 +265,3 @@ class DeepLiftShap(DeepLift):
         return self._answer(inputs, target, additional_forward_args, build, return_convergence_delta)
 
 
-class GradientShap(_WithDelta):
-    """captum's ``GradientShap`` on :class:`camkit.GradientShap` (its own random draws, not captum's)."""
-
-    def __init__(self, forward_func: Callable[..., Any], multiply_by_inputs: bool = True) -> None:
-        super().__init__(forward_func)
-        self._multiply = multiply_by_inputs
-
-    def attribute(
-        self,
-        inputs: Any,
-        baselines: Any,
-        n_samples: int = 5,
-        stdevs: float | tuple[float, ...] = 0.0,
-        target: Any = None,
-        additional_forward_args: Any = None,
-        return_convergence_delta: bool = False,
-    ) -> Any:
-        if isinstance(stdevs, tuple):
-            if len(set(stdevs)) != 1:
-                raise NotComputedError("GradientShap with a different stdev per input: camkit adds one noise level")
-            stdevs = stdevs[0]
-        xs = inputs if isinstance(inputs, tuple) else (inputs,)
-        dist = _distribution(baselines, xs)
-        seed = int(torch.randint(0, 2**31 - 1, ()).item())
-
-        def build(model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
-            return km.GradientShap(model, baselines=fit_to(dist, x), samples=n_samples, stdev=float(stdevs), seed=seed,
-                                   multiply_by_inputs=self._multiply, draw_gaps=return_convergence_delta)
-
-        if return_convergence_delta and not self._multiply:
-            raise NotComputedError("GradientShap(multiply_by_inputs=False) with return_convergence_delta=True: camkit's "
-                                   "per-draw gaps measure the multiplied attribution")
-        self.delta_key = "draw_gaps"  # captum's delta: one per example and draw, example-major
-        raw, explanations = self._run(inputs, target, additional_forward_args, build)
-        if not return_convergence_delta:
-            return raw
-        return raw, gathered(explanations, self.delta_key, (raw[0] if isinstance(raw, tuple) else raw).dtype)

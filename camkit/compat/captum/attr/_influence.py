@@ -2,8 +2,8 @@
 
 Each evaluates camkit's gradient of the score at the layer (:class:`camkit.LayerGradientXActivation`
 without the activation factor) on captum's points: the straight path from the baseline to the
-input (InternalInfluence, NeuronConductance) or GradientShap's draws (LayerGradientShap, with
-camkit's :class:`camkit.GradientShap` drawing them). The integration weights are camkit's
+input (InternalInfluence, NeuronConductance) or captum's GradientShap draws (LayerGradientShap, drawn
+as captum draws them, see :mod:`._shap`). The integration weights are camkit's
 (:func:`camkit.functional.integration_points`).
 """
 
@@ -15,14 +15,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .... import methods as km
 from ....functional import integration_points
 from ....hooks import HookScope
 from .._pack import CaptumTargetError, Layout, as_tuple, baselines_like, forward_args
 from ._base import LayerAttribution, NeuronAttribution, NotComputedError
-from ._gradient import RULES, Saliency, _distribution
+from ._gradient import RULES, Saliency
 from ._layer import LayerActivation, _check_grad_kwargs
 from ._paths import layer_gradients, on_path, repeat_extra, repeat_target
+from ._shap import baseline_distribution, captum_draws, path_alpha
 
 __all__ = ["InternalInfluence", "LayerGradientShap", "LayerInputBaselineXGradient", "NeuronConductance"]
 
@@ -61,9 +61,9 @@ class InternalInfluence(LayerAttribution):
 class LayerGradientShap(LayerAttribution):
     """captum's ``LayerGradientShap``: ``dS/da`` at GradientShap's draws times the layer's change ``a(x') - a(b)``.
 
-    camkit's :class:`camkit.GradientShap` draws (a baseline, a point on the path and the noise for
-    each sample, shared by every example of the batch, so an example's answer does not depend on
-    its batch); the draws are not captum's.
+    The baselines, the noise and the points on the path are captum's draws, from numpy's and
+    torch's global generators in captum's order (:func:`~._shap.captum_draws`), so a seeded call
+    returns captum's attribution; the gradients and activations at them are camkit's.
     """
 
     def __init__(self, forward_func: Callable[..., Any], layer: nn.Module, device_ids: Any = None,
@@ -77,27 +77,6 @@ class LayerGradientShap(LayerAttribution):
     @property
     def multiplies_by_inputs(self) -> bool:
         return self._multiply
-
-    def _draws(self, xs: tuple[Tensor, ...], baselines: Any, n_samples: int,
-               stdevs: Any) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], Tensor]:
-        """Each example's noisy copies and their baselines, example-major ([B * n_samples, *s] per input), and alpha."""
-        spreads = stdevs if isinstance(stdevs, tuple) else (stdevs,) * len(xs)
-        if len(spreads) != len(xs):
-            raise NotComputedError(f"{len(spreads)} stdevs for {len(xs)} inputs; give one or one per input")
-        layout = Layout.of(xs)
-        dist = _distribution(baselines, xs)
-        noisy = any(float(s) != 0 for s in spreads)
-        shap = km.GradientShap(nn.Identity(), baselines=dist, samples=n_samples, stdev=1.0 if noisy else 0.0)
-        index, alpha, noise = shap.draws(layout.pack(xs), int(torch.randint(0, 2**31 - 1, ()).item()))
-        bases = layout.unpack(dist)
-        noises = layout.unpack(noise.to(dist.dtype))
-        batch = xs[0].shape[0]
-        example = torch.arange(batch).repeat_interleave(n_samples)
-        draw = torch.arange(n_samples).repeat(batch)
-        ends = tuple(x[example] + (float(s) * n[draw]).to(x.dtype) if noisy else x[example]
-                     for x, n, s in zip(xs, noises, spreads))
-        starts = tuple(b[index[draw]].to(x.dtype) for b, x in zip(bases, xs))
-        return ends, starts, alpha[draw]
 
     def _between(self, ends: tuple[Tensor, ...], starts: tuple[Tensor, ...], alpha: Tensor, target: Any, extra: Any,
                  to_input: bool) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], bool]:
@@ -113,7 +92,9 @@ class LayerGradientShap(LayerAttribution):
                   additional_forward_args: Any = None, return_convergence_delta: bool = False,
                   attribute_to_layer_input: bool = False) -> Any:
         xs = as_tuple(inputs)
-        ends, starts, alpha = self._draws(xs, baselines, n_samples, stdevs)
+        Layout.of(xs)  # inputs checked before anything is drawn
+        drawn = captum_draws(xs, baseline_distribution(baselines, inputs), n_samples, stdevs)
+        ends, starts, alpha = drawn.ends, drawn.starts, drawn.alpha
         tgt = repeat_target(target, n_samples, interleave=True)
         extra = repeat_extra(additional_forward_args, n_samples, interleave=True)
         rows, grads, several = self._between(ends, starts, alpha, tgt, extra, attribute_to_layer_input)
@@ -127,7 +108,8 @@ class LayerGradientShap(LayerAttribution):
 
 class LayerInputBaselineXGradient(LayerGradientShap):
     """captum's ``LayerInputBaselineXGradient`` (LayerGradientShap's one draw): one point per example, drawn
-    uniformly on the path from its baseline (torch's generator), ``dS/da`` there times ``a(x) - a(b)``."""
+    uniformly on the path from its baseline (numpy's global generator, as captum draws it), ``dS/da`` there
+    times ``a(x) - a(b)``."""
 
     def attribute(self, inputs: Any, baselines: Any, target: Any = None,  # type: ignore[override]
                   additional_forward_args: Any = None, return_convergence_delta: bool = False,
@@ -136,7 +118,7 @@ class LayerInputBaselineXGradient(LayerGradientShap):
         xs = as_tuple(inputs)
         pairs = [torch.broadcast_tensors(x, b) for x, b in zip(xs, baselines_like_rows(baselines, xs))]
         ends, starts = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
-        alpha = torch.rand(ends[0].shape[0], dtype=torch.float64)
+        alpha = path_alpha(ends[0].shape[0], ends[0])
         rows, grads, several = self._between(ends, starts, alpha, target, additional_forward_args,
                                              attribute_to_layer_input)
         out = _answer(rows if self._multiply else grads, several)

@@ -9,14 +9,9 @@ from ._base import Attribution, NotComputedError
 
 __all__ = ["MISSING", "missing_class"]
 
-_NEURON = "neuron attributions (a neuron of a layer as the target) through this path"
 _LAYER = "this layer attribution"
 #: captum's names -> what camkit does not compute
 MISSING = {
-    "LayerLRP": _LAYER,
-    "NeuronDeepLift": _NEURON,
-    "NeuronDeepLiftShap": _NEURON,
-    "NeuronGradientShap": _NEURON,
     "LLMAttribution": "LLM attribution",
     "LLMGradientAttribution": "LLM attribution",
     "LLMAttributionResult": "LLM attribution",

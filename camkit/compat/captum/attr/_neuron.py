@@ -70,14 +70,17 @@ def neuron_target(layer: nn.Module, selector: Any) -> NeuronTarget:
     return NeuronTarget(layer, index[0], index[1:] or None)
 
 
-def _on_neuron(method: NeuronAttribution, inputs: Any, selector: Any, extra: Any, to_input: bool, make: Build) -> Any:
+def _on_neuron(method: NeuronAttribution, inputs: Any, selector: Any, extra: Any, to_input: bool, make: Build,
+               **run: Any) -> Any:
     """camkit's explainer ``make(model, layout, x, example)`` for the selected neuron of the layer's output or input.
+
+    ``run`` goes to :meth:`~._base.Attribution._run` (``one_by_one=True``: an explainer per example).
 
     A neuron of the layer's input is read from an identity probe the input passes through
     (:class:`~camkit.compat.captum.attr._route.Route`), added to the model camkit explains.
     """
     if not to_input:
-        raw, _ = method._run(inputs, neuron_target(method.layer, selector), extra, make)
+        raw, _ = method._run(inputs, neuron_target(method.layer, selector), extra, make, **run)
         return raw
     route = Route(method.layer, to_input=True)
     target = neuron_target(route.probe, selector)
@@ -88,7 +91,7 @@ def _on_neuron(method: NeuronAttribution, inputs: Any, selector: Any, extra: Any
 
     with route.active():
         route.survey(method.forward_func, inputs, extra)
-        raw, _ = method._run(inputs, target, extra, build)
+        raw, _ = method._run(inputs, target, extra, build, **run)
     return raw
 
 
