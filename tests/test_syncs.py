@@ -110,10 +110,11 @@ def test_recorder_leaves_no_mode_behind():
 @pytest.mark.parametrize("key", _method_params())
 def test_explain_makes_no_host_sync_on_signals_and_volumes(key, spatial_dims, on_device):
     model = RankNet(spatial_dims).eval()
-    if key in ("deepliftshap", "gradientshap"):
+    if key in ("deepliftshap", "gradientshap", "layerdeepliftshap"):
         shape = (2, 3, *RANK_SIZES[spatial_dims])
         base = torch.linspace(-1, 1, torch.Size(shape).numel()).view(shape)
         explainer = (camkit.DeepLiftShap(model, base) if key == "deepliftshap"
+                     else camkit.LayerDeepLiftShap(model, "conv2", base) if key == "layerdeepliftshap"
                      else camkit.GradientShap(model, base, samples=6, stdev=0.1, seed=0, max_batch=5))
     else:
         explainer = FACTORIES[key](model)
