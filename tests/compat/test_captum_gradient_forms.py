@@ -239,6 +239,18 @@ def test_lrp_passes_relevance_through_tanh_as_captum():
         camkit.LRP(tanh_net, activations="identity")  # type: ignore[arg-type]
 
 
+def test_lrp_convergence_delta_is_captums_score_minus_relevance():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 2)).double()  # biases absorb relevance
+    x = torch.randn(3, 4, dtype=torch.float64)
+    mine, delta = ours.LRP(net).attribute(x, target=1, return_convergence_delta=True)
+    theirs, their_delta = ca.LRP(net).attribute(x, target=1, return_convergence_delta=True)
+    _close(mine, theirs)
+    assert float(their_delta.abs().max()) > 1e-3  # a case where the sign shows
+    torch.testing.assert_close(delta, their_delta, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(delta, net(x)[:, 1].detach() - mine.sum(dim=1), atol=1e-6, rtol=1e-5)
+
+
 def test_lrp_of_two_summed_inputs_shares_relevance_where_captum_duplicates_it():
     # the model adds its two inputs first; captum gives each summand the whole relevance of the sum,
     # camkit shares it in proportion to the summands (here 1 : 3), so the two together carry it once

@@ -130,4 +130,5 @@ class LRP(GradientAttribution):
         if not return_convergence_delta:
             return raw
         first = raw[0] if isinstance(raw, tuple) else raw
-        return raw, gathered(explanations, "delta", first.dtype)
+        # captum's delta is the score minus the relevance; camkit's extras["delta"] is the relevance minus the score
+        return raw, -gathered(explanations, "delta", first.dtype)
