@@ -333,3 +333,101 @@ def test_a_model_with_one_output_for_the_batch_equals_captum(name):
         getattr(ours, name)(model).attribute(x, target=[0, 1, 2])
     with pytest.raises(camkit.InvalidTargetError, match="one row per example"):  # methods with a path refuse
         ours.IntegratedGradients(model).attribute(x, target=2)
+
+
+class _ReluCNN(nn.Module):
+    """conv-relu-conv-relu-linear: captum's LRP wants leaf modules, so the flattening is a call."""
+
+    def __init__(self, bias: bool) -> None:
+        super().__init__()
+        self.c1, self.r1 = nn.Conv2d(2, 3, 3, bias=bias), nn.ReLU()
+        self.c2, self.r2 = nn.Conv2d(3, 4, 3, bias=bias), nn.ReLU()
+        self.fc = nn.Linear(16, 3, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.r2(self.c2(self.r1(self.c1(x)))).flatten(1))
+
+
+def _cnn_with_rules(bias: bool, rule: type, layers: tuple[str, ...], **settings: float) -> nn.Module:
+    torch.manual_seed(0)
+    model = _ReluCNN(bias).double().eval()
+    for name in layers:
+        getattr(model, name).rule = rule(**settings)
+    return model
+
+
+@pytest.mark.parametrize(("rule", "settings"), [("GammaRule", {"gamma": 0.25}), ("Alpha1_Beta0_Rule", {})])
+def test_lrp_gamma_and_alpha1beta0_equal_captum_to_rounding_where_the_rules_agree(rule, settings):
+    # bias-free, non-negative inputs, the rules on the two convolutions (their outputs that carry
+    # relevance are positive): captum's weight-only rules are the published ones there, and the
+    # stabiliser is captum's 1e-9 on both sides (camkit's default 1e-6 shows at about 1e-7 here)
+    rules = pytest.importorskip("captum.attr._utils.lrp_rules")
+    x = torch.rand(3, 2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    target = torch.tensor([0, 1, 2])
+    mine = ours.LRP(_cnn_with_rules(False, getattr(ours, rule), ("c1", "c2"), **settings)).attribute(x, target=target)
+    theirs = ca.LRP(_cnn_with_rules(False, getattr(rules, rule), ("c1", "c2"), **settings)).attribute(x, target=target)
+    assert float(theirs.abs().max()) > 1e-3
+    _close(mine, theirs.detach(), atol=1e-12)
+
+
+# one linear layer, score z = w.x + b; each case: (rule, w, b, x, the published rule's relevance by
+# hand, captum's by hand). gamma 0.25: w' = w + 0.25 w+.
+_HAND_CASES = {
+    # Montavon et al. 2019: the bias is the weight of a constant input, b' = b + 0.25 b+ = 0.625;
+    # z = 1.5, R = x w' z / (x.w' + b') = (2.5, -1) * 1.5 / 2.125; captum keeps b (/ 2.0)
+    "gamma, positive bias": ("GammaRule", (2.0, -1.0), 0.5, (1.0, 1.0), (30 / 17, -12 / 17), (1.875, -0.75)),
+    # a negative input: the contributions (2, 1) are both positive, the rule scales both by 1.25
+    # (the generalised rule, as zennit's); captum scales the positive weight only, (2, 1.25) / 3.25 * 3
+    "gamma, negative input": ("GammaRule", (-2.0, 1.0), 0.0, (-1.0, 1.0), (2.0, 1.0), (24 / 13, 15 / 13)),
+    # a negative score z = -1: the rule favours the negative contributions, (1, -2.5) / -1.5 * -1;
+    # captum favours the positive weights against the score's sign, (1.25, -2) / -0.75 * -1
+    "gamma, negative score": ("GammaRule", (1.0, -2.0), 0.0, (1.0, 1.0), (2 / 3, -5 / 3), (5 / 3, -8 / 3)),
+    # Bach et al. 2015: R = z * x w+ / (x.w+ + b+) with z = 0.5: (2, 0) / 2 * 0.5; captum keeps the
+    # negative bias in the denominator, (2, 0) / 1.5 * 0.5, which is more than the score
+    "alpha1beta0, negative bias": ("Alpha1_Beta0_Rule", (2.0, -1.0), -0.5, (1.0, 1.0), (0.5, 0.0), (2 / 3, 0.0)),
+    # contributions split by sign: (-1)(-2) = 2 is positive; captum drops it with the negative weight
+    "alpha1beta0, negative input": ("Alpha1_Beta0_Rule", (-2.0, 1.0), 0.0, (-1.0, 1.0), (2.0, 1.0), (0.0, 3.0)),
+}
+
+
+@pytest.mark.parametrize("case", list(_HAND_CASES))
+def test_lrp_gamma_and_alpha1beta0_keep_the_published_rules_where_captum_departs(case):
+    rules = pytest.importorskip("captum.attr._utils.lrp_rules")
+    rule, weight, bias, inputs, published, captums = _HAND_CASES[case]
+
+    def layer(rule_type: type) -> nn.Module:
+        model = nn.Sequential(nn.Linear(2, 1)).double()
+        with torch.no_grad():
+            model[0].weight.copy_(torch.tensor([weight]))
+            model[0].bias.fill_(bias)
+        model[0].rule = rule_type()
+        return model
+
+    x = torch.tensor([inputs], dtype=torch.float64)
+    mine = ours.LRP(layer(getattr(ours, rule))).attribute(x.clone(), target=0)
+    theirs = ca.LRP(layer(getattr(rules, rule))).attribute(x.clone(), target=0).detach()
+    _close(mine, torch.tensor([published], dtype=torch.float64), atol=1e-8)
+    _close(theirs, torch.tensor([captums], dtype=torch.float64), atol=1e-8)
+    assert float((mine - theirs).abs().max()) > 0.1
+
+
+@pytest.mark.parametrize("rule", ["GammaRule", "Alpha1_Beta0_Rule"])
+def test_lrp_gamma_and_alpha1beta0_on_a_cnn_equal_zennit(rule):
+    # the case where captum differs most: biases, inputs of both signs, the rule on every layer
+    # (the last one's scores of both signs); camkit's rules are zennit's Gamma and AlphaBeta
+    zennit = pytest.importorskip("zennit")
+    from zennit.attribution import Gradient
+    from zennit.composites import NameMapComposite
+
+    x = torch.randn(3, 2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    target = torch.tensor([0, 1, 2])
+    model = _cnn_with_rules(True, getattr(ours, rule), ("c1", "c2", "fc"))
+    mine = ours.LRP(model).attribute(x, target=target)
+    zrule = zennit.rules.Gamma(gamma=0.25, stabilizer=1e-9) if rule == "GammaRule" else zennit.rules.AlphaBeta(
+        alpha=1.0, beta=0.0, stabilizer=1e-9)
+    twin = _ReluCNN(True).double().eval()
+    twin.load_state_dict(model.state_dict())
+    with Gradient(twin, NameMapComposite([(["c1", "c2", "fc"], zrule)])) as attributor:
+        _, theirs = attributor(x, lambda out: out * torch.nn.functional.one_hot(target, 3).to(out))
+    _close(mine, theirs, atol=1e-10)
+    assert not any(hasattr(m, "activations") or m._forward_hooks for m in model.modules())

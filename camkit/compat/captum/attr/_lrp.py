@@ -3,8 +3,16 @@
 captum sets a rule object on each layer (``layer.rule = GammaRule()``), with the epsilon rule
 (epsilon 1e-9) on every convolution, linear, pooling and batch-norm layer that has none. The
 translation gives each convolution and linear layer its rule through camkit's
-``LRP(layer_rules=...)`` (``IdentityRule`` is camkit's ``"pass"`` rule); ``set_bias_to_zero=True``,
+``LRP(layer_rules=...)`` (``IdentityRule`` is camkit's ``"pass"`` rule), with captum's stabiliser
+(the rule's ``STABILITY_FACTOR``, 1e-9) as camkit's ``stabilizer``; ``set_bias_to_zero=True``,
 which camkit does not have, is refused.
+
+The gamma and alpha1-beta0 rules keep camkit's (and zennit's) meaning where captum's departs from
+the published rules: captum scales or clamps the weights alone, so its gamma rule leaves a positive
+bias unscaled and its alpha1-beta0 rule keeps a negative bias in the positive part's normaliser; it
+splits by the weight's sign where the rules split contributions (a negative input times a negative
+weight is a positive contribution); and its gamma rule favours the positive weights on a negative
+output too, where the generalised rule favours the contributions of the output's sign.
 """
 
 from __future__ import annotations
@@ -23,6 +31,9 @@ __all__ = ["LRP", "Alpha1_Beta0_Rule", "EpsilonRule", "GammaRule", "IdentityRule
 
 class PropagationRule:
     """captum's rule base: a rule object set on a layer as ``layer.rule``."""
+
+    #: captum's stabiliser of every rule's denominator (the epsilon of the epsilon rule)
+    STABILITY_FACTOR = 1e-9
 
     def _key(self) -> tuple[Any, ...]:
         return (type(self).__name__, *sorted(vars(self).items()))
@@ -77,9 +88,9 @@ def _camkit_layer_rule(rule: PropagationRule, name: str) -> dict[str, Any]:
     if isinstance(rule, IdentityRule):
         return {"rule": "pass"}
     if isinstance(rule, GammaRule):
-        return {"rule": "gamma", "gamma": rule.gamma}
+        return {"rule": "gamma", "gamma": rule.gamma, "stabilizer": rule.STABILITY_FACTOR}
     if isinstance(rule, Alpha1_Beta0_Rule):
-        return {"rule": "alphabeta", "alpha": 1.0, "beta": 0.0}
+        return {"rule": "alphabeta", "alpha": 1.0, "beta": 0.0, "stabilizer": rule.STABILITY_FACTOR}
     if isinstance(rule, EpsilonRule):
         return {"rule": "epsilon", "epsilon": rule.STABILITY_FACTOR}
     raise NotComputedError(f"LRP with {type(rule).__name__} on layer {name!r}: camkit has no such rule")
