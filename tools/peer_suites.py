@@ -125,6 +125,7 @@ _CAPTUM_FILES = (
         "neuron/test_neuron_gradient", "neuron/test_neuron_integrated_gradients", "neuron/test_neuron_conductance",
         "neuron/test_neuron_ablation", "neuron/test_neuron_deeplift", "neuron/test_neuron_gradient_shap",
         "test_feature_permutation", "layer/test_layer_feature_permutation",
+        "test_hook_removal",
     )),
     "metrics/test_infidelity.py",
     "metrics/test_sensitivity.py",
@@ -146,7 +147,7 @@ _CAPTUM_LEFT_OUT = {
     "attr/test_common.py": "captum's private input-validation helpers (_utils.common)",
     "attr/test_baselines.py": "ProductBaselines (captum's baseline sampler for perturbation methods)",
     "attr/test_input_layer_wrapper.py": "ModelInputWrapper (layer attribution to model inputs)",
-    "attr/test_hook_removal.py": "runs every class of captum's configuration table, most of them not translated",
+
 }
 SUITES["captum"] = Suite(
     "captum",

@@ -431,3 +431,24 @@ def test_lrp_gamma_and_alpha1beta0_on_a_cnn_equal_zennit(rule):
         _, theirs = attributor(x, lambda out: out * torch.nn.functional.one_hot(target, 3).to(out))
     _close(mine, theirs, atol=1e-10)
     assert not any(hasattr(m, "activations") or m._forward_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("name", ["NeuronGradient", "NeuronFeatureAblation"])
+def test_a_neuron_index_longer_than_the_layer_raises_captums_assertion_error_and_leaves_no_hook(net, x, name):
+    wrong = (9999,) * 20  # more indices than the layer has axes: captum asserts
+    with pytest.raises(AssertionError):
+        getattr(ca, name)(net, net.conv).attribute(x, neuron_selector=wrong)
+    with pytest.raises(AssertionError) as mine:
+        getattr(ours, name)(net, net.conv).attribute(x, neuron_selector=wrong)
+    assert isinstance(mine.value, camkit.InvalidTargetError)  # camkit's error family too
+    for module in net.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks and not module._backward_hooks
+
+
+def test_set_deep_layer_value_replaces_a_nested_module():
+    from camkit.compat.captum._support import _get_deep_layer_name, _set_deep_layer_value
+
+    model = nn.Sequential(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
+    replacement = nn.Tanh()
+    _set_deep_layer_value(model, "0.1", replacement)
+    assert _get_deep_layer_name(model, "0.1") is replacement and model[0][1] is replacement

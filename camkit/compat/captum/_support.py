@@ -24,6 +24,7 @@ __all__ = [
     "_forward_layer_eval",
     "_get_deep_layer_name",
     "_reshape_and_sum",
+    "_set_deep_layer_value",
     "_tensorize_baseline",
     "_zeros",
     "apply_gradient_requirements",
@@ -37,6 +38,12 @@ def _get_deep_layer_name(obj: Any, layer_names: str) -> Any:
     for part in layer_names.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _set_deep_layer_value(obj: Any, layer_names: str, value: Any) -> None:
+    """Set the attribute at the dotted path ``layer_names`` of ``obj`` to ``value`` (a submodule, say)."""
+    parent, _, last = layer_names.rpartition(".")
+    setattr(_get_deep_layer_name(obj, parent) if parent else obj, last, value)
 
 
 def _zeros(inputs: tuple[Tensor, ...]) -> tuple[Any, ...]:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ....errors import CamkitError
+from ....errors import CamkitError, InvalidTargetError
 from ....explanation import Explanation
 from ....methods import Explainer
 from ....targets import NeuronTarget
@@ -99,6 +99,24 @@ class Attribution:
         return flat_targets(target, row, xs[0].shape[0])
 
     def _run(
+        self,
+        inputs: Any,
+        target: Any,
+        additional_forward_args: Any,
+        build: Build,
+        *,
+        one_by_one: bool = False,
+        unpack: bool = True,
+    ) -> tuple[Any, list[Explanation]]:
+        """:meth:`_explained`, with camkit's target errors raised as captum raises them (``AssertionError`` too)."""
+        try:
+            return self._explained(inputs, target, additional_forward_args, build, one_by_one=one_by_one, unpack=unpack)
+        except InvalidTargetError as error:
+            if isinstance(error, AssertionError):
+                raise
+            raise CaptumTargetError(str(error)) from error
+
+    def _explained(
         self,
         inputs: Any,
         target: Any,

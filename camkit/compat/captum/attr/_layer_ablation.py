@@ -85,6 +85,12 @@ class NeuronFeatureAblation(NeuronAttribution, PerturbationAttribution):
                 if len(found) > 1:
                     raise CaptumTargetError("a layer with several tensors needs a callable neuron_selector")
                 index = (selector,) if isinstance(selector, int) else tuple(selector)
+                shape = tuple(found[0].shape[1:])
+                if len(index) > len(shape) or any(
+                    isinstance(i, int) and not -size <= i < size for i, size in zip(index, shape)
+                ):
+                    raise CaptumTargetError(f"neuron_selector {selector!r} is out of range for the layer's output of "
+                                            f"shape {list(shape)} (per example)")
                 picked = found[0][(slice(None), *index)]
             return picked.reshape(picked.shape[0], -1).sum(dim=1) if picked.dim() > 1 else picked
 
