@@ -69,9 +69,12 @@ class Attribution:
     def has_convergence_delta(self) -> bool:
         return False
 
+    #: captum's ``multiply_by_inputs``: whether the attribution is the global form (times the input's change)
+    _multiply: bool = False
+
     @property
     def multiplies_by_inputs(self) -> bool:
-        return False
+        return self._multiply
 
     def compute_convergence_delta(self, attributions: Any, start_point: Any, end_point: Any, target: Any = None,
                                   additional_forward_args: Any = None) -> Tensor:
@@ -224,9 +227,7 @@ class PerturbationAttribution(Attribution):
     the attribution comes back as a completed future.
     """
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return True
+    _multiply = True
 
     def attribute_future(self, *args: Any, **kwargs: Any) -> torch.futures.Future[Any]:
         forward = self.forward_func

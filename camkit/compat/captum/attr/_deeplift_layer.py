@@ -36,10 +36,6 @@ class LayerDeepLift(_LayerPath):
         self.model = model
         self._multiply = multiply_by_inputs
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return self._multiply
-
     def _local(self, inputs: Any, baselines: Any, target: Any, extra: Any, delta: bool, to_input: bool,
                make: Callable[..., Explainer]) -> Any:
         """The attribution in captum's local form (delta measured on what is returned, as captum does)."""

@@ -76,9 +76,7 @@ class Saliency(_Simple):
 class InputXGradient(_Simple):
     """captum's ``InputXGradient`` on :class:`camkit.InputXGradient`."""
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return True
+    _multiply = True
 
     def _explainer(self, model: nn.Module, layout: Layout, x: Tensor, example: int) -> Explainer:
         return km.InputXGradient(model)
@@ -110,10 +108,6 @@ class _WithDelta(GradientAttribution):
 
     def has_convergence_delta(self) -> bool:
         return True
-
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return self._multiply
 
     def _answer(self, inputs: Any, target: Any, extra: Any, build: Any, delta: bool, baselines: Any = (),
                 **run: Any) -> Any:

@@ -74,10 +74,6 @@ class LayerGradientShap(LayerAttribution):
     def has_convergence_delta(self) -> bool:
         return True
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return self._multiply
-
     def _between(self, ends: tuple[Tensor, ...], starts: tuple[Tensor, ...], alpha: Tensor, target: Any, extra: Any,
                  to_input: bool) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], bool]:
         """Per row: ``(dS/da(p) * (a(end) - a(start)), dS/da(p), several)`` at ``p = start + alpha (end - start)``."""
@@ -180,10 +176,6 @@ class NeuronConductance(NeuronAttribution):
                  multiply_by_inputs: bool = True) -> None:
         super().__init__(forward_func, layer, device_ids)
         self._multiply = multiply_by_inputs
-
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return self._multiply
 
     @staticmethod
     def _at_neuron(grads: tuple[Tensor, ...], selector: Any, several: bool) -> Tensor:

@@ -153,9 +153,7 @@ class LayerGradCam(_Layered):
 class LayerActivation(_Layered):
     """captum's ``LayerActivation`` on :class:`camkit.LayerActivation` (a list of layers gives a list)."""
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return True
+    _multiply = True
 
     def attribute(self, inputs: Any, additional_forward_args: Any = None, attribute_to_layer_input: bool = False) -> Any:
         if isinstance(self.layer, list):
@@ -176,10 +174,6 @@ class LayerGradientXActivation(_Layered):
         super().__init__(forward_func, layer, device_ids)
         self._multiply = multiply_by_inputs
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return self._multiply
-
     def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
                   attribute_to_layer_input: bool = False, grad_kwargs: Any = None) -> Any:
         _check_grad_kwargs(grad_kwargs, "LayerGradientXActivation")
@@ -199,9 +193,7 @@ class _LayerPath(_Layered):
     def has_convergence_delta(self) -> bool:
         return True
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return True
+    _multiply = True
 
     def _path(self, inputs: Any, baselines: Any, target: Any, extra: Any, make: Any, delta: bool, to_input: bool) -> Any:
         xs = as_tuple(inputs)
@@ -223,10 +215,6 @@ class LayerIntegratedGradients(_LayerPath):
                  multiply_by_inputs: bool = True) -> None:
         super().__init__(forward_func, layer, device_ids)
         self._multiply = multiply_by_inputs
-
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return self._multiply
 
     def attribute(self, inputs: Any, baselines: Any = None, target: Any = None, additional_forward_args: Any = None,
                   n_steps: int = 50, method: str = "gausslegendre", internal_batch_size: int | None = None,

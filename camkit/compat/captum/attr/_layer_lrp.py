@@ -59,9 +59,7 @@ class LayerLRP(LayerAttribution):
     def has_convergence_delta(self) -> bool:
         return True
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return True
+    _multiply = True
 
     def attribute(self, inputs: Any, target: Any = None, additional_forward_args: Any = None,
                   return_convergence_delta: bool = False, attribute_to_layer_input: bool = False,

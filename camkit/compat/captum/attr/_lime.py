@@ -164,9 +164,7 @@ class LimeBase(Perturbation):
     def attribute_future(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"attribute_future is not implemented for {type(self).__name__}")
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return False
+    _multiply = False
 
 
 class Lime(LimeBase):

@@ -109,12 +109,11 @@ class LRP(GradientAttribution):
         super().__init__(model)
         self.model = model
 
+    _multiply = True
+
     def has_convergence_delta(self) -> bool:
         return True
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return True
 
     def _camkit_rule(self) -> dict[str, Any]:
         for name, module in _leaves(self.model):

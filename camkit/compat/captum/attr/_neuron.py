@@ -136,10 +136,6 @@ class NeuronIntegratedGradients(NeuronAttribution):
         super().__init__(forward_func, layer, device_ids)
         self._multiply = multiply_by_inputs
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return self._multiply
-
     def attribute(self, inputs: Any, neuron_selector: Any, baselines: Any = None, additional_forward_args: Any = None,
                   n_steps: int = 50, method: str = "gausslegendre", internal_batch_size: int | None = None,
                   attribute_to_neuron_input: bool = False) -> Any:

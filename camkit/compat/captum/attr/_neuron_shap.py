@@ -30,10 +30,6 @@ class _Multiplying(NeuronAttribution):
         super().__init__(forward_func, layer, device_ids)
         self._multiply = multiply_by_inputs
 
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return self._multiply
-
 
 class NeuronGradientShap(_Multiplying):
     """captum's ``NeuronGradientShap``: GradientShap of one neuron, :class:`camkit.GradientShap` on captum's draws.
